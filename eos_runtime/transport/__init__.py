@@ -1,0 +1,30 @@
+"""Transports: the Kafka log and the embedded local log behind one interface."""
+
+from __future__ import annotations
+
+from .base import (
+    OLDEST, UPCOMING, AtOffset, AtTimestamp, Consumer, Oldest, Position, Producer,
+    Record, TopicPartition, TopicSpec, Transport, Upcoming,
+)
+
+__all__ = [
+    "OLDEST", "UPCOMING", "AtOffset", "AtTimestamp", "Consumer", "Oldest", "Position",
+    "Producer", "Record", "TopicPartition", "TopicSpec", "Transport", "Upcoming",
+    "open_transport",
+]
+
+
+def open_transport(*, bootstrap_servers: str | None = None, data_dir: str | None = None,
+                   **options: object) -> Transport:
+    """Kafka when ``bootstrap_servers`` is given, else the embedded local log in ``data_dir``."""
+    from ..errors import ConfigError
+
+    if bootstrap_servers and data_dir:
+        raise ConfigError("give either bootstrap_servers (Kafka) or data_dir (local log), not both")
+    if bootstrap_servers:
+        from .kafka import KafkaTransport
+        return KafkaTransport(bootstrap_servers, **options)
+    if data_dir:
+        from .locallog import LocalLogTransport
+        return LocalLogTransport(data_dir, **options)
+    raise ConfigError("no transport: give bootstrap_servers (Kafka) or data_dir (local log)")

@@ -1,0 +1,239 @@
+"""The transport seam: one narrow interface for a partitioned, offset-addressed log.
+
+Two implementations stand behind it: Kafka (``kafka.py``, confluent-kafka) and the
+embedded local log (``locallog.py``, files under a data directory). Nothing above
+this seam imports a backend; backend errors become ``eos_runtime.errors`` classes
+inside the implementations.
+
+The contract (``tests/test_transport_contract.py`` runs it against both):
+
+* A partition is an append-only sequence of records addressed by offsets that
+  increase strictly with every record. Offsets are *not* promised to be dense:
+  Kafka spends offsets on transaction markers. ``watermarks`` gives ``(low, high)``
+  where ``high`` is the offset the next appended record will get at the earliest.
+* ``Producer.produce`` only enqueues. ``Producer.flush`` returns once every record
+  enqueued before it is acknowledged, and reports the offset of the last record
+  written to each partition since the previous flush; a record that was not
+  acknowledged makes ``flush`` raise ``DeliveryFailed``. An acknowledged record
+  survives the death of the producing process (SIGKILL included).
+* Records of one producer to one partition keep their order.
+* ``Consumer.poll`` returns records of the assigned, un-paused partitions in offset
+  order per partition, in batches.
+* Transactions exist only where ``Transport.supports_transactions`` is true (Kafka).
+  The exactly-once protocol never depends on them except for the Kafka sink.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+__all__ = [
+    "TopicSpec",
+    "TopicPartition",
+    "Record",
+    "Oldest",
+    "Upcoming",
+    "AtOffset",
+    "AtTimestamp",
+    "Position",
+    "OLDEST",
+    "UPCOMING",
+    "Producer",
+    "Consumer",
+    "Transport",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """What a topic should look like: its name, partition count and cleanup policy."""
+
+    name: str
+    partitions: int = 1
+    compacted: bool = False
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Record(NamedTuple):
+    """One consumed record. ``timestamp`` is milliseconds since the epoch."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+
+
+# Positions a reader can start from (Samza's offset.default and Startpoint kinds).
+@dataclass(frozen=True, slots=True)
+class Oldest:
+    """The first record still held by the partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upcoming:
+    """The offset the next appended record will get: only new records are read."""
+
+
+@dataclass(frozen=True, slots=True)
+class AtOffset:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AtTimestamp:
+    """The first record whose timestamp is >= ``timestamp`` ms; ``Upcoming`` if none."""
+
+    timestamp: int
+
+
+Position = Oldest | Upcoming | AtOffset | AtTimestamp
+OLDEST = Oldest()
+UPCOMING = Upcoming()
+
+
+class Producer(abc.ABC):
+    """Writes records; see the module docstring for what ``flush`` promises."""
+
+    #: True where begin/commit/abort_transaction work.
+    transactional: bool = False
+
+    @abc.abstractmethod
+    def produce(self, topic: str, partition: int, value: bytes | None,
+                key: bytes | None = None, timestamp: int | None = None) -> None:
+        """Enqueue one record. ``timestamp`` (ms) defaults to now."""
+
+    @abc.abstractmethod
+    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        """Wait for every enqueued record; return the last offset per partition written."""
+
+    def begin_transaction(self) -> None:
+        raise NotImplementedError("this producer is not transactional")
+
+    def commit_transaction(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        """Flush, then commit; returns what ``flush`` would."""
+        raise NotImplementedError("this producer is not transactional")
+
+    def abort_transaction(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError("this producer is not transactional")
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release resources. Records not flushed may be lost."""
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer(abc.ABC):
+    """Reads records from explicitly assigned partitions (no group management)."""
+
+    @abc.abstractmethod
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Replace the assignment: read each partition from the given offset."""
+
+    @abc.abstractmethod
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Continue reading an assigned partition from ``offset``."""
+
+    @abc.abstractmethod
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop returning records of these partitions until resumed (backpressure)."""
+
+    @abc.abstractmethod
+    def resume(self, tps: Iterable[TopicPartition]) -> None: ...
+
+    @abc.abstractmethod
+    def poll(self, max_records: int = 10_000, timeout: float = 1.0) -> list[Record]:
+        """Return up to ``max_records`` records, waiting at most ``timeout`` s for the first."""
+
+    @abc.abstractmethod
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record ``poll`` may return for ``tp``."""
+
+    @abc.abstractmethod
+    def assignment(self) -> list[TopicPartition]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Transport(abc.ABC):
+    """A partitioned log: topics, producers, consumers and position look-ups."""
+
+    #: "kafka" or "local"
+    name: str
+    supports_transactions: bool = False
+
+    @abc.abstractmethod
+    def create_topics(self, specs: Iterable[TopicSpec]) -> None:
+        """Create missing topics. An existing topic of the same partition count is
+        fine; one with another partition count raises ``TopicExists``."""
+
+    @abc.abstractmethod
+    def describe(self, topic: str) -> TopicSpec:
+        """The topic's layout; ``TopicNotFound`` if it does not exist."""
+
+    @abc.abstractmethod
+    def list_topics(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def producer(self, *, transactional_id: str | None = None) -> Producer:
+        """A new producer; a transactional one needs ``supports_transactions``."""
+
+    @abc.abstractmethod
+    def consumer(self, *, read_committed: bool = True) -> Consumer:
+        """A new consumer. ``read_committed`` hides records of open and aborted
+        transactions where the log has transactions."""
+
+    @abc.abstractmethod
+    def watermarks(self, tp: TopicPartition, *, read_committed: bool = True) -> tuple[int, int]:
+        """``(low, high)``: the first offset held and the end (next offset, or the
+        last stable offset for read_committed on Kafka)."""
+
+    @abc.abstractmethod
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
+        """The first offset whose record timestamp is >= ``timestamp``; ``high`` if none."""
+
+    def resolve(self, tp: TopicPartition, position: Position) -> int:
+        """Turn a ``Position`` into a concrete offset for ``tp``."""
+        match position:
+            case AtOffset(offset):
+                return offset
+            case Oldest():
+                return self.watermarks(tp)[0]
+            case Upcoming():
+                return self.watermarks(tp)[1]
+            case AtTimestamp(timestamp):
+                return self.offset_for_timestamp(tp, timestamp)
+        raise TypeError(f"not a Position: {position!r}")
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def partitions_of(specs: Sequence[TopicSpec]) -> list[TopicPartition]:
+    """Every partition of the given topics, in order."""
+    return [TopicPartition(s.name, p) for s in specs for p in range(s.partitions)]
