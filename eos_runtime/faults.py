@@ -1,0 +1,71 @@
+"""Named crash points for fault-injection experiments.
+
+Code on a path worth crashing in calls ``crash_point("name")``. Nothing happens unless
+that point is armed, either in-process with ``arm()`` or for a child process through
+the environment: ``EOS_CRASH_AT="name"`` (first hit) or ``EOS_CRASH_AT="name@N"`` (the
+N-th hit). An armed point kills its own process with SIGKILL, the harshest way a
+worker dies: no ``finally`` blocks, no flushes, no atexit.
+
+Every crash point is listed in ``CRASH_POINTS`` with what it interrupts, so
+experiments can enumerate them and a typo fails loudly instead of never firing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from .errors import ConfigError
+
+__all__ = ["CRASH_POINTS", "arm", "disarm", "is_armed", "crash_point"]
+
+CRASH_POINTS: dict[str, str] = {
+    "locallog.append.mid_data": "local log append: half of a batch's frames are written",
+    "locallog.append.after_data": "local log append: frames written, commit pointer not yet",
+}
+
+_armed: dict[str, int] = {}
+
+
+def arm(name: str, hit: int = 1) -> None:
+    """Kill this process at the ``hit``-th time ``name`` is reached."""
+    if name not in CRASH_POINTS:
+        raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
+    if hit < 1:
+        raise ConfigError(f"crash point {name!r}: hit must be >= 1, not {hit}")
+    _armed[name] = hit
+
+
+def disarm() -> None:
+    _armed.clear()
+
+
+def is_armed(name: str) -> bool:
+    """For paths that must prepare a crash (e.g. write half a batch) only when armed."""
+    return name in _armed
+
+
+def crash_point(name: str) -> None:
+    if not _armed:
+        return
+    left = _armed.get(name)
+    if left is None:
+        return
+    if left <= 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    _armed[name] = left - 1
+
+
+def _arm_from_environment() -> None:
+    spec = os.environ.get("EOS_CRASH_AT", "").strip()
+    if not spec:
+        return
+    name, _, hit = spec.partition("@")
+    try:
+        count = int(hit) if hit else 1
+    except ValueError:
+        raise ConfigError(f"EOS_CRASH_AT={spec!r}: the part after @ must be a hit count") from None
+    arm(name, count)
+
+
+_arm_from_environment()

@@ -1,0 +1,508 @@
+"""The embedded local log: durable, multi-process partitioned log in plain files.
+
+It is the default transport, so a pipeline runs on a fresh machine with no broker.
+Several processes (Spark's Python workers) may write and read the same partitions.
+
+Layout under the data directory::
+
+    topics/<topic>/topic.json     partition count and cleanup policy (written once)
+    topics/<topic>/<p>.log        frames, back to back
+    topics/<topic>/<p>.end        the commit pointer: two checksummed slots
+    topics/<topic>/<p>.idx        sparse index: (offset, position, max timestamp before)
+
+Rules that make it safe:
+
+* **One commit point per append.** A writer takes an exclusive ``flock`` on the
+  partition's ``.end`` file, writes its frames after the committed end, then writes
+  the commit pointer (next offset, end position). Only then is the batch
+  acknowledged. Readers read the pointer first and never look past it, so a batch is
+  visible whole or not at all.
+* **A torn tail repairs itself.** A writer killed mid-append leaves bytes past the
+  committed end; the next writer truncates them under the lock before appending.
+* **The pointer cannot tear.** It alternates between two slots, each with a sequence
+  number and a CRC; a reader takes the valid slot with the higher sequence.
+* **Frames carry their offset and a CRC**, so damage below the committed end is
+  detected (``LogCorrupted``) instead of being read as data.
+
+Durability: an acknowledged record survives the death of any process (SIGKILL
+included) since the kernel holds the written pages. With ``fsync=True`` each
+append is also fsynced and survives a machine crash.
+
+There are no transactions here: the exactly-once protocol does not need them.
+Compaction is recorded as the topic's policy but not carried out (a compacted
+topic keeps every record, which readers of a compacted topic must tolerate anyway).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import struct
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..faults import crash_point, is_armed
+from ..errors import (
+    ConfigError, LogCorrupted, OffsetOutOfRange, TopicExists, TopicNotFound, TransportError,
+)
+from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
+
+__all__ = ["LocalLogTransport"]
+
+# frame: crc32 | offset | timestamp | key length (-1: None) | value length (-1: None)
+_FRAME = struct.Struct("<Iqqii")
+_FRAME_BODY_START = 4  # the CRC covers everything after itself
+# commit pointer slot: seq | next offset | end position | max timestamp | crc32
+_SLOT = struct.Struct("<QqqqI")
+_SLOT_SIZE = 40
+# index entry: offset | position | max timestamp of all records before it
+_INDEX = struct.Struct("<qqq")
+INDEX_INTERVAL = 64 * 1024
+_NO_TS = -(2**63)
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_READ_CHUNK = 1 << 20
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
+
+
+class _Pointer:
+    """The committed state of a partition, read from its ``.end`` file."""
+
+    __slots__ = ("seq", "next_offset", "end", "max_ts")
+
+    def __init__(self, seq: int, next_offset: int, end: int, max_ts: int) -> None:
+        self.seq, self.next_offset, self.end, self.max_ts = seq, next_offset, end, max_ts
+
+
+def _read_pointer(fd: int) -> _Pointer:
+    raw = os.pread(fd, 2 * _SLOT_SIZE, 0)
+    best = _Pointer(0, 0, 0, _NO_TS)
+    for i in (0, 1):
+        slot = raw[i * _SLOT_SIZE:(i + 1) * _SLOT_SIZE]
+        if len(slot) < _SLOT.size:
+            continue
+        seq, next_offset, end, max_ts, crc = _SLOT.unpack_from(slot)
+        if crc == zlib.crc32(slot[:_SLOT.size - 4]) and seq >= best.seq and seq > 0:
+            best = _Pointer(seq, next_offset, end, max_ts)
+    return best
+
+
+def _write_pointer(fd: int, p: _Pointer) -> None:
+    body = _SLOT.pack(p.seq, p.next_offset, p.end, p.max_ts, 0)[:_SLOT.size - 4]
+    slot = body + struct.pack("<I", zlib.crc32(body))
+    _pwrite_all(fd, slot, (p.seq % 2) * _SLOT_SIZE)
+
+
+class _PartitionFiles:
+    """Open file descriptors of one partition, shared by this process's readers/writers."""
+
+    def __init__(self, directory: Path, partition: int) -> None:
+        base = directory / str(partition)
+        flags = os.O_RDWR | os.O_CREAT
+        self.log = os.open(f"{base}.log", flags, 0o644)
+        self.end = os.open(f"{base}.end", flags, 0o644)
+        self.idx = os.open(f"{base}.idx", flags, 0o644)
+        self.name = str(base)
+
+    def close(self) -> None:
+        for fd in (self.log, self.end, self.idx):
+            os.close(fd)
+
+    def pointer(self) -> _Pointer:
+        return _read_pointer(self.end)
+
+    def index(self, committed_end: int) -> list[tuple[int, int, int]]:
+        """Index entries that point below the committed end (later ones are a dead writer's)."""
+        size = os.fstat(self.idx).st_size
+        entries = list(_INDEX.iter_unpack(os.pread(self.idx, size - size % _INDEX.size, 0)))
+        while entries and entries[-1][1] >= committed_end:
+            entries.pop()
+        return entries
+
+    def index_tail(self, committed_end: int) -> tuple[int, int | None]:
+        """(valid index length in entries, position of the last valid entry) without
+        reading the whole index: appends need only its tail."""
+        count = os.fstat(self.idx).st_size // _INDEX.size
+        while count:
+            _, pos, _ = _INDEX.unpack(os.pread(self.idx, _INDEX.size, (count - 1) * _INDEX.size))
+            if pos < committed_end:
+                return count, pos
+            count -= 1
+        return 0, None
+
+
+class LocalLogTransport(Transport):
+    """The embedded log under ``data_dir``. Safe for several processes at once."""
+
+    name = "local"
+    supports_transactions = False
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.root = Path(data_dir)
+        self.topics_dir = self.root / "topics"
+        self.topics_dir.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
+        self._specs: dict[str, TopicSpec] = {}
+        self._files: dict[TopicPartition, _PartitionFiles] = {}
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topics(self, specs: Iterable[TopicSpec]) -> None:
+        for spec in specs:
+            if not _TOPIC_NAME.match(spec.name) or spec.name in (".", ".."):
+                raise ConfigError(f"invalid topic name {spec.name!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+            if spec.partitions < 1:
+                raise ConfigError(f"topic {spec.name!r}: partitions must be >= 1, not {spec.partitions}")
+            try:
+                existing = self.describe(spec.name)
+            except TopicNotFound:
+                existing = None
+            if existing is None:
+                # Build the topic aside and rename it in: atomic, so concurrent creators
+                # cannot leave a half-made topic, and the loser of the race just checks.
+                tmp = self.topics_dir / f".creating-{uuid.uuid4().hex}"
+                tmp.mkdir()
+                meta = {"format": 1, "partitions": spec.partitions, "compacted": spec.compacted}
+                (tmp / "topic.json").write_text(json.dumps(meta))
+                for p in range(spec.partitions):
+                    for suffix in (".log", ".end", ".idx"):
+                        (tmp / f"{p}{suffix}").touch()
+                try:
+                    os.rename(tmp, self.topics_dir / spec.name)
+                except OSError:
+                    for f in tmp.iterdir():
+                        f.unlink()
+                    tmp.rmdir()
+                existing = self.describe(spec.name)
+            if existing.partitions != spec.partitions:
+                raise TopicExists(f"topic {spec.name!r} exists with {existing.partitions} partitions, "
+                                  f"not {spec.partitions}")
+
+    def describe(self, topic: str) -> TopicSpec:
+        spec = self._specs.get(topic)
+        if spec is not None:
+            return spec
+        try:
+            meta = json.loads((self.topics_dir / topic / "topic.json").read_text())
+        except FileNotFoundError:
+            raise TopicNotFound(f"topic {topic!r} does not exist in local log {self.root}") from None
+        except (OSError, ValueError) as exc:
+            raise LogCorrupted(f"topic {topic!r}: unreadable topic.json ({exc})") from None
+        spec = TopicSpec(topic, int(meta["partitions"]), bool(meta.get("compacted", False)))
+        self._specs[topic] = spec
+        return spec
+
+    def list_topics(self) -> list[str]:
+        return sorted(p.name for p in self.topics_dir.iterdir()
+                      if not p.name.startswith(".") and (p / "topic.json").exists())
+
+    def _partition(self, tp: TopicPartition) -> _PartitionFiles:
+        files = self._files.get(tp)
+        if files is None:
+            spec = self.describe(tp.topic)
+            if not 0 <= tp.partition < spec.partitions:
+                raise TopicNotFound(f"topic {tp.topic!r} has no partition {tp.partition} "
+                                    f"(it has {spec.partitions})")
+            files = self._files[tp] = _PartitionFiles(self.topics_dir / tp.topic, tp.partition)
+        return files
+
+    # ------------------------------------------------------------------ positions
+
+    def watermarks(self, tp: TopicPartition, *, read_committed: bool = True) -> tuple[int, int]:
+        return 0, self._partition(tp).pointer().next_offset
+
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
+        files = self._partition(tp)
+        pointer = files.pointer()
+        if pointer.max_ts < timestamp:
+            return pointer.next_offset
+        # The last index entry whose "max timestamp before" is below the target still
+        # precedes the answer; scan from there.
+        start_offset, start_pos = 0, 0
+        for offset, pos, max_before in files.index(pointer.end):
+            if max_before >= timestamp:
+                break
+            start_offset, start_pos = offset, pos
+        for offset, _pos, ts, _k, _v in _scan(files, start_pos, pointer.end, start_offset):
+            if ts >= timestamp:
+                return offset
+        return pointer.next_offset
+
+    def _position_of(self, tp: TopicPartition, offset: int) -> int:
+        """The file position of the frame with ``offset`` (or the end, for the high mark)."""
+        files = self._partition(tp)
+        pointer = files.pointer()
+        if offset == pointer.next_offset:
+            return pointer.end
+        if not 0 <= offset < pointer.next_offset:
+            raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: offset {offset} is outside "
+                                   f"[0, {pointer.next_offset}]")
+        start_offset, start_pos = 0, 0
+        for entry_offset, pos, _ in files.index(pointer.end):
+            if entry_offset > offset:
+                break
+            start_offset, start_pos = entry_offset, pos
+        if start_offset == offset:
+            return start_pos
+        for frame_offset, pos, _ts, _k, _v in _scan(files, start_pos, pointer.end, start_offset):
+            if frame_offset == offset:
+                return pos
+        raise LogCorrupted(f"{files.name}.log: offset {offset} not found below the committed end")
+
+    # ------------------------------------------------------------------ clients
+
+    def producer(self, *, transactional_id: str | None = None) -> Producer:
+        if transactional_id is not None:
+            raise ConfigError("the local log has no transactions; exactly-once on it goes through "
+                              "the protocol, not a transactional producer")
+        return _LocalProducer(self)
+
+    def consumer(self, *, read_committed: bool = True) -> Consumer:
+        return _LocalConsumer(self)
+
+    def close(self) -> None:
+        for files in self._files.values():
+            files.close()
+        self._files.clear()
+
+    # ------------------------------------------------------------------ append
+
+    def _append(self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None, int]]) -> int:
+        """Append records atomically; return the offset of the last one."""
+        files = self._partition(tp)
+        fcntl.flock(files.end, fcntl.LOCK_EX)
+        try:
+            pointer = files.pointer()
+            if os.fstat(files.log).st_size != pointer.end:
+                os.ftruncate(files.log, pointer.end)  # a dead writer's uncommitted tail
+            index_count, last_indexed = files.index_tail(pointer.end)
+            index_size = index_count * _INDEX.size
+            next_index_pos = 0 if last_indexed is None else last_indexed + INDEX_INTERVAL
+            offset, pos, max_ts = pointer.next_offset, pointer.end, pointer.max_ts
+            parts: list[bytes] = []
+            new_index: list[bytes] = []
+            pack, crc32 = _FRAME.pack, zlib.crc32
+            for key, value, ts in records:
+                if pos >= next_index_pos:
+                    new_index.append(_INDEX.pack(offset, pos, max_ts))
+                    next_index_pos = pos + INDEX_INTERVAL
+                klen = -1 if key is None else len(key)
+                vlen = -1 if value is None else len(value)
+                header = pack(0, offset, ts, klen, vlen)
+                crc = crc32(header[_FRAME_BODY_START:])
+                if key:
+                    crc = crc32(key, crc)
+                if value:
+                    crc = crc32(value, crc)
+                parts.append(pack(crc, offset, ts, klen, vlen))
+                if key:
+                    parts.append(key)
+                if value:
+                    parts.append(value)
+                pos += _FRAME.size + max(klen, 0) + max(vlen, 0)
+                offset += 1
+                if ts > max_ts:
+                    max_ts = ts
+            data = b"".join(parts)
+            if is_armed("locallog.append.mid_data"):  # tear the batch the way a kill can
+                _pwrite_all(files.log, memoryview(data)[:len(data) // 2], pointer.end)
+                crash_point("locallog.append.mid_data")
+            _pwrite_all(files.log, data, pointer.end)
+            if new_index:
+                os.ftruncate(files.idx, index_size)
+                _pwrite_all(files.idx, b"".join(new_index), index_size)
+            if self.fsync:
+                os.fsync(files.log)
+                os.fsync(files.idx)
+            crash_point("locallog.append.after_data")
+            _write_pointer(files.end, _Pointer(pointer.seq + 1, offset, pos, max_ts))
+            if self.fsync:
+                os.fsync(files.end)
+            return offset - 1
+        except OSError as exc:
+            raise TransportError(f"{files.name}: append failed ({exc})") from exc
+        finally:
+            fcntl.flock(files.end, fcntl.LOCK_UN)
+
+
+def _scan(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
+    """Yield (offset, position, timestamp, key, value) for frames in [pos, end)."""
+    unpack = _FRAME.unpack_from
+    while pos < end:
+        chunk = os.pread(files.log, min(_READ_CHUNK, end - pos), pos)
+        at = 0
+        progressed = False
+        while at + _FRAME.size <= len(chunk):
+            crc, offset, ts, klen, vlen = unpack(chunk, at)
+            size = _FRAME.size + max(klen, 0) + max(vlen, 0)
+            if at + size > len(chunk):
+                break
+            _check_frame(files, chunk, at, size, crc, offset, expected_offset, pos + at)
+            body = at + _FRAME.size
+            key = None if klen < 0 else chunk[body:body + klen]
+            value = None if vlen < 0 else chunk[body + max(klen, 0):at + size]
+            yield offset, pos + at, ts, key, value
+            expected_offset = offset + 1
+            at += size
+            progressed = True
+        if not progressed:
+            if at + _FRAME.size <= len(chunk):  # one frame larger than the chunk
+                crc, offset, ts, klen, vlen = unpack(chunk, at)
+                size = _FRAME.size + max(klen, 0) + max(vlen, 0)
+                if pos + size > end or size > 1 << 31:
+                    raise LogCorrupted(f"{files.name}.log: frame at position {pos} runs past "
+                                       f"the committed end {end}")
+                chunk = os.pread(files.log, size, pos)
+                _check_frame(files, chunk, 0, size, crc, offset, expected_offset, pos)
+                body = _FRAME.size
+                key = None if klen < 0 else chunk[body:body + klen]
+                value = None if vlen < 0 else chunk[body + max(klen, 0):size]
+                yield offset, pos, ts, key, value
+                expected_offset = offset + 1
+                pos += size
+                continue
+            raise LogCorrupted(f"{files.name}.log: truncated frame at position {pos + at} below "
+                               f"the committed end {end}")
+        pos += at
+
+
+def _check_frame(files: _PartitionFiles, chunk: bytes, at: int, size: int, crc: int,
+                 offset: int, expected_offset: int, position: int) -> None:
+    if zlib.crc32(memoryview(chunk)[at + _FRAME_BODY_START:at + size]) != crc or offset != expected_offset:
+        raise LogCorrupted(f"{files.name}.log: damaged frame at position {position} "
+                           f"(expected offset {expected_offset}, found {offset})")
+
+
+class _LocalProducer(Producer):
+    """Buffers per partition; every flush is one atomic append per partition."""
+
+    #: records buffered per partition before they are appended without waiting for flush
+    MAX_PENDING = 10_000
+
+    def __init__(self, log: LocalLogTransport) -> None:
+        self._log = log
+        self._pending: dict[TopicPartition, list[tuple[bytes | None, bytes | None, int]]] = {}
+        self._written: dict[TopicPartition, int] = {}
+
+    def produce(self, topic: str, partition: int, value: bytes | None,
+                key: bytes | None = None, timestamp: int | None = None) -> None:
+        tp = TopicPartition(topic, partition)
+        batch = self._pending.get(tp)
+        if batch is None:
+            self._log._partition(tp)  # unknown topic or partition fails here, not at flush
+            batch = self._pending[tp] = []
+        if key is not None and type(key) is not bytes:
+            key = bytes(key)
+        if value is not None and type(value) is not bytes:
+            value = bytes(value)
+        batch.append((key, value, _now_ms() if timestamp is None else timestamp))
+        if len(batch) >= self.MAX_PENDING:
+            self._written[tp] = self._log._append(tp, batch)
+            self._pending[tp] = []
+
+    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        for tp, batch in self._pending.items():
+            if batch:
+                self._written[tp] = self._log._append(tp, batch)
+        self._pending.clear()
+        written, self._written = self._written, {}
+        return written
+
+    def close(self) -> None:
+        self._pending.clear()
+
+
+class _LocalConsumer(Consumer):
+    """Reads committed frames straight from the files; waits by polling the pointers."""
+
+    _IDLE_SLEEP = (0.001, 0.05)  # first and longest pause between empty looks
+
+    def __init__(self, log: LocalLogTransport) -> None:
+        self._log = log
+        # partition -> [next offset, file position]
+        self._cursor: dict[TopicPartition, list[int]] = {}
+        self._paused: set[TopicPartition] = set()
+        self._rr = 0
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        cursors = {}
+        for tp, offset in positions.items():
+            tp = TopicPartition(*tp)
+            cursors[tp] = [offset, self._log._position_of(tp, offset)]
+        self._cursor = cursors
+        self._paused &= set(cursors)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        tp = TopicPartition(*tp)
+        if tp not in self._cursor:
+            raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned")
+        self._cursor[tp] = [offset, self._log._position_of(tp, offset)]
+
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        self._paused.update(TopicPartition(*tp) for tp in tps)
+
+    def resume(self, tps: Iterable[TopicPartition]) -> None:
+        self._paused.difference_update(TopicPartition(*tp) for tp in tps)
+
+    def position(self, tp: TopicPartition) -> int:
+        try:
+            return self._cursor[TopicPartition(*tp)][0]
+        except KeyError:
+            raise TransportError(f"{tp[0]}[{tp[1]}] is not assigned") from None
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._cursor)
+
+    def poll(self, max_records: int = 10_000, timeout: float = 1.0) -> list[Record]:
+        deadline = time.monotonic() + timeout
+        sleep = self._IDLE_SLEEP[0]
+        while True:
+            out = self._read(max_records)
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(min(sleep, max(0.0, deadline - time.monotonic())))
+            sleep = min(sleep * 2, self._IDLE_SLEEP[1])
+
+    def _read(self, max_records: int) -> list[Record]:
+        active = [tp for tp in self._cursor if tp not in self._paused]
+        out: list[Record] = []
+        if not active:
+            return out
+        self._rr = (self._rr + 1) % len(active)
+        for tp in active[self._rr:] + active[:self._rr]:
+            budget = max_records - len(out)
+            if budget <= 0:
+                break
+            files = self._log._partition(tp)
+            cursor = self._cursor[tp]
+            end = files.pointer().end
+            if cursor[1] >= end:
+                continue
+            topic, partition = tp
+            for offset, pos, ts, key, value in _scan(files, cursor[1], end, cursor[0]):
+                out.append(Record(topic, partition, offset, key, value, ts))
+                cursor[0] = offset + 1
+                cursor[1] = pos + _FRAME.size + (len(key) if key is not None else 0) + (
+                    len(value) if value is not None else 0)
+                budget -= 1
+                if budget == 0:
+                    break
+        return out
+
+    def close(self) -> None:
+        self._cursor.clear()

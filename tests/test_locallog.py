@@ -1,0 +1,207 @@
+"""The embedded local log's own promises: several writer processes at once, and no
+acknowledged record lost or torn when a writer is SIGKILLed, wherever it dies."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.errors import ConfigError, LogCorrupted
+from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+
+TP = TopicPartition("t", 0)
+
+# A writer process: appends batches of self-checking records (writer id, sequence number,
+# padding derived from both) and prints "ACK <last seq>" once each batch is acknowledged.
+WRITER = textwrap.dedent("""
+    import sys
+    from eos_runtime.transport import open_transport
+    data_dir, writer, batches, batch_size, pad = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    t = open_transport(data_dir=data_dir)
+    p = t.producer()
+    seq = 0
+    for _ in range(batches):
+        for _ in range(batch_size):
+            body = f"{writer}:{seq}:".encode()
+            p.produce("t", 0, body + bytes([seq % 251]) * pad, key=writer.encode())
+            seq += 1
+        p.flush()
+        print("ACK", seq - 1, flush=True)
+""")
+
+
+def spawn_writer(data_dir: Path, writer: str, batches: int, batch_size: int, pad: int,
+                 crash_at: str | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("EOS_CRASH_AT", None)
+    if crash_at:
+        env["EOS_CRASH_AT"] = crash_at
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(data_dir), writer, str(batches),
+                             str(batch_size), str(pad)], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def read_log(data_dir: Path) -> list:
+    with open_transport(data_dir=str(data_dir)) as t:
+        high = t.watermarks(TP)[1]
+        out = []
+        with t.consumer() as c:
+            c.assign({TP: 0})
+            while len(out) < high:
+                out.extend(c.poll(100_000, 1.0))
+        return out
+
+
+def check_records(records, pad: int) -> dict[str, list[int]]:
+    """Every record is whole and self-consistent; offsets are dense. Returns seqs per writer."""
+    assert [r.offset for r in records] == list(range(len(records)))
+    seqs: dict[str, list[int]] = {}
+    for r in records:
+        writer, seq, rest = r.value.split(b":", 2)
+        assert r.key == writer
+        assert rest == bytes([int(seq) % 251]) * pad, f"record {r.offset} is torn"
+        seqs.setdefault(writer.decode(), []).append(int(seq))
+    return seqs
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    d = tmp_path / "log"
+    with open_transport(data_dir=str(d)) as t:
+        t.create_topics([TopicSpec("t", 1)])
+    return d
+
+
+def test_concurrent_writer_processes_lose_nothing_and_keep_their_order(log_dir):
+    procs = [spawn_writer(log_dir, f"w{i}", batches=20, batch_size=50, pad=20) for i in range(4)]
+    for p in procs:
+        p.communicate(timeout=60)
+        assert p.returncode == 0
+    seqs = check_records(read_log(log_dir), pad=20)
+    assert seqs == {f"w{i}": list(range(1000)) for i in range(4)}
+
+
+@pytest.mark.parametrize("point", ["locallog.append.mid_data", "locallog.append.after_data"])
+def test_a_writer_killed_inside_an_append_leaves_only_whole_acknowledged_batches(log_dir, point):
+    """The crash lands at a named point of the append (deterministic), on the 3rd batch."""
+    proc = spawn_writer(log_dir, "w", batches=5, batch_size=100, pad=500, crash_at=f"{point}@3")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert out.split() == ["ACK", "99", "ACK", "199"]
+    assert (log_dir / "topics/t/0.log").stat().st_size > 200 * 500, "the dead batch left bytes"
+    assert check_records(read_log(log_dir), pad=500) == {"w": list(range(200))}
+    # The next writer cuts the dead batch's tail and appends after the acknowledged ones.
+    proc = spawn_writer(log_dir, "v", batches=2, batch_size=100, pad=500)
+    proc.communicate(timeout=60)
+    seqs = check_records(read_log(log_dir), pad=500)
+    assert seqs == {"w": list(range(200)), "v": list(range(200))}
+
+
+def test_sigkill_at_random_moments_never_loses_or_tears_an_acknowledged_record(log_dir):
+    """Real SIGKILLs from outside, at random times, of writers appending 2 MB batches."""
+    rng = random.Random(7)
+    acked: dict[str, int] = {}
+    for round_ in range(6):
+        writer = f"w{round_}"
+        proc = spawn_writer(log_dir, writer, batches=1000, batch_size=400, pad=5000)
+        line = proc.stdout.readline()  # at least one batch acknowledged
+        assert line.startswith("ACK")
+        time.sleep(rng.uniform(0.0, 0.2))
+        proc.send_signal(signal.SIGKILL)
+        rest, _ = proc.communicate(timeout=30)
+        acks = [int(x) for x in (line + rest).split() if x != "ACK"]
+        acked[writer] = acks[-1]
+    seqs = check_records(read_log(log_dir), pad=5000)
+    for writer, last in acked.items():
+        got = seqs[writer]
+        assert got == list(range(len(got))), f"{writer}: gap or reorder"
+        assert len(got) - 1 >= last, f"{writer}: acknowledged up to {last}, found {len(got) - 1}"
+        assert len(got) % 400 == 0, f"{writer}: a partial batch is visible"
+
+
+def test_a_torn_tail_is_invisible_to_readers_and_cut_by_the_next_writer(log_dir):
+    with open_transport(data_dir=str(log_dir)) as t, t.producer() as p:
+        p.produce("t", 0, b"one")
+        p.flush()
+    with open(log_dir / "topics/t/0.log", "ab") as f:
+        f.write(b"\xde\xad\xbe\xef" * 10)  # what a writer killed mid-frame leaves
+    with open_transport(data_dir=str(log_dir)) as t:
+        assert t.watermarks(TP) == (0, 1)
+        with t.consumer() as c:
+            c.assign({TP: 0})
+            assert [r.value for r in c.poll(10, 0.5)] == [b"one"]
+            assert c.poll(10, 0.2) == []
+        with t.producer() as p:
+            p.produce("t", 0, b"two")
+            assert p.flush() == {TP: 1}
+    assert [r.value for r in read_log(log_dir)] == [b"one", b"two"]
+
+
+def test_damage_below_the_committed_end_is_reported_not_read(log_dir):
+    with open_transport(data_dir=str(log_dir)) as t, t.producer() as p:
+        p.produce("t", 0, b"A" * 100)
+        p.flush()
+    path = log_dir / "topics/t/0.log"
+    raw = bytearray(path.read_bytes())
+    raw[-10] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with open_transport(data_dir=str(log_dir)) as t, t.consumer() as c:
+        c.assign({TP: 0})
+        with pytest.raises(LogCorrupted, match="damaged frame at position 0"):
+            c.poll(10, 0.5)
+
+
+def test_a_torn_commit_pointer_slot_falls_back_to_the_other(log_dir):
+    with open_transport(data_dir=str(log_dir)) as t, t.producer() as p:
+        p.produce("t", 0, b"one")
+        p.flush()   # pointer seq 1 -> slot 1
+        p.produce("t", 0, b"two")
+        p.flush()   # pointer seq 2 -> slot 0
+    end = log_dir / "topics/t/0.end"
+    raw = bytearray(end.read_bytes())
+    raw[0:8] = b"\xff" * 8  # tear slot 0: its CRC no longer matches
+    end.write_bytes(bytes(raw))
+    with open_transport(data_dir=str(log_dir)) as t:
+        assert t.watermarks(TP) == (0, 1)  # back to the state the intact slot records
+
+
+def test_seek_far_into_a_long_partition_uses_the_index(log_dir):
+    with open_transport(data_dir=str(log_dir)) as t:
+        with t.producer() as p:
+            for i in range(30_000):
+                p.produce("t", 0, b"%d" % i + b"." * 40, timestamp=i)
+            p.flush()
+        assert (log_dir / "topics/t/0.idx").stat().st_size > 0
+        with t.consumer() as c:
+            for target in (0, 1, 12_345, 29_999):
+                c.assign({TP: target})
+                assert c.poll(1, 1.0)[0].value.startswith(b"%d." % target)
+        assert t.offset_for_timestamp(TP, 22_222) == 22_222
+
+
+def test_fsync_mode_appends_and_reads_back(tmp_path):
+    with open_transport(data_dir=str(tmp_path), fsync=True) as t:
+        t.create_topics([TopicSpec("t", 1)])
+        with t.producer() as p:
+            p.produce("t", 0, b"durable")
+            assert p.flush() == {TP: 0}
+
+
+def test_no_transactions_on_the_local_log(log_dir):
+    with open_transport(data_dir=str(log_dir)) as t:
+        assert t.supports_transactions is False
+        with pytest.raises(ConfigError, match="no transactions"):
+            t.producer(transactional_id="x")
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "x" * 250, "sp ace"])
+def test_invalid_topic_names_are_refused(tmp_path, name):
+    with open_transport(data_dir=str(tmp_path)) as t, pytest.raises(ConfigError, match="topic"):
+        t.create_topics([TopicSpec(name, 1)])

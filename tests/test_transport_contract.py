@@ -1,0 +1,229 @@
+"""The transport contract (eos_runtime/transport/base.py), run against both transports:
+the embedded local log and the real Kafka broker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from eos_runtime.errors import ConfigError, TopicExists, TopicNotFound, TransportError
+from eos_runtime.transport import (
+    OLDEST, UPCOMING, AtOffset, AtTimestamp, TopicPartition, TopicSpec, open_transport,
+)
+
+
+@pytest.fixture(params=["local", pytest.param("kafka", marks=pytest.mark.kafka)])
+def transport(request, tmp_path):
+    if request.param == "local":
+        t = open_transport(data_dir=str(tmp_path / "log"))
+    else:
+        t = open_transport(bootstrap_servers=request.getfixturevalue("kafka_bootstrap"))
+    with t:
+        yield t
+
+
+def new_topic(transport, partitions=1, compacted=False) -> str:
+    name = f"contract-{uuid.uuid4().hex[:12]}"
+    transport.create_topics([TopicSpec(name, partitions, compacted)])
+    return name
+
+
+def read_all(transport, positions, expect, timeout=20.0):
+    """Poll until ``expect`` records arrived (or fail after ``timeout``)."""
+    out = []
+    with transport.consumer() as c:
+        c.assign(positions)
+        deadline = time.monotonic() + timeout
+        while len(out) < expect and time.monotonic() < deadline:
+            out.extend(c.poll(1000, 0.5))
+    assert len(out) == expect, f"got {len(out)} of {expect} records"
+    return out
+
+
+def test_create_topics_is_idempotent_and_describes_the_layout(transport):
+    name = new_topic(transport, partitions=3)
+    transport.create_topics([TopicSpec(name, 3)])  # same layout: fine
+    assert transport.describe(name) == TopicSpec(name, 3, False)
+    assert name in transport.list_topics()
+    compacted = new_topic(transport, partitions=1, compacted=True)
+    assert transport.describe(compacted).compacted is True
+
+
+def test_create_with_another_partition_count_is_refused(transport):
+    name = new_topic(transport, partitions=2)
+    with pytest.raises(TopicExists, match=name):
+        transport.create_topics([TopicSpec(name, 4)])
+
+
+def test_unknown_topic_is_named(transport):
+    with pytest.raises(TopicNotFound, match="no-such-topic"):
+        transport.describe("no-such-topic-" + uuid.uuid4().hex[:6])
+    with pytest.raises(TopicNotFound):
+        transport.watermarks(TopicPartition("no-such-topic-" + uuid.uuid4().hex[:6], 0))
+
+
+def test_producing_to_a_missing_partition_fails(transport):
+    name = new_topic(transport, partitions=1)
+    with transport.producer() as p, pytest.raises(TransportError, match=name):
+        p.produce(name, 5, b"x")
+        p.flush(10)
+
+
+def test_flush_reports_the_last_offset_per_partition_and_records_come_back_in_order(transport):
+    name = new_topic(transport, partitions=2)
+    with transport.producer() as p:
+        for i in range(300):
+            p.produce(name, i % 2, f"v{i}".encode(), key=f"k{i}".encode(), timestamp=1_000 + i)
+        report = p.flush()
+        assert set(report) == {TopicPartition(name, 0), TopicPartition(name, 1)}
+        assert p.flush() == {}  # nothing new since the last flush
+    for part in (0, 1):
+        tp = TopicPartition(name, part)
+        low, high = transport.watermarks(tp)
+        assert report[tp] < high
+        records = read_all(transport, {tp: low}, 150)
+        assert [r.value for r in records] == [f"v{i}".encode() for i in range(part, 300, 2)]
+        assert [r.key for r in records] == [f"k{i}".encode() for i in range(part, 300, 2)]
+        assert [r.timestamp for r in records] == list(range(1_000 + part, 1_300, 2))
+        offsets = [r.offset for r in records]
+        assert offsets == sorted(set(offsets)), "offsets must strictly increase"
+        assert records[-1].offset == report[tp]
+        assert {(r.topic, r.partition) for r in records} == {tp}
+
+
+def test_none_keys_and_values_and_empty_bytes_survive(transport):
+    name = new_topic(transport)
+    with transport.producer() as p:
+        p.produce(name, 0, None, key=None)
+        p.produce(name, 0, b"", key=b"")
+        p.produce(name, 0, b"\x00" * 100_000, key=b"big")
+        p.flush()
+    recs = read_all(transport, {TopicPartition(name, 0): 0}, 3)
+    assert (recs[0].key, recs[0].value) == (None, None)
+    assert (recs[1].key or b"", recs[1].value or b"") == (b"", b"")
+    assert (recs[2].key, recs[2].value) == (b"big", b"\x00" * 100_000)
+
+
+def test_assign_seek_and_position(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer() as p:
+        for i in range(50):
+            p.produce(name, 0, str(i).encode())
+        p.flush()
+    offsets = [r.offset for r in read_all(transport, {tp: 0}, 50)]
+    with transport.consumer() as c:
+        c.assign({tp: offsets[20]})
+        assert c.assignment() == [tp]
+        assert c.position(tp) == offsets[20]
+        got = []
+        while len(got) < 5:
+            got.extend(c.poll(5 - len(got), 5.0))
+        assert [r.value for r in got] == [str(i).encode() for i in range(20, 25)]
+        assert c.position(tp) == offsets[24] + 1
+        c.seek(tp, offsets[40])
+        got = []
+        while len(got) < 10:
+            got.extend(c.poll(100, 5.0))
+        assert [r.value for r in got] == [str(i).encode() for i in range(40, 50)]
+
+
+def test_poll_returns_at_most_max_records(transport):
+    name = new_topic(transport)
+    with transport.producer() as p:
+        for i in range(100):
+            p.produce(name, 0, b"x")
+        p.flush()
+    with transport.consumer() as c:
+        c.assign({TopicPartition(name, 0): 0})
+        seen = 0
+        deadline = time.monotonic() + 20
+        while seen < 100 and time.monotonic() < deadline:
+            batch = c.poll(7, 1.0)
+            assert len(batch) <= 7
+            seen += len(batch)
+        assert seen == 100
+
+
+def test_pause_stops_a_partition_until_resume(transport):
+    name = new_topic(transport, partitions=2)
+    a, b = TopicPartition(name, 0), TopicPartition(name, 1)
+    with transport.producer() as p:
+        for i in range(10):
+            p.produce(name, 0, b"a")
+            p.produce(name, 1, b"b")
+        p.flush()
+    with transport.consumer() as c:
+        c.assign({a: 0, b: 0})
+        c.pause([b])
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 10 and time.monotonic() < deadline:
+            got.extend(c.poll(100, 0.5))
+        got.extend(c.poll(100, 1.0))  # a paused partition stays silent
+        assert {r.partition for r in got} == {0} and len(got) == 10
+        c.resume([b])
+        more = []
+        deadline = time.monotonic() + 10
+        while len(more) < 10 and time.monotonic() < deadline:
+            more.extend(c.poll(100, 0.5))
+        assert {r.partition for r in more} == {1} and len(more) == 10
+
+
+def test_a_consumer_sees_records_appended_while_it_waits(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.consumer() as c, transport.producer() as p:
+        c.assign({tp: transport.resolve(tp, UPCOMING)})
+        assert c.poll(10, 0.2) == []
+        p.produce(name, 0, b"late")
+        p.flush()
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = c.poll(10, 0.5)
+        assert [r.value for r in got] == [b"late"]
+
+
+def test_positions_resolve(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer() as p:
+        for i in range(10):
+            p.produce(name, 0, str(i).encode(), timestamp=10_000 + 100 * i)
+        p.flush()
+    recs = read_all(transport, {tp: 0}, 10)
+    low, high = transport.watermarks(tp)
+    assert transport.resolve(tp, OLDEST) == low == recs[0].offset
+    assert transport.resolve(tp, UPCOMING) == high > recs[-1].offset
+    assert transport.resolve(tp, AtOffset(recs[3].offset)) == recs[3].offset
+    assert transport.resolve(tp, AtTimestamp(10_350)) == recs[4].offset  # first ts >= 10_350
+    assert transport.resolve(tp, AtTimestamp(10_400)) == recs[4].offset
+    assert transport.resolve(tp, AtTimestamp(0)) == recs[0].offset
+    assert transport.resolve(tp, AtTimestamp(99_999)) == high  # none that late
+
+
+def test_two_producers_share_a_partition_and_each_keeps_its_order(transport):
+    """The shared channel of SEP-10: several upstream tasks append to one partition."""
+    name = new_topic(transport)
+    with transport.producer() as p1, transport.producer() as p2:
+        for i in range(200):
+            p1.produce(name, 0, b"a%d" % i)
+            p2.produce(name, 0, b"b%d" % i)
+            if i % 50 == 49:
+                p1.flush()
+                p2.flush()
+        p1.flush()
+        p2.flush()
+    values = [r.value for r in read_all(transport, {TopicPartition(name, 0): 0}, 400)]
+    assert [v for v in values if v.startswith(b"a")] == [b"a%d" % i for i in range(200)]
+    assert [v for v in values if v.startswith(b"b")] == [b"b%d" % i for i in range(200)]
+
+
+def test_open_transport_needs_exactly_one_target(tmp_path):
+    with pytest.raises(ConfigError, match="not both"):
+        open_transport(bootstrap_servers="127.0.0.1:1", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="no transport"):
+        open_transport()

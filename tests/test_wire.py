@@ -1,0 +1,159 @@
+"""Wire formats: every record round-trips, and no byte string makes the decoder fail with
+anything but WireFormatError (which names where the record was)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from eos_runtime.errors import WireFormatError
+from eos_runtime.protocol import wire
+from eos_runtime.protocol.wire import (
+    ChangeLogAbort, ChangeLogCommit, ChangeLogData, CheckpointData, Envelope, InputPosition,
+    Marker, OutputSeq, ParentCheckpoint, ProducerFence, Restore,
+)
+
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+opt_bytes = st.none() | st.binary(max_size=64)
+text = st.text(max_size=20)
+
+envelopes = st.builds(Envelope, i32, i32, i64, i64, opt_bytes, opt_bytes, i64)
+markers = st.builds(Marker, i32, i32, i64, i64)
+restores = st.builds(Restore, i32, i32, i64)
+cl_data = st.builds(ChangeLogData, i32, i64, text, st.binary(max_size=64), opt_bytes)
+parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64)
+inputs = st.builds(InputPosition, text, i32, i64, st.lists(parents, max_size=3).map(tuple))
+outputs = st.builds(OutputSeq, text, i32, i64)
+fences = st.builds(ProducerFence, i32, i32, i64)
+commits = st.builds(ChangeLogCommit, i32, i64, st.lists(outputs, max_size=3).map(tuple),
+                    st.lists(inputs, max_size=3).map(tuple), st.lists(fences, max_size=3).map(tuple))
+aborts = st.builds(ChangeLogAbort, i32, i64)
+checkpoint_data = st.builds(CheckpointData, i64, i32, i64)
+
+channel_records = envelopes | markers | restores
+changelog_records = cl_data | commits | aborts
+any_record = channel_records | changelog_records | checkpoint_data
+
+
+@given(channel_records)
+def test_channel_records_round_trip(record):
+    raw = wire.encode(record)
+    assert raw[0] == wire.FORMAT_VERSION
+    assert wire.decode_channel(raw) == record
+    assert wire.decode(raw) == record
+
+
+@given(changelog_records)
+def test_changelog_records_round_trip(record):
+    assert wire.decode_changelog(wire.encode(record)) == record
+
+
+@given(checkpoint_data)
+def test_checkpoint_data_round_trips(record):
+    assert wire.decode_checkpoint_data(wire.encode(record)) == record
+
+
+@given(envelopes)
+def test_encode_data_is_the_envelope_encoding(e):
+    fast = wire.encode_data(e.producer_id, e.generation, e.version, e.seq, e.key, e.value,
+                            e.timestamp)
+    assert fast == wire.encode(e)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=200), st.text(max_size=5), st.integers(0, 5), st.integers(0, 10**6))
+def test_random_bytes_raise_only_wire_format_error(raw, topic, partition, offset):
+    try:
+        wire.decode(raw, topic=topic, partition=partition, offset=offset)
+    except WireFormatError as exc:
+        assert (exc.topic, exc.partition, exc.offset) == (topic, partition, offset)
+        assert f"offset={offset}" in str(exc)
+
+
+@settings(max_examples=500)
+@given(st.sampled_from(sorted(wire._READERS)), st.binary(max_size=100))
+def test_random_body_behind_a_valid_header_raises_only_wire_format_error(record_type, body):
+    try:
+        wire.decode(bytes((wire.FORMAT_VERSION, record_type)) + body)
+    except WireFormatError:
+        pass
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=5)
+    | st.binary(max_size=5),
+    lambda children: st.lists(children, max_size=6)
+    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=20)
+
+
+@settings(max_examples=500)
+@given(st.sampled_from(sorted(wire._READERS)), json_like)
+def test_well_formed_msgpack_of_the_wrong_shape_raises_only_wire_format_error(record_type, body):
+    """Structured garbage reaches the field readers, unlike random bytes."""
+    raw = bytes((wire.FORMAT_VERSION, record_type)) + msgpack.packb(body, use_bin_type=True)
+    try:
+        wire.decode(raw)
+    except WireFormatError:
+        pass
+
+
+@given(any_record)
+def test_every_truncation_is_rejected(record):
+    raw = wire.encode(record)
+    for cut in range(len(raw)):
+        with pytest.raises(WireFormatError):
+            wire.decode(raw[:cut])
+
+
+def test_unknown_format_version_is_named():
+    raw = bytearray(wire.encode(Marker(1, 2, 3, 4)))
+    raw[0] = 9
+    with pytest.raises(WireFormatError, match="unknown format version 9") as info:
+        wire.decode_channel(bytes(raw), topic="t", partition=3, offset=17)
+    assert "topic='t' partition=3 offset=17" in str(info.value)
+
+
+def test_a_changelog_record_is_not_a_channel_record():
+    raw = wire.encode(ChangeLogAbort(1, 2))
+    with pytest.raises(WireFormatError, match="not a channel record"):
+        wire.decode_channel(raw)
+    assert wire.decode_changelog(raw) == ChangeLogAbort(1, 2)
+
+
+def test_unknown_record_type_is_named():
+    with pytest.raises(WireFormatError, match="unknown record type 99"):
+        wire.decode(bytes((wire.FORMAT_VERSION, 99, 0x90)))
+
+
+def test_trailing_bytes_are_rejected():
+    with pytest.raises(WireFormatError, match="ExtraData"):
+        wire.decode(wire.encode(Marker(1, 2, 3, 4)) + b"\x00")
+
+
+def test_bool_is_not_an_integer_field():
+    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.MARKER)) + msgpack.packb([True, 1, 1, 1])
+    with pytest.raises(WireFormatError, match="producer_id"):
+        wire.decode(raw)
+
+
+@pytest.mark.parametrize("bad", [
+    Marker(2**31, 0, 0, 0),
+    Restore(0, -(2**31) - 1, 0),
+    Envelope(0, 0, 2**63, 0, None, None, 0),
+    CheckpointData(0, 0, "1"),
+    ChangeLogData(0, 0, "s", "not bytes", None),
+])
+def test_encoding_out_of_range_fields_is_refused(bad):
+    with pytest.raises(ValueError):
+        wire.encode(bad)
+
+
+def test_record_type_values_are_pinned():
+    """These numbers are on disk and on the wire: changing one breaks old data."""
+    rt = wire.RecordType
+    assert (rt.DATA, rt.MARKER, rt.RESTORE) == (1, 2, 3)
+    assert (rt.CL_DATA, rt.CL_COMMIT, rt.CL_ABORT, rt.CHECKPOINT_DATA) == (16, 17, 18, 32)
+    assert wire.encode(Marker(1, 2, 3, 4)) == bytes((1, 2)) + msgpack.packb([1, 2, 3, 4])
