@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .broker.cli import kafka as kafka_group
 from .errors import EosError
 
 
@@ -13,6 +14,10 @@ from .errors import EosError
 @click.version_option(package_name="eos_runtime")
 def main() -> None:
     """eos_runtime: exactly-once stream processing on Spark and Kafka."""
+
+
+# `eos kafka fetch|up|down|status`: the project's own Kafka broker.
+main.add_command(kafka_group)
 
 
 def run() -> None:

@@ -1,0 +1,120 @@
+"""``eos kafka ...``: fetch, start, stop and query the project's own Kafka broker.
+
+Only the bootstrap address goes to stdout (``export EOS_BOOTSTRAP_SERVERS=$(eos kafka up)``);
+progress and diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from . import kafka as _k
+
+_DIR_HELP = ("Run dir of the broker (config, data, logs, state file). "
+             "Default: $EOS_KAFKA_DIR, else .eos/kafka under the current directory.")
+
+
+def _run_dir(value: str | None) -> Path:
+    return Path(value).absolute() if value else _k.default_run_dir()
+
+
+def _progress_to_stderr() -> None:
+    logger = logging.getLogger("eos_runtime.broker")
+    if not any(getattr(h, "_eos_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("eos kafka: %(message)s"))
+        handler._eos_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+dir_option = click.option("--dir", "run_dir", type=click.Path(file_okay=False), default=None,
+                          help=_DIR_HELP)
+version_option = click.option("--kafka-version", default=_k.KAFKA_VERSION, show_default=True,
+                              envvar="EOS_KAFKA_VERSION",
+                              help="Kafka release whose jars to use (env EOS_KAFKA_VERSION).")
+
+
+@click.group("kafka")
+def kafka() -> None:
+    """The project's own single-node Kafka broker (KRaft, 127.0.0.1, transactions on)."""
+
+
+@kafka.command("fetch")
+@version_option
+@click.option("--force", is_flag=True, help="Fetch again even if the cache is complete.")
+def fetch_cmd(kafka_version: str, force: bool) -> None:
+    """Fetch the Kafka jars from Maven Central into the cache (once); print the libs dir.
+
+    Cache: $EOS_CACHE_DIR/kafka-<version>/libs, else ~/.cache/eos_runtime/kafka-<version>/libs.
+    Needs Java 17+ and Maven.
+    """
+    _progress_to_stderr()
+    click.echo(str(_k.fetch(kafka_version, force=force)))
+
+
+@kafka.command("up")
+@dir_option
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help=f"Port of the PLAINTEXT listener on {_k.HOST}. "
+                   f"Default: {_k.DEFAULT_PORT} if it is free, else any free port.")
+@version_option
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the broker to answer.")
+@click.option("--fresh", is_flag=True,
+              help="Delete data kept from an earlier run (--keep-data, or a crash) first "
+                   "(a running broker is left alone).")
+def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: float,
+           fresh: bool) -> None:
+    """Start the broker detached (it outlives this command); print its bootstrap address.
+
+    If it is running already, only print its address.
+    """
+    _progress_to_stderr()
+    rd = _run_dir(run_dir)
+    running = _k.find_running(rd)
+    if running is not None:
+        if port is not None and running.port != port:
+            raise click.UsageError(f"the broker of {rd} runs at {running.bootstrap_servers}, not on "
+                                   f"port {port}; run `eos kafka down --dir {rd}` first")
+        click.echo(running.bootstrap_servers)
+        return
+    if fresh:
+        _k.stop_running(rd)               # nothing runs: only removes the kept data
+    if port is None and _k.port_is_free(_k.DEFAULT_PORT):
+        port = _k.DEFAULT_PORT
+    broker = _k.KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout)
+    click.echo(broker.start())
+
+
+@kafka.command("down")
+@dir_option
+@click.option("--keep-data", is_flag=True, help="Keep the topics for the next `up`.")
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL.")
+def down_cmd(run_dir: str | None, keep_data: bool, timeout: float) -> None:
+    """Stop the broker and delete its data (unless --keep-data). Logs stay in <dir>/logs."""
+    _progress_to_stderr()
+    rd = _run_dir(run_dir)
+    if _k.stop_running(rd, timeout=timeout, keep_data=keep_data):
+        click.echo(f"stopped the Kafka broker of {rd}", err=True)
+    else:
+        click.echo(f"no Kafka broker was running from {rd}", err=True)
+
+
+@kafka.command("status")
+@dir_option
+def status_cmd(run_dir: str | None) -> None:
+    """Print the bootstrap address and exit 0 if the broker runs; else exit 1."""
+    rd = _run_dir(run_dir)
+    state = _k.find_running(rd)
+    if state is None:
+        click.echo(f"not running (run dir {rd})", err=True)
+        sys.exit(1)
+    click.echo(state.bootstrap_servers)
+    click.echo(f"pid {state.pid}, Kafka {state.version}, controller port {state.controller_port}, "
+               f"log {state.log_file}", err=True)

@@ -1,0 +1,33 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+
+
+# --------------------------------------------------------------------------- Kafka
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker, one for the whole session.
+
+    ``$EOS_BOOTSTRAP_SERVERS`` when set (CI starts the broker with ``eos kafka up`` and
+    exports it); else the project's own broker (eos_runtime.broker) started in a temporary
+    run dir on a free port and stopped, data removed, when the session ends. Tests that use
+    it carry ``@pytest.mark.kafka``.
+    """
+    env = os.environ.get("EOS_BOOTSTRAP_SERVERS", "").strip()
+    if env:
+        yield env
+        return
+    from eos_runtime.broker import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), die_with_parent=True)
+    bootstrap = broker.start()
+    try:
+        yield bootstrap
+    finally:
+        broker.stop()
