@@ -20,6 +20,32 @@ def main() -> None:
 main.add_command(kafka_group)
 
 
+@main.command()
+@click.option("--data-dir", default=".eos/demo", show_default=True, type=click.Path(file_okay=False),
+              help="Directory of the embedded local log.")
+@click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,
+              help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
+@click.option("--records", default=20_000, show_default=True, type=click.IntRange(1),
+              help="Envelopes per round trip.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
+def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
+    """Round trip of protocol records through the local log (and Kafka, with a transaction check)."""
+    import json
+
+    from . import smoke as smoke_run
+
+    results = smoke_run.run(data_dir=data_dir, bootstrap_servers=bootstrap_servers,
+                            records=records, show_progress=not as_json and sys.stderr.isatty())
+    if as_json:
+        click.echo(json.dumps({"ok": True, "results": [r.as_dict() for r in results]}, indent=2))
+        return
+    for r in results:
+        click.echo(f"[{r.transport}] {r.records} records in {r.seconds:.2f}s")
+        for check in r.checks:
+            click.echo(f"  ok: {check}")
+    click.echo("smoke run passed")
+
+
 def run() -> None:
     """Console entry point: project errors become one clear line and exit code 1."""
     try:
