@@ -1,0 +1,903 @@
+"""The Kafka transport, on confluent-kafka (librdkafka).
+
+This module and the broker launcher are the only places that import
+``confluent_kafka``. Every librdkafka error is turned into an
+``eos_runtime.errors`` class here (see ``_map_error``); no confluent type leaves
+this module, not even as ``__cause__``.
+
+Design notes (``docs/transports-kafka.md`` has the user-facing version):
+
+* ``KafkaProducer`` registers ONE delivery callback (a bound method of a small
+  state object that holds no reference to the producer, so dropping the producer
+  destroys the librdkafka handle at once). Successful reports overwrite the last
+  offset per ``(topic, partition)``; failures are counted and the first few kept.
+  ``flush`` drains the queue, raises ``DeliveryFailed`` if anything failed or is
+  still in flight, and otherwise returns (and forgets) the offsets delivered since
+  the previous successful flush.
+* ``KafkaConsumer`` never joins a group: ``assign`` with explicit offsets, no
+  offset commits, ``auto.offset.reset=error`` (an offset outside the log raises
+  ``OffsetOutOfRange`` instead of silently jumping). ``position`` is tracked here
+  from the records returned and from ``assign``/``seek``.
+* ``watermarks`` asks a consumer handle of the wanted isolation level
+  (``get_watermark_offsets``); with ``read_committed`` the broker answers with the
+  last stable offset, so an open transaction's records are not counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from confluent_kafka import Consumer as _CkConsumer
+from confluent_kafka import KafkaError as _KafkaError
+from confluent_kafka import KafkaException as _KafkaException
+from confluent_kafka import Producer as _CkProducer
+from confluent_kafka import TopicPartition as _CkTopicPartition
+from confluent_kafka.admin import AdminClient as _AdminClient
+from confluent_kafka.admin import ConfigResource as _ConfigResource
+from confluent_kafka.admin import NewTopic as _NewTopic
+from confluent_kafka.admin import ResourceType as _ResourceType
+
+from ..errors import (
+    ConfigError,
+    DeliveryFailed,
+    OffsetOutOfRange,
+    ProducerFenced,
+    TopicExists,
+    TopicNotFound,
+    TransactionError,
+    TransportError,
+)
+from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
+
+__all__ = ["KafkaTransport", "KafkaProducer", "KafkaConsumer"]
+
+log = logging.getLogger(__name__)
+#: librdkafka's own log lines are routed here (instead of stderr).
+rdkafka_log = logging.getLogger(__name__ + ".librdkafka")
+
+_T = TypeVar("_T")
+
+# --------------------------------------------------------------------------- errors
+
+_FENCED_CODES = frozenset({
+    _KafkaError._FENCED, _KafkaError.PRODUCER_FENCED, _KafkaError.INVALID_PRODUCER_EPOCH,
+})
+_NOT_FOUND_CODES = frozenset({
+    _KafkaError.UNKNOWN_TOPIC_OR_PART, _KafkaError._UNKNOWN_TOPIC, _KafkaError._UNKNOWN_PARTITION,
+})
+_OUT_OF_RANGE_CODES = frozenset({_KafkaError.OFFSET_OUT_OF_RANGE, _KafkaError._AUTO_OFFSET_RESET})
+# produce() errors that concern one record only: they are reported by the next
+# flush like any failed delivery, instead of being raised by produce().
+_RECORD_CODES = _NOT_FOUND_CODES | {
+    _KafkaError.MSG_SIZE_TOO_LARGE, _KafkaError.INVALID_MSG_SIZE, _KafkaError.INVALID_RECORD,
+    _KafkaError.RECORD_LIST_TOO_LARGE, _KafkaError._MSG_TIMED_OUT,
+}
+
+_MAX_FAILURES_KEPT = 20        # failures remembered per flush (all are counted)
+_MAX_FAILURES_SHOWN = 10       # failures listed in a DeliveryFailed message
+_MAX_REASON_CHARS = 200
+_MAX_MESSAGE_CHARS = 2000
+_POLL_EVERY = 1000             # serve delivery reports every this many produce() calls
+
+
+def _kafka_error(exc: BaseException | None) -> _KafkaError | None:
+    """The ``KafkaError`` an exception carries, looking through its chain.
+
+    confluent-kafka 2.16 sets a ``KafkaException`` for a fatal error and then still
+    calls the delivery callback, whose first C call fails with a ``SystemError``
+    whose cause is that ``KafkaException``; so the chain is searched too.
+    """
+    for _ in range(8):
+        if exc is None:
+            return None
+        arg = exc.args[0] if exc.args else None
+        if isinstance(arg, _KafkaError):
+            return arg
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _describe(err: _KafkaError) -> str:
+    return f"{err.str()} [{err.name()}]"
+
+
+def _map_error(err: _KafkaError | None, context: str, *, transactional: bool = False,
+               fallback: str = "unknown error") -> TransportError:
+    """The ``eos_runtime.errors`` exception for a librdkafka error."""
+    if err is None:
+        return TransportError(f"{context}: {fallback}")
+    code = err.code()
+    text = f"{context}: {_describe(err)}"
+    if code in _FENCED_CODES:
+        return ProducerFenced(text)
+    if transactional:
+        return TransactionError(text, retriable=bool(err.retriable()),
+                                requires_abort=bool(err.txn_requires_abort()),
+                                fatal=bool(err.fatal()))
+    if code in _NOT_FOUND_CODES:
+        return TopicNotFound(text)
+    if code == _KafkaError.TOPIC_ALREADY_EXISTS:
+        return TopicExists(text)
+    if code in _OUT_OF_RANGE_CODES:
+        return OffsetOutOfRange(text)
+    return TransportError(text)
+
+
+def _map_exception(exc: BaseException, context: str, *, transactional: bool = False) -> TransportError:
+    return _map_error(_kafka_error(exc), context, transactional=transactional,
+                      fallback=str(exc) or type(exc).__name__)
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _make_client(factory: Callable[[dict], _T], conf: dict, what: str) -> _T:
+    try:
+        return factory(conf)
+    except _KafkaException as exc:
+        err = _kafka_error(exc)
+        if err is not None and err.code() == _KafkaError._INVALID_ARG:
+            raise ConfigError(f"invalid Kafka client setting for the {what}: {err.str()}") from None
+        raise _map_exception(exc, f"creating the Kafka {what}") from None
+    except (TypeError, ValueError) as exc:   # confluent's own config checks
+        raise ConfigError(f"invalid Kafka client setting for the {what}: {exc}") from None
+
+
+def _log_client_error(err: _KafkaError) -> None:
+    """``error_cb`` for handles that keep no error state of their own."""
+    if err.fatal():
+        log.error("Kafka client fatal error: %s", _describe(err))
+    else:
+        log.debug("Kafka client error (librdkafka retries): %s", _describe(err))
+
+
+# ------------------------------------------------------------------------- producer
+
+class _DeliveryState:
+    """What the delivery callback collects between two flushes.
+
+    It holds no reference to the producer (no cycle), so the librdkafka handle is
+    destroyed as soon as the ``KafkaProducer`` lets go of it.
+    """
+
+    __slots__ = ("offsets", "failures", "failure_count", "fatal")
+
+    def __init__(self) -> None:
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.failures: list[tuple[str, int, str]] = []
+        self.failure_count = 0
+        self.fatal: _KafkaError | None = None
+
+    def on_delivery(self, err: _KafkaError | None, msg: Any) -> None:
+        if err is None:
+            # librdkafka reports deliveries of one partition in order.
+            self.offsets[(msg.topic(), msg.partition())] = msg.offset()
+        else:
+            self.fail(msg.topic(), msg.partition(), _describe(err))
+
+    def fail(self, topic: str, partition: int, reason: str) -> None:
+        self.failure_count += 1
+        if len(self.failures) < _MAX_FAILURES_KEPT:
+            self.failures.append((topic, partition, reason))
+
+    def on_error(self, err: _KafkaError) -> None:
+        if err.fatal():
+            if self.fatal is None:
+                self.fatal = err
+            log.error("Kafka producer fatal error: %s", _describe(err))
+        else:
+            log.debug("Kafka producer error (librdkafka retries): %s", _describe(err))
+
+    def reset_failures(self) -> None:
+        self.failures = []
+        self.failure_count = 0
+
+
+class KafkaProducer(Producer):
+    """A librdkafka producer: idempotent, ``acks=all``, optionally transactional."""
+
+    def __init__(self, conf: Mapping[str, Any], *, transactional_id: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self._state = _DeliveryState()
+        self._timeout = timeout
+        self._since_poll = 0
+        self._in_transaction = False
+        self.transactional = transactional_id is not None
+        self.transactional_id = transactional_id
+        full = dict(conf)
+        full["on_delivery"] = self._state.on_delivery
+        full["error_cb"] = self._state.on_error
+        if transactional_id is not None:
+            if not transactional_id:
+                raise ConfigError("transactional_id must be a non-empty string")
+            full["transactional.id"] = transactional_id
+        self._p: _CkProducer | None = _make_client(_CkProducer, full, "producer")
+        if self.transactional:
+            try:
+                # Fences every older producer with the same transactional id and
+                # aborts a transaction it left open.
+                self._p.init_transactions(timeout)
+            except _KafkaException as exc:
+                mapped = _map_exception(exc, f"init_transactions({transactional_id!r})",
+                                        transactional=True)
+                self._discard()
+                raise mapped from None
+
+    # -- helpers
+
+    def _handle(self) -> _CkProducer:
+        p = self._p
+        if p is None:
+            raise TransportError("the Kafka producer is closed")
+        return p
+
+    def _discard(self) -> None:
+        p, self._p = self._p, None
+        if p is None:
+            return
+        try:
+            p.purge(in_queue=True, in_flight=True, blocking=False)
+            p.poll(0)
+        except (_KafkaException, SystemError, RuntimeError):
+            pass
+        # Dropping the last reference destroys the handle (rd_kafka_destroy).
+        del p
+
+    def _serve(self, context: str, call: Callable[..., _T], *args: Any) -> _T:
+        """Run a librdkafka call that serves callbacks (poll, flush), mapping errors."""
+        try:
+            return call(*args)
+        except (_KafkaException, SystemError) as exc:
+            err = _kafka_error(exc)
+            if err is None:
+                if isinstance(exc, SystemError):
+                    raise
+                raise _map_exception(exc, context, transactional=self.transactional) from None
+            if err.fatal() and self._state.fatal is None:
+                self._state.fatal = err
+            if not self.transactional and err.code() not in _FENCED_CODES:
+                raise DeliveryFailed(f"{context}: producer failed: {_describe(err)}") from None
+            raise _map_error(err, context, transactional=self.transactional) from None
+
+    def _txn_error(self, exc: BaseException, context: str) -> TransportError:
+        err = _kafka_error(exc)
+        if err is not None and err.fatal() and self._state.fatal is None:
+            self._state.fatal = err
+        return _map_exception(exc, context, transactional=True)
+
+    def _fatal_error(self) -> TransportError | None:
+        fatal = self._state.fatal
+        if fatal is None:
+            return None
+        if fatal.code() in _FENCED_CODES or self.transactional:
+            return _map_error(fatal, "producer", transactional=self.transactional)
+        return None
+
+    def _wait(self, timeout: float) -> dict[TopicPartition, int]:
+        """Flush; raise for failures or records still in flight; report offsets.
+
+        The offsets are not forgotten here: callers do that once they succeed.
+        """
+        p = self._handle()
+        outstanding = self._serve("flush", p.flush, timeout)
+        fatal = self._fatal_error()
+        if fatal is not None:
+            raise fatal
+        st = self._state
+        if st.failure_count or outstanding:
+            failures = [(TopicPartition(t, part), reason) for t, part, reason in st.failures]
+            count = st.failure_count
+            st.reset_failures()
+            parts = []
+            if count:
+                shown = "; ".join(
+                    f"{tp.topic}[{tp.partition}]: {_truncate(reason, _MAX_REASON_CHARS)}"
+                    for tp, reason in failures[:_MAX_FAILURES_SHOWN])
+                more = count - min(len(failures), _MAX_FAILURES_SHOWN)
+                parts.append(f"{count} record(s) failed: {shown}"
+                             + (f"; and {more} more" if more > 0 else ""))
+            if outstanding:
+                parts.append(f"{outstanding} record(s) still outstanding after {timeout:g}s")
+            exc = DeliveryFailed(_truncate("delivery failed: " + "; ".join(parts), _MAX_MESSAGE_CHARS))
+            exc.failures = failures          # type: ignore[attr-defined]
+            exc.failure_count = count        # type: ignore[attr-defined]
+            exc.outstanding = outstanding    # type: ignore[attr-defined]
+            raise exc
+        return {TopicPartition(t, part): off for (t, part), off in st.offsets.items()}
+
+    # -- Producer API
+
+    def produce(self, topic: str, partition: int, value: bytes | None,
+                key: bytes | None = None, timestamp: int | None = None) -> None:
+        p = self._p
+        if p is None:
+            raise TransportError("the Kafka producer is closed")
+        while True:
+            try:
+                # timestamp 0 means "now" to librdkafka.
+                p.produce(topic, value, key, partition, timestamp=timestamp or 0)
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is
+                # room. Never drop the record.
+                self._serve(f"produce to {topic}[{partition}]", p.poll, 0.05)
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() in _RECORD_CODES:
+                    # Reported by the next flush, like a failed delivery.
+                    self._state.fail(topic, partition, _describe(err))
+                    return
+                raise _map_exception(exc, f"produce to {topic}[{partition}]",
+                                     transactional=self.transactional) from None
+        self._since_poll += 1
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            self._serve(f"produce to {topic}[{partition}]", p.poll, 0)
+
+    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        report = self._wait(timeout)
+        self._state.offsets = {}
+        return report
+
+    def begin_transaction(self) -> None:
+        self._require_transactional()
+        try:
+            self._handle().begin_transaction()
+        except _KafkaException as exc:
+            raise self._txn_error(exc, "begin_transaction") from None
+        self._in_transaction = True
+
+    def commit_transaction(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        self._require_transactional()
+        deadline = time.monotonic() + timeout
+        try:
+            report = self._wait(timeout)
+        except DeliveryFailed as exc:
+            outstanding = getattr(exc, "outstanding", 0)
+            failed = getattr(exc, "failure_count", 0)
+            raise TransactionError(f"commit_transaction: {exc}",
+                                   retriable=not failed and outstanding > 0,
+                                   requires_abort=failed > 0) from exc
+        try:
+            self._handle().commit_transaction(max(deadline - time.monotonic(), 0.1))
+        except _KafkaException as exc:
+            raise self._txn_error(exc, "commit_transaction") from None
+        self._in_transaction = False
+        self._state.offsets = {}
+        return report
+
+    def abort_transaction(self, timeout: float = 30.0) -> None:
+        self._require_transactional()
+        p = self._handle()
+        deadline = time.monotonic() + timeout
+        try:
+            p.abort_transaction(timeout)
+        except _KafkaException as exc:
+            raise self._txn_error(exc, "abort_transaction") from None
+        self._in_transaction = False
+        # Serve the delivery reports of the purged records, then forget them.
+        try:
+            p.flush(max(deadline - time.monotonic(), 0.0))
+        except (_KafkaException, SystemError):
+            pass
+        self._state.offsets = {}
+        self._state.reset_failures()
+
+    def close(self) -> None:
+        p = self._p
+        if p is None:
+            return
+        if self._in_transaction and self._state.fatal is None:
+            # Leaving a transaction open would hold back the last stable offset
+            # until the broker times it out (transaction.timeout.ms).
+            try:
+                p.abort_transaction(min(self._timeout, 10.0))
+            except _KafkaException as exc:
+                log.warning("could not abort the open transaction on close: %s",
+                            _map_exception(exc, "abort_transaction"))
+        self._in_transaction = False
+        self._discard()
+
+    def _require_transactional(self) -> None:
+        if not self.transactional:
+            raise NotImplementedError("this producer is not transactional "
+                                      "(create it with transactional_id=...)")
+
+    def outstanding(self) -> int:
+        """Records enqueued and not yet reported (librdkafka's queue length)."""
+        p = self._p
+        return 0 if p is None else len(p)
+
+
+# ------------------------------------------------------------------------- consumer
+
+def _consumer_error_cb(fatal: list[TransportError]) -> Callable[[_KafkaError], None]:
+    def on_error(err: _KafkaError) -> None:
+        if err.fatal():
+            log.error("Kafka consumer fatal error: %s", _describe(err))
+            fatal.append(_map_error(err, "consumer"))
+        else:
+            log.debug("Kafka consumer error (librdkafka retries): %s", _describe(err))
+    return on_error
+
+
+class KafkaConsumer(Consumer):
+    """A librdkafka consumer on explicitly assigned partitions (no group)."""
+
+    def __init__(self, conf: Mapping[str, Any], *, read_committed: bool = True,
+                 timeout: float = 30.0) -> None:
+        self.read_committed = read_committed
+        self._timeout = timeout
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        # paused partitions whose already-fetched records were held back: they
+        # are re-read from the tracked position on resume.
+        self._stale: set[TopicPartition] = set()
+        self._pending: list[tuple[TopicPartition | None, TransportError]] = []
+        # The error callback must not hold ``self`` (that would make a reference
+        # cycle through the librdkafka handle).
+        self._fatal: list[TransportError] = []
+        full = dict(conf)
+        full["error_cb"] = _consumer_error_cb(self._fatal)
+        self._c: _CkConsumer | None = _make_client(_CkConsumer, full, "consumer")
+
+    def _handle(self) -> _CkConsumer:
+        c = self._c
+        if c is None:
+            raise TransportError("the Kafka consumer is closed")
+        return c
+
+    def _assigned(self, tp: TopicPartition | tuple[str, int]) -> TopicPartition:
+        key = TopicPartition(*tp)
+        if key not in self._positions:
+            raise TransportError(f"{key.topic}[{key.partition}] is not assigned to this consumer")
+        return key
+
+    def _check_partitions_exist(self, tps: Iterable[TopicPartition]) -> None:
+        """librdkafka silently waits on assigned partitions that do not exist."""
+        c = self._handle()
+        wanted: dict[str, list[int]] = {}
+        for tp in tps:
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+        for topic, partitions in wanted.items():
+            try:
+                md = c.list_topics(topic=topic, timeout=self._timeout)
+            except _KafkaException as exc:
+                raise _map_exception(exc, f"metadata of topic {topic!r}") from None
+            tmd = md.topics.get(topic)
+            if tmd is None or (tmd.error is not None and tmd.error.code() in _NOT_FOUND_CODES):
+                raise TopicNotFound(f"topic {topic!r} does not exist")
+            missing = [p for p in partitions if p not in tmd.partitions]
+            if missing:
+                raise TopicNotFound(f"topic {topic!r} has {len(tmd.partitions)} partition(s); "
+                                    f"no partition {missing[0]}")
+
+    # -- Consumer API
+
+    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
+        c = self._handle()
+        new: dict[TopicPartition, int] = {}
+        for tp, offset in positions.items():
+            key = TopicPartition(*tp)
+            offset = int(offset)
+            if offset < 0:
+                raise OffsetOutOfRange(f"{key.topic}[{key.partition}]: offset {offset} is negative")
+            new[key] = offset
+        if new:
+            self._check_partitions_exist(new)
+        try:
+            if new:
+                c.assign([_CkTopicPartition(t, p, off) for (t, p), off in new.items()])
+            else:
+                c.unassign()
+        except _KafkaException as exc:
+            raise _map_exception(exc, "assign") from None
+        self._positions = new
+        self._paused = set()
+        self._stale = set()
+        self._pending = []
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        key = self._assigned(tp)
+        offset = int(offset)
+        if offset < 0:
+            raise OffsetOutOfRange(f"{key.topic}[{key.partition}]: offset {offset} is negative")
+        self._seek(key, offset)
+        self._positions[key] = offset
+        self._stale.discard(key)
+        self._pending = [(t, e) for t, e in self._pending if t != key]
+
+    def _seek(self, key: TopicPartition, offset: int) -> None:
+        c = self._handle()
+        ck = _CkTopicPartition(key.topic, key.partition, offset)
+        try:
+            c.seek(ck)
+            return
+        except _KafkaException as exc:
+            err = _kafka_error(exc)
+            # _STATE: the partition's fetcher is not running yet (seek right after
+            # assign) or stopped on an error; re-assigning the partition works then.
+            if err is None or err.code() != _KafkaError._STATE:
+                raise _map_exception(exc, f"seek {key.topic}[{key.partition}] to {offset}") from None
+        try:
+            c.incremental_unassign([_CkTopicPartition(key.topic, key.partition)])
+            c.incremental_assign([ck])
+            if key in self._paused:
+                c.pause([_CkTopicPartition(key.topic, key.partition)])
+        except _KafkaException as exc:
+            raise _map_exception(exc, f"seek {key.topic}[{key.partition}] to {offset}") from None
+
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        keys = [self._assigned(tp) for tp in tps]
+        if not keys:
+            return
+        try:
+            self._handle().pause([_CkTopicPartition(t, p) for t, p in keys])
+        except _KafkaException as exc:
+            raise _map_exception(exc, "pause") from None
+        self._paused.update(keys)
+
+    def resume(self, tps: Iterable[TopicPartition]) -> None:
+        keys = [self._assigned(tp) for tp in tps]
+        if not keys:
+            return
+        try:
+            self._handle().resume([_CkTopicPartition(t, p) for t, p in keys])
+        except _KafkaException as exc:
+            raise _map_exception(exc, "resume") from None
+        for key in keys:
+            self._paused.discard(key)
+            if key in self._stale:
+                self._stale.discard(key)
+                self._seek(key, self._positions[key])
+
+    def poll(self, max_records: int = 10_000, timeout: float = 1.0) -> list[Record]:
+        if self._fatal:
+            raise self._fatal[0]
+        if self._pending:
+            raise self._pending.pop(0)[1]
+        c = self._handle()
+        if max_records <= 0:
+            return []
+        try:
+            # consume(n, t) waits the whole of t unless n messages arrive, so take
+            # what is already fetched, else wait for the first one only and then
+            # take whatever came with it.
+            msgs = c.consume(max_records, 0)
+            if not msgs and timeout > 0:
+                msgs = c.consume(1, timeout)
+                if msgs and max_records > 1:
+                    msgs += c.consume(max_records - 1, 0)
+        except (_KafkaException, SystemError) as exc:
+            if _kafka_error(exc) is None and isinstance(exc, SystemError):
+                raise
+            raise _map_exception(exc, "poll") from None
+        out: list[Record] = []
+        append = out.append
+        positions = self._positions
+        paused = self._paused
+        errors: list[tuple[TopicPartition | None, TransportError]] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                self._message_error(m, err, errors)
+                continue
+            topic = m.topic()
+            partition = m.partition()
+            key = (topic, partition)
+            if key not in positions:
+                continue                  # left over from an earlier assignment
+            if paused and key in paused:
+                self._stale.add(TopicPartition(topic, partition))
+                continue
+            offset = m.offset()
+            positions[key] = offset + 1   # type: ignore[index]
+            append(Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1]))
+        if errors:
+            if out:
+                # The records are returned (librdkafka has moved past them); the
+                # error comes with the next poll.
+                self._pending.extend(errors)
+            else:
+                self._pending.extend(errors[1:])
+                raise errors[0][1]
+        return out
+
+    def _message_error(self, m: Any, err: _KafkaError,
+                       errors: list[tuple[TopicPartition | None, TransportError]]) -> None:
+        code = err.code()
+        if code == _KafkaError._PARTITION_EOF:
+            return
+        topic, partition = m.topic(), m.partition()
+        where = f"{topic}[{partition}]" if topic else "consumer"
+        if code not in _NOT_FOUND_CODES and code not in _OUT_OF_RANGE_CODES and err.retriable():
+            log.debug("Kafka consumer: %s: %s (librdkafka retries)", where, _describe(err))
+            return
+        tp = TopicPartition(topic, partition) if topic and partition is not None else None
+        errors.append((tp, _map_error(err, f"consume {where}")))
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._positions[self._assigned(tp)]
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._positions)
+
+    def close(self) -> None:
+        c, self._c = self._c, None
+        if c is None:
+            return
+        try:
+            c.close()
+        except (_KafkaException, RuntimeError) as exc:
+            log.debug("closing the Kafka consumer: %s", exc)
+
+
+# ------------------------------------------------------------------------ transport
+
+class KafkaTransport(Transport):
+    """Topics, producers, consumers and offset look-ups on a Kafka cluster.
+
+    Options: ``client_config`` (librdkafka settings for every client),
+    ``producer_config`` / ``consumer_config`` (for one kind only, applied after
+    ``client_config``), ``timeout`` (seconds for admin and metadata requests,
+    ``init_transactions`` and offset look-ups; default 30), ``topic_ready_timeout``
+    (how long ``create_topics`` waits for leaders; default 30) and ``linger_ms``
+    (producer batching delay; default 5).
+    """
+
+    name = "kafka"
+    supports_transactions = True
+
+    def __init__(self, bootstrap_servers: str, *, client_config: Mapping[str, Any] | None = None,
+                 producer_config: Mapping[str, Any] | None = None,
+                 consumer_config: Mapping[str, Any] | None = None,
+                 timeout: float = 30.0, topic_ready_timeout: float = 30.0,
+                 linger_ms: float = 5, **unknown: object) -> None:
+        if unknown:
+            raise ConfigError(f"unknown Kafka transport option(s): {', '.join(sorted(unknown))}")
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers must be a non-empty 'host:port[,host:port...]' string")
+        if timeout <= 0 or topic_ready_timeout <= 0:
+            raise ConfigError("timeouts must be positive")
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout = float(timeout)
+        self.topic_ready_timeout = float(topic_ready_timeout)
+        self._base: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": "eos-runtime",
+            "logger": rdkafka_log,
+            # A metadata look-up of a missing topic must never create it.
+            "allow.auto.create.topics": False,
+        }
+        self._base.update(client_config or {})
+        self._producer_conf: dict[str, Any] = {
+            **self._base,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            **(producer_config or {}),
+        }
+        self._consumer_conf: dict[str, Any] = {
+            **self._base,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "error",
+            # librdkafka pauses fetching for this long once its local queue passed
+            # queued.min.messages (default 1 s): a stall every ~100k records.
+            "fetch.queue.backoff.ms": 20,
+            **(consumer_config or {}),
+        }
+        admin_conf = dict(self._base)
+        admin_conf["error_cb"] = _log_client_error
+        self._admin: _AdminClient | None = _make_client(_AdminClient, admin_conf, "admin client")
+        self._lock = threading.Lock()
+        self._query: dict[bool, _CkConsumer] = {}
+        self._children: weakref.WeakSet[KafkaProducer | KafkaConsumer] = weakref.WeakSet()
+
+    # -- helpers
+
+    def _admin_client(self) -> _AdminClient:
+        a = self._admin
+        if a is None:
+            raise TransportError("the Kafka transport is closed")
+        a.poll(0)     # serve queued log lines and error callbacks
+        return a
+
+    def _consumer_config(self, read_committed: bool) -> dict[str, Any]:
+        conf = dict(self._consumer_conf)
+        conf.setdefault("group.id", f"eos-runtime-{uuid.uuid4().hex}")
+        conf["isolation.level"] = "read_committed" if read_committed else "read_uncommitted"
+        return conf
+
+    def _query_consumer(self, read_committed: bool) -> _CkConsumer:
+        self._admin_client()
+        with self._lock:
+            c = self._query.get(read_committed)
+            if c is None:
+                conf = self._consumer_config(read_committed)
+                conf["error_cb"] = _log_client_error
+                c = _make_client(_CkConsumer, conf, "offset look-up consumer")
+                self._query[read_committed] = c
+            return c
+
+    def _retrying(self, context: str, call: Callable[[float], _T]) -> _T:
+        """Run ``call(remaining_seconds)``, retrying retriable errors until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return call(max(remaining, 0.1))
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if (err is None or not err.retriable() or err.code() in _NOT_FOUND_CODES
+                        or time.monotonic() + delay >= deadline):
+                    raise _map_exception(exc, context) from None
+                log.debug("%s: %s; retrying", context, _describe(err))
+            except TimeoutError:     # a concurrent.futures result() timed out
+                raise TransportError(f"{context}: timed out after {self.timeout:g}s") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _topic_metadata(self, topic: str, timeout: float | None = None) -> Any:
+        """The topic's metadata; ``TopicNotFound`` if it does not exist."""
+        md = self._retrying(f"metadata of topic {topic!r}",
+                            lambda t: self._admin_client().list_topics(topic=topic,
+                                                                       timeout=timeout or t))
+        tmd = md.topics.get(topic)
+        if tmd is None or (tmd.error is not None and tmd.error.code() in _NOT_FOUND_CODES):
+            raise TopicNotFound(f"topic {topic!r} does not exist")
+        return tmd
+
+    # -- Transport API
+
+    def create_topics(self, specs: Iterable[TopicSpec]) -> None:
+        wanted: dict[str, TopicSpec] = {}
+        for spec in specs:
+            if not spec.name or spec.partitions < 1:
+                raise ConfigError(f"invalid topic spec {spec!r}: needs a name and >= 1 partition")
+            if wanted.get(spec.name, spec) != spec:
+                raise ConfigError(f"topic {spec.name!r} is asked for twice with different layouts")
+            wanted[spec.name] = spec
+        if not wanted:
+            return
+        admin = self._admin_client()
+        new = [_NewTopic(s.name, num_partitions=s.partitions, replication_factor=-1,
+                         config={"cleanup.policy": "compact"} if s.compacted else {})
+               for s in wanted.values()]
+        try:
+            futures = admin.create_topics(new, operation_timeout=self.timeout,
+                                          request_timeout=self.timeout)
+        except _KafkaException as exc:
+            raise _map_exception(exc, "create_topics") from None
+        existing: list[str] = []
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=self.timeout + 5)
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() == _KafkaError.TOPIC_ALREADY_EXISTS:
+                    existing.append(name)
+                    continue
+                raise _map_exception(exc, f"create topic {name!r}") from None
+            except Exception as exc:   # the future timed out
+                raise TransportError(f"create topic {name!r}: {exc!r}") from None
+        for name in existing:
+            have = len(self._topic_metadata(name).partitions)
+            want = wanted[name].partitions
+            if have != want:
+                raise TopicExists(f"topic {name!r} exists with {have} partition(s), "
+                                  f"not the {want} asked for")
+        self._wait_until_ready(wanted.values())
+
+    def _wait_until_ready(self, specs: Iterable[TopicSpec]) -> None:
+        """Return once every topic's partitions all have a leader."""
+        deadline = time.monotonic() + self.topic_ready_timeout
+        pending = {s.name: s.partitions for s in specs}
+        delay = 0.02
+        while pending:
+            for name in list(pending):
+                try:
+                    tmd = self._topic_metadata(name, timeout=min(self.timeout, 5.0))
+                except TopicNotFound:
+                    continue
+                parts = tmd.partitions
+                if (len(parts) >= pending[name]
+                        and all(pm.leader >= 0 and pm.error is None for pm in parts.values())):
+                    del pending[name]
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise TransportError(f"topic(s) {sorted(pending)} not ready (no leader for every "
+                                     f"partition) after {self.topic_ready_timeout:g}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def describe(self, topic: str) -> TopicSpec:
+        partitions = len(self._topic_metadata(topic).partitions)
+        resource = _ConfigResource(_ResourceType.TOPIC, topic)
+
+        def fetch(remaining: float) -> Any:
+            futures = self._admin_client().describe_configs([resource], request_timeout=remaining)
+            return next(iter(futures.values())).result(timeout=remaining + 5)
+
+        entries = self._retrying(f"configuration of topic {topic!r}", fetch)
+        policy = entries.get("cleanup.policy")
+        value = (policy.value or "") if policy is not None else ""
+        compacted = "compact" in [v.strip() for v in value.split(",")]
+        return TopicSpec(topic, partitions, compacted)
+
+    def list_topics(self) -> list[str]:
+        md = self._retrying("list topics",
+                            lambda t: self._admin_client().list_topics(timeout=t))
+        return sorted(name for name in md.topics if not name.startswith("__"))
+
+    def producer(self, *, transactional_id: str | None = None) -> KafkaProducer:
+        self._admin_client()
+        p = KafkaProducer(self._producer_conf, transactional_id=transactional_id,
+                          timeout=self.timeout)
+        self._children.add(p)
+        return p
+
+    def consumer(self, *, read_committed: bool = True) -> KafkaConsumer:
+        self._admin_client()
+        c = KafkaConsumer(self._consumer_config(read_committed), read_committed=read_committed,
+                          timeout=self.timeout)
+        self._children.add(c)
+        return c
+
+    def watermarks(self, tp: TopicPartition, *, read_committed: bool = True) -> tuple[int, int]:
+        topic, partition = tp
+        if partition < 0:
+            raise TopicNotFound(f"{topic}[{partition}]: no such partition")
+        qc = self._query_consumer(read_committed)
+        ck = _CkTopicPartition(topic, partition)
+
+        def query(remaining: float) -> tuple[int, int]:
+            res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
+            if res is None:
+                raise TransportError(f"watermarks of {topic}[{partition}]: timed out")
+            return res
+
+        low, high = self._retrying(f"watermarks of {topic}[{partition}]", query)
+        return int(low), int(high)
+
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
+        topic, partition = tp
+        # The end first: a record appended after the look-up below gets an offset
+        # >= this one, so returning it when nothing matched skips nothing.
+        high = self.watermarks(tp, read_committed=True)[1]
+        qc = self._query_consumer(True)
+        # Negative timestamps are ListOffsets' "latest"/"earliest" sentinels.
+        ck = _CkTopicPartition(topic, partition, max(int(timestamp), 0))
+        res = self._retrying(f"offset for timestamp {timestamp} in {topic}[{partition}]",
+                             lambda t: qc.offsets_for_times([ck], timeout=t))
+        found = res[0]
+        if found.error is not None:
+            raise _map_error(found.error, f"offset for timestamp {timestamp} in {topic}[{partition}]")
+        return high if found.offset < 0 else int(found.offset)
+
+    def close(self) -> None:
+        if self._admin is None:
+            return
+        for child in list(self._children):
+            try:
+                child.close()
+            except Exception as exc:  # closing must go on with the others
+                log.debug("closing %r: %s", child, exc)
+        self._children = weakref.WeakSet()
+        with self._lock:
+            query, self._query = self._query, {}
+        for c in query.values():
+            try:
+                c.close()
+            except (_KafkaException, RuntimeError):
+                pass
+        self._admin = None

@@ -1,0 +1,314 @@
+"""Kafka-only behaviour of eos_runtime.transport.kafka: transactions, the last stable
+offset, fencing and the error mapping. The transport contract shared with the local
+log is in test_transport_contract.py."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from eos_runtime.errors import (
+    ConfigError, DeliveryFailed, OffsetOutOfRange, ProducerFenced, TopicNotFound,
+    TransactionError, TransportError,
+)
+from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+from eos_runtime.transport.kafka import KafkaTransport
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def transport(kafka_bootstrap):
+    with KafkaTransport(kafka_bootstrap) as t:
+        yield t
+
+
+def new_topic(transport, partitions=1, compacted=False) -> str:
+    name = f"kafka-{uuid.uuid4().hex[:12]}"
+    transport.create_topics([TopicSpec(name, partitions, compacted)])
+    return name
+
+
+def txn_id() -> str:
+    return f"txn-{uuid.uuid4().hex[:12]}"
+
+
+def read_until_idle(consumer, idle=1.5, timeout=20.0):
+    """Everything the consumer returns until it has been quiet for ``idle`` seconds."""
+    out = []
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < idle:
+        got = consumer.poll(1000, 0.2)
+        if got:
+            out.extend(got)
+            quiet_since = time.monotonic()
+    return out
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_transactional_commit_and_abort_by_isolation_level(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer(transactional_id=txn_id()) as p:
+        assert p.transactional
+        p.begin_transaction()
+        for v in (b"c1", b"c2", b"c3"):
+            p.produce(name, 0, v)
+        report = p.commit_transaction()
+        assert report == {tp: 2}
+        p.begin_transaction()
+        for v in (b"a1", b"a2"):
+            p.produce(name, 0, v)
+        p.flush()                    # delivered, but the transaction is aborted below
+        p.abort_transaction()
+        p.begin_transaction()
+        p.produce(name, 0, b"c4")
+        report = p.commit_transaction()
+        # c1-c3 (0-2), commit marker (3), a1-a2 (4-5), abort marker (6), c4 (7)
+        assert report == {tp: 7}
+
+    # The markers are written after commit returns: wait for the LSO to pass c4.
+    wait_for(lambda: transport.watermarks(tp)[1] == 9, what="the LSO to reach 9")
+    with transport.consumer(read_committed=True) as c:
+        c.assign({tp: 0})
+        committed = read_until_idle(c)
+        assert [r.value for r in committed] == [b"c1", b"c2", b"c3", b"c4"]
+        assert [r.offset for r in committed] == [0, 1, 2, 7]
+        assert c.position(tp) == 8
+    with transport.consumer(read_committed=False) as c:
+        c.assign({tp: 0})
+        everything = read_until_idle(c)
+        assert [r.value for r in everything] == [b"c1", b"c2", b"c3", b"a1", b"a2", b"c4"]
+
+
+def test_watermarks_lso_excludes_an_open_transaction(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer() as plain:
+        plain.produce(name, 0, b"p0")
+        plain.produce(name, 0, b"p1")
+        assert plain.flush() == {tp: 1}
+    with transport.producer(transactional_id=txn_id()) as p:
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(name, 0, b"t%d" % i)
+        assert p.flush() == {tp: 4}  # acknowledged, but not committed
+        assert transport.watermarks(tp, read_committed=True) == (0, 2)
+        assert transport.watermarks(tp, read_committed=False) == (0, 5)
+        assert transport.watermarks(tp) == (0, 2)  # read_committed is the default
+        with transport.consumer(read_committed=True) as c:
+            c.assign({tp: 0})
+            assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"p0", b"p1"]
+            assert c.position(tp) == 2
+            assert p.commit_transaction() == {}   # flushed already: nothing new
+            wait_for(lambda: transport.watermarks(tp)[1] == 6, what="the LSO to move on")
+            assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"t0", b"t1", b"t2"]
+            assert c.position(tp) == 5
+
+
+@pytest.mark.parametrize("produce_after_fencing", [False, True])
+def test_a_newer_producer_with_the_same_transactional_id_fences_the_older(
+        transport, produce_after_fencing):
+    name = new_topic(transport)
+    tid = txn_id()
+    old = transport.producer(transactional_id=tid)
+    try:
+        old.begin_transaction()
+        old.produce(name, 0, b"zombie")
+        old.flush()
+        with transport.producer(transactional_id=tid) as new:   # init_transactions fences
+            with pytest.raises(ProducerFenced) as info:
+                if produce_after_fencing:   # fails in flush, before the commit request
+                    old.produce(name, 0, b"zombie-2")
+                old.commit_transaction(timeout=10)
+            assert isinstance(info.value, TransactionError)
+            assert info.value.fatal
+            with pytest.raises(ProducerFenced):
+                old.begin_transaction()
+            new.begin_transaction()
+            new.produce(name, 0, b"winner")
+            new.commit_transaction()
+    finally:
+        old.close()
+    tp = TopicPartition(name, 0)
+    wait_for(lambda: transport.watermarks(tp)[1] >= 1, what="the commit to be stable")
+    with transport.consumer(read_committed=True) as c:
+        c.assign({tp: 0})
+        assert [r.value for r in read_until_idle(c)] == [b"winner"]
+
+
+def test_unknown_topics_and_partitions_raise_topic_not_found(transport):
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(TopicNotFound, match=missing):
+        transport.describe(missing)
+    with pytest.raises(TopicNotFound):
+        transport.watermarks(TopicPartition(missing, 0))
+    with pytest.raises(TopicNotFound):
+        transport.watermarks(TopicPartition(missing, 0), read_committed=False)
+    with pytest.raises(TopicNotFound):
+        transport.offset_for_timestamp(TopicPartition(missing, 0), 0)
+    name = new_topic(transport, partitions=2)
+    with pytest.raises(TopicNotFound):
+        transport.watermarks(TopicPartition(name, 2))
+    with transport.consumer() as c:
+        with pytest.raises(TopicNotFound, match=missing):
+            c.assign({TopicPartition(missing, 0): 0})
+        with pytest.raises(TopicNotFound, match="partition 5"):
+            c.assign({TopicPartition(name, 5): 0})
+    assert missing not in transport.list_topics()   # the look-ups did not create it
+
+
+def test_producing_to_a_missing_partition_names_it(transport):
+    name = new_topic(transport, partitions=2)
+    with transport.producer() as p:
+        # First attempt: the producer has no metadata yet, so librdkafka fails the
+        # record asynchronously; second attempt: it knows the layout and refuses at
+        # once. Both surface as DeliveryFailed from flush.
+        for _ in range(2):
+            p.produce(name, 0, b"good")
+            p.produce(name, 5, b"bad")
+            with pytest.raises(DeliveryFailed, match=rf"{name}\[5\]") as info:
+                p.flush(10)
+            assert info.value.failures[0][0] == TopicPartition(name, 5)
+            assert "partition" in str(info.value).lower()
+        # The failures are reported once; the good records' offsets are not lost.
+        p.produce(name, 1, b"fine")
+        assert p.flush(10) == {TopicPartition(name, 0): 1, TopicPartition(name, 1): 0}
+
+
+def test_a_failed_delivery_makes_commit_require_an_abort(transport):
+    name = new_topic(transport)
+    with transport.producer(transactional_id=txn_id()) as p:
+        p.begin_transaction()
+        p.produce(name, 0, b"ok")
+        p.produce(name, 3, b"nowhere")
+        with pytest.raises(TransactionError) as info:
+            p.commit_transaction(timeout=10)
+        assert info.value.requires_abort and not info.value.fatal
+        assert f"{name}[3]" in str(info.value)
+        p.abort_transaction()
+        p.begin_transaction()
+        p.produce(name, 0, b"again")
+        report = p.commit_transaction()
+        assert list(report) == [TopicPartition(name, 0)]
+
+
+def test_offset_for_timestamp(transport):
+    name = new_topic(transport, partitions=2)
+    with transport.producer() as p:
+        for i in range(10):
+            p.produce(name, 0, b"v%d" % i, timestamp=1_000_000 + 1_000 * i)
+        p.produce(name, 1, b"late", timestamp=5_000_000)
+        p.flush()
+    tp0, tp1 = TopicPartition(name, 0), TopicPartition(name, 1)
+    assert transport.offset_for_timestamp(tp0, 1_003_000) == 3       # exact match
+    assert transport.offset_for_timestamp(tp0, 1_003_500) == 4       # first one after
+    assert transport.offset_for_timestamp(tp0, 0) == 0
+    assert transport.offset_for_timestamp(tp0, -1) == 0              # not a sentinel
+    assert transport.offset_for_timestamp(tp0, 9_000_000) == 10      # none: high
+    assert transport.offset_for_timestamp(tp1, 2_000_000) == 0
+    assert transport.offset_for_timestamp(tp1, 5_000_001) == 1
+    with transport.consumer() as c:
+        c.assign({tp0: transport.offset_for_timestamp(tp0, 1_008_000)})
+        assert [r.timestamp for r in read_until_idle(c, idle=1.0)] == [1_008_000, 1_009_000]
+
+
+def test_out_of_range_offsets_raise_and_seek_recovers(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer() as p:
+        for i in range(3):
+            p.produce(name, 0, b"%d" % i)
+        p.flush()
+    with transport.consumer() as c:
+        c.assign({tp: 50})
+        with pytest.raises(OffsetOutOfRange, match=name):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                c.poll(10, 0.5)
+        c.seek(tp, 1)
+        assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"1", b"2"]
+        assert c.position(tp) == 3
+        with pytest.raises(TransportError, match="not assigned"):
+            c.position(TopicPartition(name, 1))
+
+
+def test_seek_right_after_assign_and_pause_resume(transport):
+    name = new_topic(transport, partitions=2)
+    tp0, tp1 = TopicPartition(name, 0), TopicPartition(name, 1)
+    with transport.producer() as p:
+        for i in range(100):
+            p.produce(name, i % 2, b"%d" % i)
+        p.flush()
+    with transport.consumer() as c:
+        c.assign({tp0: 0, tp1: 0})
+        c.seek(tp0, 40)          # before librdkafka's fetcher has started
+        c.pause([tp1])
+        got = read_until_idle(c, idle=1.0)
+        assert {r.partition for r in got} == {0}
+        assert [r.offset for r in got] == list(range(40, 50))
+        assert c.position(tp1) == 0
+        c.resume([tp1])
+        got = read_until_idle(c, idle=1.0)
+        assert [(r.partition, r.offset) for r in got] == [(1, i) for i in range(50)]
+        assert sorted(c.assignment()) == [tp0, tp1]
+
+
+def test_closing_the_transport_closes_its_clients_and_options_are_checked(kafka_bootstrap):
+    t = open_transport(bootstrap_servers=kafka_bootstrap)
+    assert t.name == "kafka" and t.supports_transactions
+    p = t.producer()
+    c = t.consumer()
+    t.close()
+    with pytest.raises(TransportError, match="closed"):
+        p.produce("x", 0, b"v")
+    with pytest.raises(TransportError, match="closed"):
+        c.poll(1, 0)
+    with pytest.raises(TransportError, match="closed"):
+        t.list_topics()
+    t.close()   # twice is fine
+    with pytest.raises(ConfigError, match="no_such_option"):
+        open_transport(bootstrap_servers=kafka_bootstrap, no_such_option=1)
+    with pytest.raises(ConfigError):
+        with KafkaTransport(kafka_bootstrap, client_config={"no.such.setting": 1}) as bad:
+            bad.producer()
+
+
+def test_a_full_local_queue_blocks_produce_instead_of_dropping(kafka_bootstrap):
+    with KafkaTransport(kafka_bootstrap,
+                        producer_config={"queue.buffering.max.messages": 10}) as t:
+        name = new_topic(t, partitions=2)
+        with t.producer() as p:
+            for i in range(1000):
+                p.produce(name, i % 2, b"%d" % i)
+            assert p.flush() == {TopicPartition(name, 0): 499, TopicPartition(name, 1): 499}
+        assert t.watermarks(TopicPartition(name, 0)) == (0, 500)
+
+
+def test_flush_timeout_with_records_in_flight_says_how_many(transport):
+    name = new_topic(transport)
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    with transport.producer() as p:
+        p.produce(name, 0, b"ok")
+        # librdkafka holds records for an unknown topic while it waits for the
+        # topic to appear (topic.metadata.propagation.max.ms, 30 s).
+        for _ in range(3):
+            p.produce(missing, 0, b"waiting")
+        started = time.monotonic()
+        with pytest.raises(DeliveryFailed, match="3 record.s. still outstanding") as info:
+            p.flush(1.0)
+        assert time.monotonic() - started < 10
+        assert info.value.outstanding == 3
+    assert transport.watermarks(TopicPartition(name, 0)) == (0, 1)
