@@ -205,3 +205,15 @@ def test_no_transactions_on_the_local_log(log_dir):
 def test_invalid_topic_names_are_refused(tmp_path, name):
     with open_transport(data_dir=str(tmp_path)) as t, pytest.raises(ConfigError, match="topic"):
         t.create_topics([TopicSpec(name, 1)])
+
+
+def test_a_fenced_producer_of_an_older_generation_cannot_even_start(log_dir):
+    from eos_runtime.errors import ProducerFenced
+
+    with open_transport(data_dir=str(log_dir)) as t:
+        t.fenced_producer("task-1", 5).close()
+        with pytest.raises(ProducerFenced, match="generation 4 is older than the registered 5"):
+            t.fenced_producer("task-1", 4)
+        with t.fenced_producer("task-1", 5) as same:  # the same generation may reopen
+            same.produce("t", 0, b"x")
+            assert same.flush() == {TP: 0}

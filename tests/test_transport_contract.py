@@ -227,3 +227,31 @@ def test_open_transport_needs_exactly_one_target(tmp_path):
         open_transport(bootstrap_servers="127.0.0.1:1", data_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="no transport"):
         open_transport()
+
+
+def test_a_fenced_producer_stops_once_a_newer_generation_starts(transport):
+    """Zombie fencing: generation 2 of the same fence id makes generation 1's writes fail."""
+    from eos_runtime.errors import ProducerFenced
+
+    name = new_topic(transport)
+    fence = f"fence-{uuid.uuid4().hex[:8]}"
+    old = transport.fenced_producer(fence, 1)
+    txn = old.transactional
+    if txn:
+        old.begin_transaction()
+    old.produce(name, 0, b"old-1")
+    (old.commit_transaction if txn else old.flush)()
+    new = transport.fenced_producer(fence, 2)
+    with pytest.raises(ProducerFenced):
+        if txn:
+            old.begin_transaction()
+        old.produce(name, 0, b"old-2")
+        (old.commit_transaction if txn else old.flush)()
+    if txn:
+        new.begin_transaction()
+    new.produce(name, 0, b"new-1")
+    (new.commit_transaction if txn else new.flush)()
+    values = [r.value for r in read_all(transport, {TopicPartition(name, 0): 0}, 2)]
+    assert values == [b"old-1", b"new-1"]
+    old.close()
+    new.close()

@@ -197,6 +197,17 @@ class Transport(abc.ABC):
     def producer(self, *, transactional_id: str | None = None) -> Producer:
         """A new producer; a transactional one needs ``supports_transactions``."""
 
+    def fenced_producer(self, fence_id: str, generation: int) -> Producer:
+        """A producer that stops working once one with the same ``fence_id`` and a newer
+        ``generation`` exists: its writes then raise ``ProducerFenced``. A write that
+        succeeded happened before the newer producer started (zombie fencing).
+
+        Kafka: a transactional producer (``transactional.id`` = ``fence_id``; the broker's
+        epoch does the fencing, so write inside transactions). Local log: a fence checked
+        under each append's lock; each partition's records go in one append per flush.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no fenced producers")
+
     @abc.abstractmethod
     def consumer(self, *, read_committed: bool = True) -> Consumer:
         """A new consumer. ``read_committed`` hides records of open and aborted

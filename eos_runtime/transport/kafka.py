@@ -846,6 +846,10 @@ class KafkaTransport(Transport):
         self._children.add(p)
         return p
 
+    def fenced_producer(self, fence_id: str, generation: int) -> KafkaProducer:
+        # init_transactions bumps the producer epoch of fence_id: older instances are fenced
+        return self.producer(transactional_id=fence_id)
+
     def consumer(self, *, read_committed: bool = True) -> KafkaConsumer:
         self._admin_client()
         c = KafkaConsumer(self._consumer_config(read_committed), read_committed=read_committed,

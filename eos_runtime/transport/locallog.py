@@ -48,7 +48,8 @@ from typing import Iterable, Mapping
 
 from ..faults import crash_point, is_armed
 from ..errors import (
-    ConfigError, LogCorrupted, OffsetOutOfRange, TopicExists, TopicNotFound, TransportError,
+    ConfigError, LogCorrupted, OffsetOutOfRange, ProducerFenced, TopicExists, TopicNotFound,
+    TransportError,
 )
 from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
 
@@ -66,6 +67,7 @@ INDEX_INTERVAL = 64 * 1024
 _NO_TS = -(2**63)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _READ_CHUNK = 1 << 20
+_FENCE = struct.Struct("<q")
 
 
 def _now_ms() -> int:
@@ -272,6 +274,27 @@ class LocalLogTransport(Transport):
                               "the protocol, not a transactional producer")
         return _LocalProducer(self)
 
+    def fenced_producer(self, fence_id: str, generation: int) -> Producer:
+        if not _TOPIC_NAME.match(fence_id):
+            raise ConfigError(f"invalid fence id {fence_id!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+        fences = self.root / "fences"
+        fences.mkdir(exist_ok=True)
+        fd = os.open(fences / fence_id, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            raw = os.pread(fd, _FENCE.size, 0)
+            current = _FENCE.unpack(raw)[0] if len(raw) == _FENCE.size else -(2**63)
+            if current > generation:
+                raise ProducerFenced(f"fence {fence_id!r}: generation {generation} is older than "
+                                     f"the registered {current}")
+            if current != generation:
+                _pwrite_all(fd, _FENCE.pack(generation), 0)
+                if self.fsync:
+                    os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return _LocalProducer(self, fence=(fd, fence_id, generation))
+
     def consumer(self, *, read_committed: bool = True) -> Consumer:
         return _LocalConsumer(self)
 
@@ -282,11 +305,20 @@ class LocalLogTransport(Transport):
 
     # ------------------------------------------------------------------ append
 
-    def _append(self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None, int]]) -> int:
-        """Append records atomically; return the offset of the last one."""
+    def _append(self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None, int]],
+                fence: tuple[int, str, int] | None = None) -> int:
+        """Append records atomically; return the offset of the last one. With a fence
+        (fd, id, generation), refuse once a newer generation registered that id: the check
+        runs under the partition lock, so an append that passed it precedes, in this
+        partition, every append of the newer generation."""
         files = self._partition(tp)
         fcntl.flock(files.end, fcntl.LOCK_EX)
         try:
+            if fence is not None:
+                current = _FENCE.unpack(os.pread(fence[0], _FENCE.size, 0))[0]
+                if current != fence[2]:
+                    raise ProducerFenced(f"fence {fence[1]!r}: generation {fence[2]} was replaced "
+                                         f"by generation {current}")
             pointer = files.pointer()
             if os.fstat(files.log).st_size != pointer.end:
                 os.ftruncate(files.log, pointer.end)  # a dead writer's uncommitted tail
@@ -394,8 +426,9 @@ class _LocalProducer(Producer):
     #: records buffered per partition before they are appended without waiting for flush
     MAX_PENDING = 10_000
 
-    def __init__(self, log: LocalLogTransport) -> None:
+    def __init__(self, log: LocalLogTransport, fence: tuple[int, str, int] | None = None) -> None:
         self._log = log
+        self._fence = fence
         self._pending: dict[TopicPartition, list[tuple[bytes | None, bytes | None, int]]] = {}
         self._written: dict[TopicPartition, int] = {}
 
@@ -411,20 +444,23 @@ class _LocalProducer(Producer):
         if value is not None and type(value) is not bytes:
             value = bytes(value)
         batch.append((key, value, _now_ms() if timestamp is None else timestamp))
-        if len(batch) >= self.MAX_PENDING:
+        if len(batch) >= self.MAX_PENDING and self._fence is None:
             self._written[tp] = self._log._append(tp, batch)
             self._pending[tp] = []
 
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         for tp, batch in self._pending.items():
             if batch:
-                self._written[tp] = self._log._append(tp, batch)
+                self._written[tp] = self._log._append(tp, batch, self._fence)
         self._pending.clear()
         written, self._written = self._written, {}
         return written
 
     def close(self) -> None:
         self._pending.clear()
+        if self._fence is not None:
+            os.close(self._fence[0])
+            self._fence = None
 
 
 class _LocalConsumer(Consumer):

@@ -1,0 +1,224 @@
+"""The pipeline API: declare sources, steps, key shuffles, stateful steps and sinks.
+
+    from eos_runtime import Pipeline
+
+    pipeline = Pipeline("wordcount", processing_guarantee="exactly-once", commit_interval=1.0)
+
+    def count(word, state):
+        n = state.get("n", 0) + 1
+        state.set("n", n)
+        return str(n)
+
+    (pipeline.source("lines", value="utf8")
+        .flat_map(str.split)
+        .key_by(lambda word: word, parallelism=2)     # a shuffle: the next stage starts here
+        .map(count, stateful=True)                    # keyed state, backed by RocksDB
+        .sink("counts", key="utf8", value="utf8"))
+
+Stateless functions take the value; stateful ones take ``(value, state)``, where
+``state`` is scoped to the record's key (``get`` / ``set`` / ``delete``). A stream is
+keyed after ``key_by`` or when its source declares a key format. Nothing runs here: the
+pipeline is a description that ``eos run`` (or ``eos_runtime.run``) plans and executes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgpack
+
+from .errors import ConfigError
+
+__all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
+
+GUARANTEES = ("exactly-once", "at-least-once")
+
+# Record formats for the edges of a pipeline: user topics hold bytes.
+FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
+    "bytes": (lambda v: v, lambda b: b),
+    "utf8": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
+    "json": (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads),
+    "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True), lambda b: msgpack.unpackb(b, raw=False)),
+}
+
+
+def _format(name: str | None, what: str) -> str | None:
+    if name is not None and name not in FORMATS:
+        raise ConfigError(f"{what}: unknown format {name!r}; use one of {', '.join(FORMATS)}")
+    return name
+
+
+class State:
+    """Keyed state seen by a stateful step: the values of the current record's key.
+
+    Values are stored as msgpack, so they may be None, bool, numbers, str, bytes, lists
+    and dicts of those.
+    """
+
+    __slots__ = ("_get", "_put", "_delete", "_prefix")
+
+    def __init__(self, get: Callable[[bytes], bytes | None], put: Callable[[bytes, bytes], None],
+                 delete: Callable[[bytes], None]) -> None:
+        self._get, self._put, self._delete = get, put, delete
+        self._prefix = b""
+
+    def _key(self, name: str) -> bytes:
+        return self._prefix + name.encode("utf-8")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        raw = self._get(self._key(name))
+        return default if raw is None else msgpack.unpackb(raw, raw=False)
+
+    def set(self, name: str, value: Any) -> None:
+        self._put(self._key(name), msgpack.packb(value, use_bin_type=True))
+
+    def delete(self, name: str) -> None:
+        self._delete(self._key(name))
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str                  # map | flat_map | filter
+    fn: Callable[..., Any]
+    stateful: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Source:
+    topic: str
+    key_format: str | None
+    value_format: str
+    parallelism: int | None
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    key_fn: Callable[[Any], Any]
+    parallelism: int | None
+    partitions: int | None
+
+
+@dataclass(frozen=True)
+class Sink:
+    topic: str
+    key_format: str | None
+    value_format: str
+
+
+@dataclass
+class _Segment:
+    """Steps between two boundaries (source or shuffle, then shuffle or sink)."""
+
+    start: Source | Shuffle
+    keyed: bool
+    steps: list[Step] = field(default_factory=list)
+    end: Shuffle | Sink | None = None
+
+
+class Stream:
+    """A stream of values inside a pipeline; each method adds a step and returns the stream."""
+
+    def __init__(self, pipeline: "Pipeline", segment: _Segment) -> None:
+        self._pipeline = pipeline
+        self._segment = segment
+
+    def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> "Stream":
+        if self._segment.end is not None:
+            raise ConfigError("this stream already ends in a sink; start from the stream before it")
+        if not callable(fn):
+            raise ConfigError(f"{kind}: expected a function, got {fn!r}")
+        name = getattr(fn, "__name__", kind)
+        if stateful and not self._segment.keyed:
+            raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it, "
+                              f"or give the source a key format")
+        self._segment.steps.append(Step(kind, fn, stateful, name))
+        return self
+
+    def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+        """Replace each value by ``fn(value)`` (or ``fn(value, state)``)."""
+        return self._add("map", fn, stateful)
+
+    def flat_map(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+        """Replace each value by every item of ``fn(value)`` (or ``fn(value, state)``)."""
+        return self._add("flat_map", fn, stateful)
+
+    def filter(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+        """Keep the values for which ``fn(value)`` (or ``fn(value, state)``) is true."""
+        return self._add("filter", fn, stateful)
+
+    def key_by(self, key_fn: Callable[[Any], Any], *, parallelism: int | None = None,
+               partitions: int | None = None) -> "Stream":
+        """Repartition by ``key_fn(value)``: a new stage whose tasks each own some keys.
+
+        Keys must be str, bytes or int. ``parallelism`` is the new stage's task count
+        (default: the pipeline's), ``partitions`` its channel count (default: parallelism).
+        """
+        if self._segment.end is not None:
+            raise ConfigError("this stream already ends in a sink")
+        if not callable(key_fn):
+            raise ConfigError(f"key_by: expected a function, got {key_fn!r}")
+        for what, n in (("parallelism", parallelism), ("partitions", partitions)):
+            if n is not None and (type(n) is not int or n < 1):
+                raise ConfigError(f"key_by: {what} must be a positive integer, not {n!r}")
+        shuffle = Shuffle(key_fn, parallelism, partitions)
+        self._segment.end = shuffle
+        nxt = _Segment(start=shuffle, keyed=True)
+        self._pipeline._segments.append(nxt)
+        return Stream(self._pipeline, nxt)
+
+    def sink(self, topic: str, *, key: str | None = None, value: str = "utf8") -> None:
+        """Write the values to ``topic`` (key and value formats from ``FORMATS``)."""
+        if self._segment.end is not None:
+            raise ConfigError("this stream already ends")
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"sink: topic must be a non-empty string, not {topic!r}")
+        if key is not None and not self._segment.keyed:
+            raise ConfigError(f"sink {topic!r}: a key format needs a keyed stream (key_by first)")
+        self._segment.end = Sink(topic, _format(key, f"sink {topic!r} key"),
+                                 _format(value, f"sink {topic!r} value"))
+
+
+class Pipeline:
+    """A job: one source, steps, key shuffles and one sink."""
+
+    def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
+                 commit_interval: float = 5.0, commit_every: int = 0,
+                 parallelism: int = 1) -> None:
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _")
+        if processing_guarantee not in GUARANTEES:
+            raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
+                              f"{', '.join(GUARANTEES)}")
+        if not commit_interval > 0:
+            raise ConfigError(f"commit_interval must be > 0 seconds, not {commit_interval!r}")
+        if type(commit_every) is not int or commit_every < 0:
+            raise ConfigError(f"commit_every must be an integer >= 0, not {commit_every!r}")
+        if type(parallelism) is not int or parallelism < 1:
+            raise ConfigError(f"parallelism must be a positive integer, not {parallelism!r}")
+        self.name = name
+        self.processing_guarantee = processing_guarantee
+        self.commit_interval = float(commit_interval)
+        self.commit_every = commit_every
+        self.parallelism = parallelism
+        self._segments: list[_Segment] = []
+
+    def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
+               parallelism: int | None = None) -> Stream:
+        """Read ``topic``; ``key``/``value`` are formats from ``FORMATS`` (no key format:
+        an unkeyed stream). ``parallelism`` defaults to the topic's partition count."""
+        if self._segments:
+            raise ConfigError("a pipeline has one source (joins of several sources come later)")
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
+        seg = _Segment(start=Source(topic, _format(key, f"source {topic!r} key"),
+                                    _format(value, f"source {topic!r} value"), parallelism),
+                       keyed=key is not None)
+        self._segments.append(seg)
+        return Stream(self, seg)
+
+    @property
+    def segments(self) -> list[_Segment]:
+        return list(self._segments)

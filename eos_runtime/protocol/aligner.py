@@ -1,0 +1,328 @@
+"""Marker alignment and the version / generation rules of a downstream task (SEP-10).
+
+This module does no I/O. A task feeds it what it reads from its input channels and
+acts on the decisions it returns; tests drive it directly (``tests/test_aligner.py``).
+
+Words: a *channel* is one input partition of the task, named by a ``(topic, partition)``
+key; a *producer* is an upstream task, named by its producer id; the task knows the
+full producer set from the job model. The *open version* is the checkpoint version the
+task is building: last committed version + 1.
+
+The rules, each with the SEP-10 section or protocol-notes invariant it implements:
+
+R1  (SEP-10 "Get Messages 2.2") A data message of the open version is processed now; one
+    of a later version is buffered until that version opens; one of an earlier version
+    is stale (already inside a committed checkpoint) and dropped.
+R2  (SEP-10 "Checkpoint Process 3.1-3.2") The task may take checkpoint V once it has seen
+    a marker of version >= V from every producer on every channel. A marker of version
+    ``END_OF_STREAM`` means the producer sends nothing more on that channel.
+R3  (invariant 6) A restore command (P, g, V) is remembered as a *fence*: from then on
+    every message and marker of P from a generation below g with a version above V is
+    dropped. Fences are part of the checkpoint, so they survive the task's own restart.
+R4  (SEP-10 "Restoring Checkpoint Process 4.x") If the open version already processed a
+    message the new fence invalidates, the task must rewind: discard its staged state and
+    buffers, bump its own generation, forward a restore downstream and re-read its
+    channels from the last checkpoint. Otherwise the fence alone suffices: the invalid
+    messages are still unread or buffered, and are dropped when they come up.
+R5  (invariant 7) Markers and restores are idempotent: seeing one again changes nothing.
+R6  (SEP-10 "Checkpoint Process 3.5.1", ParentCheckpointMetadata) A checkpoint records,
+    per channel and producer, where reading must resume (the first message not yet in
+    the checkpoint: the earliest one still buffered, else the read position) and the
+    highest marker read *below* that point; markers read past it are read again after a
+    restart, so counting them in the checkpoint could close a version before messages
+    preceding them were processed.
+R7  A restore to a version below the task's last checkpoint is impossible while producers
+    only send marker V after committing V; it is reported as a ``ProtocolViolation``
+    instead of being guessed around.
+
+Illegal input (an unknown channel or producer, a checkpoint before alignment) raises
+``ProtocolViolation`` and leaves the state unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Hashable, Iterable, Mapping
+
+from ..errors import EosError
+from .wire import InputPosition, ParentCheckpoint, ProducerFence
+
+__all__ = [
+    "END_OF_STREAM",
+    "Decision",
+    "RestoreOutcome",
+    "ProtocolViolation",
+    "Snapshot",
+    "Aligner",
+]
+
+#: The marker version that ends a producer's stream on a channel.
+END_OF_STREAM = 2**63 - 1
+
+Channel = Hashable  # in the runtime: a (topic, partition) tuple
+
+
+class ProtocolViolation(EosError):
+    """Input the protocol rules say cannot happen: a bug or a broken job model."""
+
+
+class Decision(enum.IntEnum):
+    PROCESS = 1   # run the operator on it now (R1)
+    BUFFER = 2    # keep it on disk until its version opens (R1)
+    STALE = 3     # already inside a committed checkpoint: drop (R1)
+    FENCED = 4    # from a generation a restore invalidated: drop (R3)
+
+
+class RestoreOutcome(enum.IntEnum):
+    DUPLICATE = 1  # already known (R5)
+    FENCE = 2      # remembered; nothing processed is invalid (R3)
+    REWIND = 3     # the open version holds invalid work: rewind (R4)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a checkpoint records about the inputs; restores an ``Aligner`` exactly."""
+
+    version: int
+    inputs: tuple[InputPosition, ...]
+    fences: tuple[ProducerFence, ...]
+
+
+@dataclass(slots=True)
+class _Lane:
+    """One producer's messages within one channel."""
+
+    marker: int = 0            # highest marker version read (alignment)
+    committed_marker: int = 0  # highest marker version below the resume point (R6)
+    generation: int = 0        # highest generation read
+    seq: int = -1              # last sequence number read
+    # (offset, version) of this lane's messages waiting in the buffer, in offset order
+    buffered: deque = field(default_factory=deque)
+    # (offset, version) of markers read since the last checkpoint, to fold in at snapshot
+    markers_read: list = field(default_factory=list)
+
+
+class Aligner:
+    """The exactly-once alignment policy of one downstream task."""
+
+    def __init__(self, channels: Iterable[Channel], producers: Iterable[int], *,
+                 snapshot: Snapshot | None = None) -> None:
+        self._channels = list(dict.fromkeys(channels))
+        self._producers = sorted(set(producers))
+        if not self._channels or not self._producers:
+            raise ProtocolViolation("an aligned task needs at least one channel and one producer")
+        self._restore(snapshot or Snapshot(0, (), ()))
+
+    # ------------------------------------------------------------------ state
+
+    def _restore(self, snap: Snapshot) -> None:
+        self.committed_version = snap.version
+        self._fences: dict[int, tuple[int, int]] = {
+            f.producer_id: (f.generation, f.version) for f in snap.fences}
+        self._lanes: dict[Channel, dict[int, _Lane]] = {
+            c: {p: _Lane() for p in self._producers} for c in self._channels}
+        self._read_pos: dict[Channel, int | None] = {c: None for c in self._channels}
+        self._resume: dict[Channel, int | None] = {c: None for c in self._channels}
+        for pos in snap.inputs:
+            c = (pos.topic, pos.partition)
+            if c not in self._lanes:
+                raise ProtocolViolation(f"snapshot names channel {c}, not an input of this task")
+            self._read_pos[c] = self._resume[c] = pos.offset
+            for parent in pos.parents:
+                lane = self._lane(c, parent.producer_id)
+                lane.marker = lane.committed_marker = parent.version
+                lane.generation = parent.generation
+                lane.seq = parent.seq
+        # lowest generation of each producer whose messages the open version processed (R4)
+        self._open_generations: dict[int, int] = {}
+        self._snapshot = snap
+
+    @property
+    def version(self) -> int:
+        """The open version: the one being built."""
+        return self.committed_version + 1
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The last checkpoint's snapshot (what a restart or a rewind goes back to)."""
+        return self._snapshot
+
+    def resume_offsets(self) -> dict[Channel, int | None]:
+        """Where to read each channel from after a restart or rewind (None: from the start
+        position the job chose for a fresh task)."""
+        return {c: self._resume[c] for c in self._channels}
+
+    def fence_of(self, producer: int) -> tuple[int, int] | None:
+        return self._fences.get(producer)
+
+    def _lane(self, channel: Channel, producer: int) -> _Lane:
+        try:
+            return self._lanes[channel][producer]
+        except KeyError:
+            if channel not in self._lanes:
+                raise ProtocolViolation(f"channel {channel!r} is not an input of this task") from None
+            raise ProtocolViolation(f"producer {producer} is not upstream of this task "
+                                    f"(known: {self._producers})") from None
+
+    def _fenced(self, producer: int, generation: int, version: int) -> bool:
+        fence = self._fences.get(producer)
+        return fence is not None and generation < fence[0] and version > fence[1]
+
+    # ------------------------------------------------------------------ events
+
+    def on_data(self, channel: Channel, offset: int, producer: int, generation: int,
+                version: int, seq: int) -> Decision:
+        """A data message was read (R1, R3)."""
+        lane = self._lane(channel, producer)
+        self._read_pos[channel] = offset + 1
+        if self._fenced(producer, generation, version):
+            return Decision.FENCED
+        if generation > lane.generation:
+            lane.generation = generation
+        lane.seq = seq
+        if version < self.version:
+            return Decision.STALE
+        if version > self.version:
+            lane.buffered.append((offset, version))
+            return Decision.BUFFER
+        self._note_processed(producer, generation)
+        return Decision.PROCESS
+
+    def on_release(self, channel: Channel, offset: int, producer: int, generation: int,
+                   version: int) -> Decision:
+        """A buffered message comes out of the buffer now that its version is open."""
+        lane = self._lane(channel, producer)
+        if lane.buffered and lane.buffered[0][0] == offset:
+            lane.buffered.popleft()
+        else:  # fenced entries were dropped from the lane at the restore
+            try:
+                lane.buffered.remove((offset, version))
+            except ValueError:
+                pass
+        if self._fenced(producer, generation, version):
+            return Decision.FENCED
+        if version != self.version:
+            raise ProtocolViolation(f"released a message of version {version} while version "
+                                    f"{self.version} is open")
+        self._note_processed(producer, generation)
+        return Decision.PROCESS
+
+    def _note_processed(self, producer: int, generation: int) -> None:
+        low = self._open_generations.get(producer)
+        if low is None or generation < low:
+            self._open_generations[producer] = generation
+
+    def on_marker(self, channel: Channel, offset: int, producer: int, generation: int,
+                  version: int) -> bool:
+        """A marker was read (R2, R3, R5). Returns whether the open version is now aligned."""
+        lane = self._lane(channel, producer)
+        self._read_pos[channel] = offset + 1
+        if self._fenced(producer, generation, version):
+            return self.aligned()
+        if generation > lane.generation:
+            lane.generation = generation
+        if version > lane.marker:
+            lane.marker = version
+        lane.markers_read.append((offset, version))
+        return self.aligned()
+
+    def on_restore(self, channel: Channel, offset: int, producer: int, generation: int,
+                   version: int) -> RestoreOutcome:
+        """A restore command was read (R3, R4, R5, R7)."""
+        self._lane(channel, producer)
+        known = self._fences.get(producer)
+        if known is not None and known[0] >= generation:
+            self._read_pos[channel] = offset + 1
+            return RestoreOutcome.DUPLICATE
+        if version < self.committed_version:
+            raise ProtocolViolation(
+                f"producer {producer} restored to version {version} but this task already "
+                f"committed version {self.committed_version} with that producer's markers")
+        self._read_pos[channel] = offset + 1
+        self._fences[producer] = (generation, version)
+        for lanes in self._lanes.values():  # buffered messages the fence voids never count
+            lane = lanes[producer]
+            if lane.buffered:
+                lane.buffered = deque(
+                    (o, v) for o, v in lane.buffered if v <= version)
+            if lane.marker > version and lane.generation < generation:
+                lane.marker = max(version, lane.committed_marker)
+        low = self._open_generations.get(producer)
+        if version < self.version and low is not None and low < generation:
+            return RestoreOutcome.REWIND
+        return RestoreOutcome.FENCE
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def aligned(self) -> bool:
+        """Every producer's marker for the open version is in, on every channel (R2)."""
+        v = self.version
+        return all(lane.marker >= v for lanes in self._lanes.values() for lane in lanes.values())
+
+    def finished(self) -> bool:
+        """Every producer ended its stream on every channel."""
+        return all(lane.marker == END_OF_STREAM
+                   for lanes in self._lanes.values() for lane in lanes.values())
+
+    def checkpoint(self) -> Snapshot:
+        """Close the open version: returns its snapshot and opens the next version.
+
+        The caller then releases the buffered messages of the new open version through
+        ``on_release``.
+        """
+        if not self.aligned():
+            missing = sorted(
+                (str(c), p) for c, lanes in self._lanes.items()
+                for p, lane in lanes.items() if lane.marker < self.version)
+            raise ProtocolViolation(f"checkpoint {self.version} taken before alignment; "
+                                    f"markers missing from (channel, producer) {missing[:5]}")
+        version = self.version
+        inputs = []
+        for c in self._channels:
+            parents = []
+            resume_c = self._read_pos[c]
+            for p, lane in self._lanes[c].items():
+                resume = lane.buffered[0][0] if lane.buffered else self._read_pos[c]
+                if resume is None:
+                    continue
+                if lane.markers_read:
+                    below = [v for o, v in lane.markers_read if o < resume]
+                    if below:
+                        lane.committed_marker = max(lane.committed_marker, max(below))
+                    lane.markers_read = [(o, v) for o, v in lane.markers_read if o >= resume]
+                parents.append(ParentCheckpoint(p, lane.generation, lane.committed_marker,
+                                                lane.seq, resume))
+                resume_c = resume if resume_c is None else min(resume_c, resume)
+            self._resume[c] = resume_c
+            if resume_c is not None:
+                inputs.append(InputPosition(c[0], c[1], resume_c, tuple(parents)))
+        fences = tuple(ProducerFence(p, g, v) for p, (g, v) in sorted(self._fences.items()))
+        self.committed_version = version
+        self._open_generations = {}
+        self._snapshot = Snapshot(version, tuple(inputs), fences)
+        return self._snapshot
+
+    def rewind(self) -> Snapshot:
+        """Go back to the last checkpoint, keeping every fence learnt since (R4).
+
+        Returns the snapshot whose resume offsets the caller re-reads from."""
+        fences = dict(self._fences)
+        self._restore(self._snapshot)
+        self._fences.update(fences)
+        merged = tuple(ProducerFence(p, g, v) for p, (g, v) in sorted(self._fences.items()))
+        self._snapshot = Snapshot(self._snapshot.version, self._snapshot.inputs, merged)
+        return self._snapshot
+
+    def lanes_behind(self) -> list[tuple[Channel, int]]:
+        """(channel, producer) pairs whose marker for the open version is still missing."""
+        v = self.version
+        return [(c, p) for c, lanes in self._lanes.items() for p, lane in lanes.items()
+                if lane.marker < v]
+
+    def channels_done(self) -> list[Channel]:
+        """Channels with every producer's marker for the open version in: reading them now
+        only fills the buffer, so they are the ones to pause under backpressure (invariant 8)."""
+        v = self.version
+        return [c for c, lanes in self._lanes.items() if all(l.marker >= v for l in lanes.values())]
