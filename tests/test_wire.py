@@ -11,7 +11,7 @@ from eos_runtime.errors import WireFormatError
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.wire import (
     ChangeLogAbort, ChangeLogCommit, ChangeLogData, CheckpointData, Envelope, InputPosition,
-    Marker, OutputSeq, ParentCheckpoint, ProducerFence, Restore,
+    Marker, OutputRange, OutputSeq, ParentCheckpoint, ProducerFence, Restore,
 )
 
 i32 = st.integers(-(2**31), 2**31 - 1)
@@ -27,8 +27,10 @@ parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64)
 inputs = st.builds(InputPosition, text, i32, i64, st.lists(parents, max_size=3).map(tuple))
 outputs = st.builds(OutputSeq, text, i32, i64)
 fences = st.builds(ProducerFence, i32, i32, i64)
+ranges = st.builds(OutputRange, text, i32, i64, i64)
 commits = st.builds(ChangeLogCommit, i32, i64, st.lists(outputs, max_size=3).map(tuple),
-                    st.lists(inputs, max_size=3).map(tuple), st.lists(fences, max_size=3).map(tuple))
+                    st.lists(inputs, max_size=3).map(tuple), st.lists(fences, max_size=3).map(tuple),
+                    st.lists(ranges, max_size=3).map(tuple))
 aborts = st.builds(ChangeLogAbort, i32, i64)
 checkpoint_data = st.builds(CheckpointData, i64, i32, i64)
 

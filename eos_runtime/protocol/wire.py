@@ -39,6 +39,7 @@ __all__ = [
     "InputPosition",
     "OutputSeq",
     "ProducerFence",
+    "OutputRange",
     "ChangeLogCommit",
     "ChangeLogAbort",
     "CheckpointData",
@@ -165,6 +166,17 @@ class ProducerFence:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputRange:
+    """Offsets [first, last] of ``topic[partition]`` this checkpoint made visible to the
+    project's committed reader (sink output on a log without transactions)."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeLogCommit:
     """Change log commit message: checkpoint ``version`` of this task is true from here on."""
 
@@ -173,6 +185,7 @@ class ChangeLogCommit:
     outputs: tuple[OutputSeq, ...] = ()
     inputs: tuple[InputPosition, ...] = ()
     fences: tuple[ProducerFence, ...] = ()
+    output_ranges: tuple[OutputRange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,8 +298,11 @@ def _commit_fields(c: ChangeLogCommit) -> list[Any]:
     fences = [[_check(f.producer_id, INT32, "producer_id"),
                _check(f.generation, INT32, "generation"), _check(f.version, INT64, "version")]
               for f in c.fences]
+    ranges = [[text(r.topic, "topic"), _check(r.partition, INT32, "partition"),
+               _check(r.first, INT64, "first"), _check(r.last, INT64, "last")]
+              for r in c.output_ranges]
     return [_check(c.generation, INT32, "generation"), _check(c.version, INT64, "version"),
-            outputs, inputs, fences]
+            outputs, inputs, fences, ranges]
 
 
 # --------------------------------------------------------------------------- decoding
@@ -352,7 +368,7 @@ def _read_cl_data(f: list[Any]) -> ChangeLogData:
 
 
 def _read_commit(f: list[Any]) -> ChangeLogCommit:
-    _array(f, 5, "change-log commit")
+    _array(f, 6, "change-log commit")
     outputs = tuple(
         OutputSeq(_str(o[0], "output topic"), _int(o[1], INT32, "output partition"),
                   _int(o[2], INT64, "output seq"))
@@ -372,8 +388,12 @@ def _read_commit(f: list[Any]) -> ChangeLogCommit:
         ProducerFence(_int(p[0], INT32, "fence producer_id"), _int(p[1], INT32, "fence generation"),
                       _int(p[2], INT64, "fence version"))
         for p in (_array(y, 3, "fence") for y in _array(f[4], None, "fences")))
+    ranges = tuple(
+        OutputRange(_str(r[0], "range topic"), _int(r[1], INT32, "range partition"),
+                    _int(r[2], INT64, "range first"), _int(r[3], INT64, "range last"))
+        for r in (_array(y, 4, "output range") for y in _array(f[5], None, "output_ranges")))
     return ChangeLogCommit(_int(f[0], INT32, "generation"), _int(f[1], INT64, "version"),
-                           outputs, tuple(inputs), fences)
+                           outputs, tuple(inputs), fences, ranges)
 
 
 def _read_abort(f: list[Any]) -> ChangeLogAbort:

@@ -599,6 +599,8 @@ class KafkaConsumer(Consumer):
             offset = m.offset()
             positions[key] = offset + 1   # type: ignore[index]
             append(Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1]))
+        if not msgs and positions:
+            self._skip_control_records(c)
         if errors:
             if out:
                 # The records are returned (librdkafka has moved past them); the
@@ -608,6 +610,22 @@ class KafkaConsumer(Consumer):
                 self._pending.extend(errors[1:])
                 raise errors[0][1]
         return out
+
+    def _skip_control_records(self, c: _CkConsumer) -> None:
+        """Transaction markers take offsets but are never returned; when nothing came,
+        take librdkafka's position, which has moved past them, so that ``position``
+        reaches the end offset of a partition that ends in a marker."""
+        live = [_CkTopicPartition(t, p) for (t, p) in self._positions
+                if TopicPartition(t, p) not in self._paused and TopicPartition(t, p) not in self._stale]
+        if not live:
+            return
+        try:
+            for tp in c.position(live):
+                key = (tp.topic, tp.partition)
+                if tp.error is None and tp.offset > self._positions.get(key, tp.offset):
+                    self._positions[key] = tp.offset  # type: ignore[index]
+        except (_KafkaException, RuntimeError) as exc:
+            log.debug("Kafka consumer position: %s", exc)
 
     def _message_error(self, m: Any, err: _KafkaError,
                        errors: list[tuple[TopicPartition | None, TransportError]]) -> None:

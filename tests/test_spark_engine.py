@@ -1,0 +1,253 @@
+"""The Spark engine on real Spark in local mode (no mocks).
+
+The task functions live at module level on purpose: cloudpickle ships them *by
+reference*, so the workers must import this test module. That only works because the
+engine gives local workers the driver's extra sys.path entries (pytest's tests/ dir).
+
+The first test pays the JVM start (seconds); later ones reuse the JVM (~0.2 s a job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.engine import (
+    EngineConfig,
+    EngineError,
+    JobCancelled,
+    TaskAttempt,
+    available_slots,
+    run_tasks,
+    start_tasks,
+)
+from eos_runtime.errors import ConfigError, SetupError
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+WAIT = 60.0  # a task waiting for its peers gives up after this (a deadlock fails, not hangs)
+
+
+def _wait_for(paths: list[Path], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            missing = [p.name for p in paths if not p.exists()]
+            raise TimeoutError(f"{what}: still missing {missing} after {WAIT} s")
+        time.sleep(0.05)
+
+
+def _touch(path: Path, text: str = "") -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _answer(task: TaskAttempt) -> bytes:
+    return json.dumps({"index": task.index, "attempt": task.attempt, "pid": os.getpid(),
+                       "python": sys.executable, "prefix": sys.prefix}).encode()
+
+
+def rendezvous_task(task: TaskAttempt) -> bytes:
+    """Every task announces itself, then waits for all: deadlocks unless concurrent."""
+    cfg = json.loads(task.payload)
+    d = Path(cfg["dir"])
+    _touch(d / f"ready-{task.index}")
+    _wait_for([d / f"ready-{i}" for i in range(cfg["n"])], f"task {task.index}")
+    time.sleep(cfg.get("linger", 0))
+    return _answer(task)
+
+
+def sigkill_task(task: TaskAttempt) -> bytes:
+    """Task `victim` SIGKILLs its worker on attempt 0 while its peers run; the peers
+    return only after the victim's retry is up, so they live through the crash."""
+    cfg = json.loads(task.payload)
+    d, n, victim = Path(cfg["dir"]), cfg["n"], cfg["victim"]
+    _touch(d / f"started-{task.index}-{task.attempt}", str(os.getpid()))
+    if task.index == victim:
+        if task.attempt == 0:
+            _wait_for([d / f"started-{i}-0" for i in range(n)], "victim")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _answer(task)
+    _wait_for([d / f"started-{victim}-1"], f"task {task.index}")
+    return _answer(task)
+
+
+def failing_task(task: TaskAttempt) -> bytes:
+    cfg = json.loads(task.payload)
+    d = Path(cfg["dir"])
+    _touch(d / f"attempt-{task.index}-{task.attempt}")
+    if task.index == cfg["bad"]:
+        if cfg["how"] == "raise":
+            raise ValueError("boom")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _answer(task)
+
+
+def sleeping_task(task: TaskAttempt) -> bytes:
+    cfg = json.loads(task.payload)
+    _touch(Path(cfg["dir"]) / f"pid-{task.index}", str(os.getpid()))
+    time.sleep(3600)
+    return b"never"
+
+
+def _payloads(n: int, **cfg) -> list[bytes]:
+    return [json.dumps({"n": n, **cfg}).encode() for _ in range(n)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- tests
+
+def test_tasks_run_concurrently_in_order_on_the_project_python(tmp_path: Path) -> None:
+    polls: list[float] = []
+    started: list[float] = []
+    t0 = time.monotonic()
+    out = run_tasks(rendezvous_task, _payloads(3, dir=str(tmp_path), linger=1.0),
+                    EngineConfig(), on_start=lambda: started.append(time.monotonic()),
+                    poll=lambda: polls.append(time.monotonic()), poll_interval=0.2)
+    took = time.monotonic() - t0
+    results = [json.loads(b) for b in out]
+    assert [r["index"] for r in results] == [0, 1, 2]          # in task order
+    assert [r["attempt"] for r in results] == [0, 0, 0]
+    assert len({r["pid"] for r in results}) == 3               # one Python worker each
+    for r in results:                                          # check 5: the venv's Python
+        assert r["python"] == sys.executable
+        assert r["prefix"] == sys.prefix
+    assert len(started) == 1
+    assert len(polls) >= 3, f"poll ran {len(polls)} times in {took:.1f} s"
+    print(f"3 concurrent tasks, Spark start included: {took:.1f} s")
+
+
+def test_sigkilled_worker_is_retried_on_a_fresh_worker(tmp_path: Path) -> None:
+    job = start_tasks(sigkill_task, _payloads(3, dir=str(tmp_path), victim=1),
+                      EngineConfig(max_attempts=2))
+    results = [json.loads(b) for b in job.result(timeout=120)]
+    assert [r["index"] for r in results] == [0, 1, 2]
+    assert [r["attempt"] for r in results] == [0, 1, 0]        # only the victim restarted
+    killed = int((tmp_path / "started-1-0").read_text())
+    assert results[1]["pid"] != killed and not _alive(killed)  # a new worker process
+    for i in (0, 2):                                           # peers kept their worker
+        assert results[i]["pid"] == int((tmp_path / f"started-{i}-0").read_text())
+        assert not (tmp_path / f"started-{i}-1").exists()
+    status = job.status()
+    assert (status.state, status.finished, status.failed_attempts) == ("succeeded", 3, 1)
+    print(f"Spark start (JVM already up): {job.startup_seconds:.2f} s")
+
+
+@pytest.mark.parametrize("how", ["raise", "sigkill"])
+def test_task_failing_every_attempt_fails_the_job(tmp_path: Path, how: str) -> None:
+    attempts = 3
+    with pytest.raises(EngineError) as info:
+        run_tasks(failing_task, _payloads(2, dir=str(tmp_path), bad=1, how=how),
+                  EngineConfig(max_attempts=attempts))
+    err = info.value
+    assert not isinstance(err, JobCancelled)
+    assert err.task_index == 1 and err.attempts == attempts
+    assert "task 1" in str(err)
+    assert sorted(p.name for p in tmp_path.glob("attempt-1-*")) == \
+        [f"attempt-1-{a}" for a in range(attempts)]
+    if how == "raise":
+        assert err.reason == "ValueError: boom"
+        assert "boom" in str(err)
+        assert "ValueError: boom" in err.python_traceback
+        assert "\tat org.apache" not in str(err) + err.python_traceback   # no Java stack
+    else:
+        assert err.reason == "Python worker exited unexpectedly (crashed)"
+        assert err.python_traceback is None
+    assert "\n" not in str(err)
+
+
+def test_too_many_tasks_for_the_master_is_refused_before_spark(tmp_path: Path) -> None:
+    payloads = _payloads(3, dir=str(tmp_path))
+    cfg = EngineConfig(master="local[2]")
+    assert available_slots(cfg) == 2
+    assert available_slots(EngineConfig(), 9) == 9
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        start_tasks(rendezvous_task, payloads, cfg)
+    assert time.monotonic() - t0 < 1.0
+    assert str(info.value).startswith(
+        "pipeline needs 3 concurrent tasks but master local[2] has 2 slots: "
+        "use --master local[3] or lower the parallelism")
+    assert not list(tmp_path.iterdir())                          # no task ever ran
+    with pytest.raises(ConfigError, match="spark.speculation"):
+        run_tasks(rendezvous_task, payloads, EngineConfig(conf={"spark.speculation": "true"}))
+    with pytest.raises(ConfigError, match="local\\[N\\]"):
+        run_tasks(rendezvous_task, payloads, EngineConfig(master="local[two]"))
+    assert run_tasks(rendezvous_task, [], EngineConfig(master="local[2]")) == []
+
+
+def test_missing_java_is_a_setup_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SetupError, match="Java"):
+        start_tasks(rendezvous_task, _payloads(1, dir=str(tmp_path)), EngineConfig())
+
+
+def test_cancel_kills_the_tasks(tmp_path: Path) -> None:
+    job = start_tasks(sleeping_task, _payloads(2, dir=str(tmp_path)), EngineConfig())
+    with pytest.raises(EngineError, match="one at a time"):      # one SparkContext/process
+        start_tasks(sleeping_task, _payloads(1, dir=str(tmp_path)), EngineConfig())
+    pid_files = [tmp_path / "pid-0", tmp_path / "pid-1"]
+    _wait_for(pid_files, "sleeping tasks")
+    deadline = time.monotonic() + 10
+    while job.status().running != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.status().running == 2 and job.status().state == "running"
+    pids = [int(p.read_text()) for p in pid_files]
+    t0 = time.monotonic()
+    job.cancel()
+    assert job.wait(60)
+    print(f"cancel -> job done, Spark stopped: {time.monotonic() - t0:.2f} s")
+    with pytest.raises(JobCancelled):
+        job.result()
+    assert job.status().state == "cancelled"
+    assert not any(_alive(p) for p in pids)                      # no zombie task left
+
+
+CTRL_C_CHILD = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+from test_spark_engine import sleeping_task, _payloads
+from eos_runtime.engine import EngineConfig, run_tasks
+try:
+    run_tasks(sleeping_task, _payloads(2, dir={dir!r}), EngineConfig())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    out = run_tasks(lambda t: b"after", [b""], EngineConfig())   # the engine is free again
+    print(out[0].decode(), flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_cancels_the_job(tmp_path: Path) -> None:
+    """A real Ctrl-C: SIGINT to the driver's whole process group, as a terminal sends it."""
+    code = CTRL_C_CHILD.format(tests=str(Path(__file__).parent), dir=str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pid_files = [tmp_path / "pid-0", tmp_path / "pid-1"]
+        _wait_for(pid_files, "sleeping tasks of the child")
+        pids = [int(p.read_text()) for p in pid_files]
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=90)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, err[-3000:]
+    assert out.split() == ["interrupted", "after"]
+    assert not any(_alive(p) for p in pids)
