@@ -22,6 +22,15 @@ __all__ = ["CRASH_POINTS", "arm", "disarm", "is_armed", "crash_point"]
 CRASH_POINTS: dict[str, str] = {
     "locallog.append.mid_data": "local log append: half of a batch's frames are written",
     "locallog.append.after_data": "local log append: frames written, commit pointer not yet",
+    "task.mid_version": "a task processed a batch of its open version; no checkpoint yet",
+    "task.aligning": "a marker arrived, not every producer's yet, early arrivals buffered",
+    "task.checkpoint.after_output_flush": "checkpoint step 1 done: output flushed",
+    "task.checkpoint.before_commit": "checkpoint step 2 done: change-log records produced",
+    "task.checkpoint.after_commit": "checkpoint step 3 done: commit record sealed, RocksDB not yet",
+    "task.checkpoint.after_store": "checkpoint step 4 done: RocksDB written, markers not yet sent",
+    "task.checkpoint.mid_marker_fanout": "checkpoint step 5: markers sent to half the channels",
+    "task.recovery": "recovery: new generation written, restore commands not yet sent",
+    "task.rewind": "handling a restore: state discarded, new generation not yet written",
 }
 
 _armed: dict[str, int] = {}

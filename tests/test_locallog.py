@@ -212,8 +212,10 @@ def test_a_fenced_producer_of_an_older_generation_cannot_even_start(log_dir):
 
     with open_transport(data_dir=str(log_dir)) as t:
         t.fenced_producer("task-1", 5).close()
-        with pytest.raises(ProducerFenced, match="generation 4 is older than the registered 5"):
+        with pytest.raises(ProducerFenced, match="generation 4 is not newer than the registered 5"):
             t.fenced_producer("task-1", 4)
-        with t.fenced_producer("task-1", 5) as same:  # the same generation may reopen
+        with pytest.raises(ProducerFenced, match="generation 5 is not newer"):
+            t.fenced_producer("task-1", 5)  # two instances of one generation: refused
+        with t.fenced_producer("task-1", 6) as same:
             same.produce("t", 0, b"x")
             assert same.flush() == {TP: 0}

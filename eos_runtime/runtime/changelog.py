@@ -14,14 +14,14 @@ and recovery can take the last commit record as the truth without further checks
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import EosError
 from ..protocol import wire
 from ..state import TaskStore
 from ..transport import TopicPartition, Transport
 
-__all__ = ["Recovered", "recover", "ChangeLogWriter"]
+__all__ = ["Recovered", "recover", "catch_up", "ChangeLogWriter"]
 
 
 class RecoveryError(EosError):
@@ -35,7 +35,7 @@ class Recovered:
     commit_offset: int = -1
     replayed: int = 0                           # change records applied to the store
     rebuilt: bool = False                       # the local store was wiped and rebuilt
-    commits: list[tuple[int, wire.ChangeLogCommit]] = field(default_factory=list)
+    read_to: int = 0                            # the log was read up to here
 
     @property
     def version(self) -> int:
@@ -62,7 +62,9 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
 
     Same-host restart: a local store whose checkpoint data points at a commit record of
     the log replays only the log after it. A store that is empty, or points anywhere
-    else, is wiped and rebuilt from the whole log.
+    else, is wiped and rebuilt from the whole log. ``Recovered.read_to`` is where reading
+    stopped: after registering its new generation the task calls ``catch_up`` to read what
+    a zombie may have committed in between.
     """
     result = Recovered()
     low, high = transport.watermarks(tp)
@@ -83,8 +85,15 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
             store.wipe()
             result.rebuilt = True
             result.generation = 0
+    catch_up(transport, tp, store, result, start, high)
+    return result
+
+
+def catch_up(transport: Transport, tp: TopicPartition, store: TaskStore, result: Recovered,
+             start: int, end: int) -> None:
+    """Apply the change log's [start, end) to ``store``: every commit's changes in one batch."""
     pending: list[tuple[str, bytes, bytes | None]] = []
-    for r in _read(transport, tp, start, high):
+    for r in _read(transport, tp, start, end):
         rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition, offset=r.offset)
         if rec.generation > result.generation:
             result.generation = rec.generation
@@ -97,7 +106,7 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
             result.commit, result.commit_offset = rec, r.offset
         else:  # abort: the changes since the last commit never counted
             pending = []
-    return result
+    result.read_to = max(result.read_to, end)
 
 
 class ChangeLogWriter:

@@ -200,7 +200,8 @@ class Transport(abc.ABC):
     def fenced_producer(self, fence_id: str, generation: int) -> Producer:
         """A producer that stops working once one with the same ``fence_id`` and a newer
         ``generation`` exists: its writes then raise ``ProducerFenced``. A write that
-        succeeded happened before the newer producer started (zombie fencing).
+        succeeded happened before the newer producer started (zombie fencing). Generations
+        must grow: registering one not newer than the last raises ``ProducerFenced``.
 
         Kafka: a transactional producer (``transactional.id`` = ``fence_id``; the broker's
         epoch does the fencing, so write inside transactions). Local log: a fence checked

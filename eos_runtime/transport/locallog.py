@@ -284,13 +284,12 @@ class LocalLogTransport(Transport):
         try:
             raw = os.pread(fd, _FENCE.size, 0)
             current = _FENCE.unpack(raw)[0] if len(raw) == _FENCE.size else -(2**63)
-            if current > generation:
-                raise ProducerFenced(f"fence {fence_id!r}: generation {generation} is older than "
-                                     f"the registered {current}")
-            if current != generation:
-                _pwrite_all(fd, _FENCE.pack(generation), 0)
-                if self.fsync:
-                    os.fsync(fd)
+            if current >= generation:  # two instances of one generation would both write
+                raise ProducerFenced(f"fence {fence_id!r}: generation {generation} is not newer "
+                                     f"than the registered {current}")
+            _pwrite_all(fd, _FENCE.pack(generation), 0)
+            if self.fsync:
+                os.fsync(fd)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         return _LocalProducer(self, fence=(fd, fence_id, generation))

@@ -1,0 +1,76 @@
+"""Reading a sink's output as committed: what each result looks like to a reader.
+
+On Kafka this is a read_committed consumer: the sink's transactions decide. On the local
+log, which has no transactions, the sink's commit records list the offset ranges each
+checkpoint made visible (``ChangeLogCommit.output_ranges``); the committed reader shows
+exactly the records inside those ranges, so output of a crashed or fenced attempt stays
+invisible, as aborted transactions do on Kafka.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+from ..errors import EosError
+from ..protocol import wire
+from ..transport import OLDEST, Record, TopicPartition, Transport
+
+__all__ = ["read_topic", "committed_ranges", "read_output"]
+
+
+def read_topic(transport: Transport, topic: str, *, read_committed: bool = True,
+               timeout: float = 60.0) -> list[Record]:
+    """Every record of ``topic`` up to its current end, partition by partition."""
+    parts = transport.describe(topic).partitions
+    tps = [TopicPartition(topic, p) for p in range(parts)]
+    ends = {tp: transport.watermarks(tp, read_committed=read_committed)[1] for tp in tps}
+    out: list[Record] = []
+    with transport.consumer(read_committed=read_committed) as c:
+        c.assign({tp: transport.resolve(tp, OLDEST) for tp in tps})
+        deadline = time.monotonic() + timeout
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise EosError(f"reading {topic!r} timed out before its end offsets {ends}")
+            for r in c.poll(50_000, 0.5):
+                if r.offset < ends[TopicPartition(r.topic, r.partition)]:
+                    out.append(r)
+    out.sort(key=lambda r: (r.partition, r.offset))
+    return out
+
+
+def committed_ranges(transport: Transport, changelog_topic: str,
+                     topic: str) -> dict[int, list[tuple[int, int]]]:
+    """Per partition of ``topic``: the [first, last] offset ranges sink commits made visible."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for r in read_topic(transport, changelog_topic):
+        rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition, offset=r.offset)
+        if isinstance(rec, wire.ChangeLogCommit):
+            for rng in rec.output_ranges:
+                if rng.topic == topic:
+                    ranges.setdefault(rng.partition, []).append((rng.first, rng.last))
+    return ranges
+
+
+def read_output(transport: Transport, topic: str, *, job: str | None = None,
+                committed: bool = True) -> list[Record]:
+    """The sink output of ``topic`` as a reader sees it.
+
+    ``committed`` on Kafka: read_committed. On the local log: only records inside the
+    committed ranges of ``job``'s sink (``job`` required). ``committed=False``: everything.
+    """
+    if not committed:
+        return read_topic(transport, topic, read_committed=False)
+    if transport.supports_transactions:
+        return read_topic(transport, topic, read_committed=True)
+    if job is None:
+        raise EosError(f"the local log has no transactions: reading {topic!r} as committed needs "
+                       f"the job whose sink wrote it (--job)")
+    ranges = {p: sorted(rs) for p, rs in committed_ranges(transport, f"{job}.changelog", topic).items()}
+    firsts = {p: [f for f, _ in rs] for p, rs in ranges.items()}
+    keep = []
+    for r in read_topic(transport, topic):
+        i = bisect.bisect_right(firsts.get(r.partition, ()), r.offset) - 1
+        if i >= 0 and r.offset <= ranges[r.partition][i][1]:
+            keep.append(r)
+    return keep

@@ -1,0 +1,472 @@
+"""The task loop: wires transport, aligner, operators, state and outputs together.
+
+One record, top to bottom: ``poll`` a batch -> decode the envelope -> the aligner decides
+(process, buffer, drop, or: all markers in, checkpoint) -> the step chain runs against
+staged state -> output goes to the channel or sink writer -> at a checkpoint, the commit
+steps below run in their fixed order. The protocol rules live in
+``protocol/aligner.py``; this module only carries out its decisions.
+
+Checkpoint steps (exactly-once; SEP-10 3.3-3.9, numbered as in docs/protocol.md):
+
+    1. flush output (channels), or write held sink output (local log) / keep it in the
+       open transaction (Kafka)
+    2. change-log records of the staged state changes
+    3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
+    4. the RocksDB batch: staged state + checkpoint data
+    5. marker fan-out to every channel (not for sinks)
+
+At-least-once runs the same steps on a timer (no alignment, no markers but the final
+end-of-stream ones): what was read is committed after it was processed, so a crash
+replays, and duplicates, what came after the last commit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from .. import faults
+from ..api import FORMATS
+from ..errors import EosError
+from ..plan import JobPlan, StagePlan
+from ..protocol import wire
+from ..protocol.aligner import END_OF_STREAM, Aligner, Decision, RestoreOutcome, Snapshot
+from ..state import StateLocked, TaskStore
+from ..transport import TopicPartition, Transport, open_transport
+from .buffer import EarlyArrivalBuffer
+from .changelog import ChangeLogWriter, catch_up, recover
+from .operators import Chain, UserFunctionError, decode_key, encode_key
+from .outputs import ChannelWriter, SinkWriter
+
+__all__ = ["TaskConfig", "TaskFailed", "run_task", "run_task_payload"]
+
+
+class TaskFailed(EosError):
+    """A task stopped on a record: names topic, partition, offset and the cause."""
+
+
+@dataclass
+class TaskConfig:
+    plan: JobPlan
+    task_id: int
+    transport: dict[str, Any]            # open_transport(**transport)
+    state_dir: str
+    bounded: bool = True
+    end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
+    buffer_max_bytes: int = 64 << 20
+    fault: dict[str, Any] | None = None  # {"point", "task", "attempt", "hit"}
+    poll_records: int = 5_000
+
+
+@dataclass
+class TaskStats:
+    task_id: int
+    attempt: int = 0
+    generation: int = 0
+    restored_version: int = 0
+    checkpoints: int = 0
+    processed: int = 0
+    emitted: int = 0
+    buffered: int = 0
+    max_buffer_bytes: int = 0
+    stale: int = 0
+    fenced: int = 0
+    rewinds: int = 0
+    replayed_changes: int = 0
+    rebuilt_store: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_task_payload(payload: bytes, attempt: int) -> bytes:
+    """Engine entry point: payload is a cloudpickled ``TaskConfig``."""
+    config: TaskConfig = cloudpickle.loads(payload)
+    return cloudpickle.dumps(run_task(config, attempt).as_dict())
+
+
+def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
+    f = config.fault
+    if f and f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
+        faults.arm(f["point"], f.get("hit", 1))
+    with open_transport(**config.transport) as transport:
+        task = _Task(config, transport, attempt)
+        try:
+            return task.run()
+        finally:
+            task.close()
+
+
+class _Task:
+    def __init__(self, config: TaskConfig, transport: Transport, attempt: int) -> None:
+        self.c = config
+        self.plan: JobPlan = config.plan
+        self.stage: StagePlan = self.plan.stage_of(config.task_id)
+        self.id = config.task_id
+        self.t = transport
+        self.eos = self.plan.exactly_once
+        self.stats = TaskStats(config.task_id, attempt)
+        self.store = self._open_store(attempt)
+        self.chain = Chain(self.stage.steps, self.store)
+        self.changelog_tp = TopicPartition(self.plan.changelog_topic, self.id)
+        self.fence_id = f"{self.plan.name}.task-{self.id}"
+        self.log: ChangeLogWriter | None = None
+        self.channels: ChannelWriter | None = None
+        self.sink: SinkWriter | None = None
+        self.consumer = None
+        self.version = 1
+        self._since_commit = 0
+        self._last_commit = time.monotonic()
+        if self.stage.sink is not None:
+            self.sink = SinkWriter(self.stage.sink, self.stage.output_partitions)
+        if self.stage.source is not None:
+            src = self.stage.source
+            self._src_key = FORMATS[src.key_format][1] if src.key_format else None
+            self._src_value = FORMATS[src.value_format][1]
+
+    # ------------------------------------------------------------------ set-up
+
+    def _open_store(self, attempt: int) -> TaskStore:
+        """The task's RocksDB: the same directory across restarts on this host; if a zombie
+        of an earlier attempt still holds it, a fresh one rebuilt from the change log."""
+        base = Path(self.c.state_dir) / self.plan.name / f"task-{self.id}"
+        base.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return TaskStore(base, self.stage.stores)
+        except StateLocked:
+            return TaskStore(base.with_name(f"task-{self.id}.attempt-{attempt}-{os.getpid()}"),
+                             self.stage.stores)
+
+    def close(self) -> None:
+        for thing in (self.consumer, self.log, self.channels and self.channels.producer):
+            if thing is not None:
+                try:
+                    thing.close()
+                except EosError:
+                    pass
+        self.store.close()
+
+    def _new_generation(self, generation: int, restored_version: int) -> int:
+        """Register and write a new generation before anything else (invariant 5); from now
+        on a zombie of an older one cannot write to the change log. Returns the offset of
+        the generation-start record."""
+        if self.log is not None:
+            self.log.close()
+        self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
+                                   fenced=self.eos)
+        offset = self.log.start_generation(restored_version)
+        self.stats.generation = generation
+        return offset
+
+    def _announce(self, restored_version: int) -> None:
+        """SEP-10 1.3-1.4: re-send the last marker, then the restore command, downstream."""
+        faults.crash_point("task.recovery")
+        if self.channels is not None and self.eos:
+            gen = self.stats.generation
+            if restored_version:
+                self.channels.markers(gen, restored_version)
+            self.channels.restore(gen, restored_version)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> TaskStats:
+        recovered = recover(self.t, self.changelog_tp, self.store)
+        self.stats.replayed_changes = recovered.replayed
+        self.stats.rebuilt_store = recovered.rebuilt
+        self.stats.restored_version = recovered.version
+        if self.stage.shuffle is not None:
+            self.channels = ChannelWriter(self.t.producer(), self.stage.output_topic,
+                                          self.stage.output_partitions, self.id)
+        start = self._new_generation(recovered.generation + 1, recovered.version)
+        # A zombie may have committed between our read and our registration: read on.
+        catch_up(self.t, self.changelog_tp, self.store, recovered, recovered.read_to, start)
+        self.stats.restored_version = recovered.version
+        commit = recovered.commit
+        if commit is not None and self.channels is not None:
+            for o in commit.outputs:  # sequence numbers continue from the checkpoint
+                if o.topic == self.stage.output_topic and o.partition < len(self.channels.seq):
+                    self.channels.seq[o.partition] = o.seq
+        self._announce(recovered.version)
+        self.version = recovered.version + 1
+        self.consumer = self.t.consumer(read_committed=True)
+        if self.stage.is_source:
+            self._run_source(commit)
+        else:
+            self._run_channels(commit)
+        return self.stats
+
+    # ------------------------------------------------------------------ sources
+
+    def _run_source(self, commit: wire.ChangeLogCommit | None) -> None:
+        topic = self.stage.input_topic
+        parts = self.plan.tasks[self.id].partitions
+        start = {p: 0 for p in parts}
+        if commit is not None:
+            for pos in commit.inputs:
+                if pos.topic == topic and pos.partition in start:
+                    start[pos.partition] = pos.offset
+        else:
+            for p in parts:
+                start[p] = self.t.watermarks(TopicPartition(topic, p))[0]
+        self.positions = dict(start)
+        ends = {p: self.c.end_offsets.get(p) for p in parts}
+        tps = {p: TopicPartition(topic, p) for p in parts}
+        self.consumer.assign({tps[p]: start[p] for p in parts})
+        done = {p for p in parts if ends[p] is not None and start[p] >= ends[p]}
+        self.consumer.pause([tps[p] for p in done])
+        key_de, value_de, chain = self._src_key, self._src_value, self.chain
+        while True:
+            if self.c.bounded and len(done) == len(parts):
+                break
+            batch = self.consumer.poll(self.c.poll_records, 0.2)
+            for r in batch:
+                end = ends[r.partition]
+                if end is not None and r.offset >= end:
+                    continue
+                try:
+                    key = key_de(r.key) if key_de is not None and r.key is not None else None
+                    kb = encode_key(key) if key is not None else None
+                    outs = chain.run(kb, value_de(r.value))
+                except Exception as exc:
+                    raise self._failed(r.topic, r.partition, r.offset, exc) from exc
+                self._emit(key, kb, outs, r.timestamp)
+                self.positions[r.partition] = r.offset + 1
+                if end is not None and r.offset + 1 >= end:
+                    done.add(r.partition)
+                    self.consumer.pause([tps[r.partition]])
+            self.stats.processed += len(batch)
+            self._since_commit += len(batch)
+            if batch:
+                faults.crash_point("task.mid_version")
+            if self._commit_due():
+                self._checkpoint(self._source_inputs(), ())
+        self._checkpoint(self._source_inputs(), ())
+        self._end_of_stream()
+
+    def _source_inputs(self) -> tuple[wire.InputPosition, ...]:
+        return tuple(wire.InputPosition(self.stage.input_topic, p, off)
+                     for p, off in sorted(self.positions.items()))
+
+    def _commit_due(self) -> bool:
+        every = self.plan.commit_every
+        if every and self._since_commit >= every:
+            return True
+        return time.monotonic() - self._last_commit >= self.plan.commit_interval
+
+    # ------------------------------------------------------------------ channels
+
+    def _run_channels(self, commit: wire.ChangeLogCommit | None) -> None:
+        topic = self.stage.input_topic
+        parts = self.plan.tasks[self.id].partitions
+        channels = [(topic, p) for p in parts]
+        self.channel_list = channels
+        self.channel_index = {c: i for i, c in enumerate(channels)}
+        snapshot = Snapshot(commit.version, commit.inputs, commit.fences) if commit else None
+        producers = self.stage.upstream_task_ids
+        if self.eos:
+            self.aligner = Aligner(channels, producers, snapshot=snapshot)
+            self.buffer = EarlyArrivalBuffer(
+                Path(self.c.state_dir) / self.plan.name / f"buffer-{self.id}-{os.getpid()}",
+                self.c.buffer_max_bytes)
+            self._seek_all(self.aligner.resume_offsets())
+            self._run_aligned(channels)
+        else:
+            offsets = {c: 0 for c in channels}
+            if commit is not None:
+                for pos in commit.inputs:
+                    offsets[(pos.topic, pos.partition)] = pos.offset
+            self._seek_all(offsets)
+            self._run_unaligned(channels, producers)
+
+    def _seek_all(self, offsets: dict) -> None:
+        self.positions = {c: (0 if off is None else off) for c, off in offsets.items()}
+        self.consumer.assign({TopicPartition(*c): off for c, off in self.positions.items()})
+
+    def _run_aligned(self, channels: list) -> None:
+        al, buf = self.aligner, self.buffer
+        paused: set = set()
+        while not (al.finished() and not len(buf)):
+            batch = self.consumer.poll(self.c.poll_records, 0.2)
+            for r in batch:
+                c = (r.topic, r.partition)
+                msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
+                                          offset=r.offset)
+                if type(msg) is wire.Envelope:
+                    d = al.on_data(c, r.offset, msg.producer_id, msg.generation, msg.version, msg.seq)
+                    if d == Decision.PROCESS:
+                        self._process(msg, r.topic, r.partition, r.offset)
+                    elif d == Decision.BUFFER:
+                        buf.append(msg.version, self.channel_index[c], r.offset, r.value)
+                        self.stats.buffered += 1
+                    elif d == Decision.STALE:
+                        self.stats.stale += 1
+                    else:
+                        self.stats.fenced += 1
+                elif type(msg) is wire.Marker:
+                    if al.on_marker(c, r.offset, msg.producer_id, msg.generation, msg.version):
+                        self._take_aligned_checkpoints()
+                    elif len(buf):
+                        faults.crash_point("task.aligning")
+                else:
+                    outcome = al.on_restore(c, r.offset, msg.producer_id, msg.generation, msg.version)
+                    if outcome == RestoreOutcome.REWIND:
+                        self._rewind()
+                        paused = set()
+                        break  # the rest of the batch is read again from the checkpoint
+            if batch:
+                faults.crash_point("task.mid_version")
+            self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes, buf.size)
+            paused = self._backpressure(paused)
+        self._end_of_stream()
+
+    def _backpressure(self, paused: set) -> set:
+        """Invariant 8: with the buffer full, stop reading channels that already gave every
+        marker of the open version; channels still owing one keep being read."""
+        want = set(self.aligner.channels_done()) if self.buffer.full else set()
+        if want != paused:
+            if paused - want:
+                self.consumer.resume([TopicPartition(*c) for c in paused - want])
+            if want - paused:
+                self.consumer.pause([TopicPartition(*c) for c in want - paused])
+        return want
+
+    def _take_aligned_checkpoints(self) -> None:
+        al = self.aligner
+        while al.aligned():
+            snap = al.checkpoint()
+            self.version = snap.version
+            self._checkpoint(snap.inputs, snap.fences)
+            for ci, offset, raw in self.buffer.drain(al.version):
+                msg = wire.decode_channel(raw)
+                topic, partition = self.channel_list[ci]
+                d = al.on_release((topic, partition), offset, msg.producer_id, msg.generation,
+                                  msg.version)
+                if d == Decision.PROCESS:
+                    self._process(msg, topic, partition, offset)
+                else:
+                    self.stats.fenced += 1
+            if al.finished() and not len(self.buffer):
+                return
+
+    def _rewind(self) -> None:
+        """SEP-10 4.x: discard the open version, new generation, restore downstream, re-read."""
+        self.stats.rewinds += 1
+        self.store.discard()
+        self.buffer.clear()
+        if self.sink is not None:
+            self.sink.discard()
+        self.log.abort_open()
+        snap = self.aligner.rewind()
+        faults.crash_point("task.rewind")
+        self._new_generation(self.stats.generation + 1, snap.version)
+        self._announce(snap.version)
+        self.version = snap.version + 1
+        self._seek_all(self.aligner.resume_offsets())
+
+    def _run_unaligned(self, channels: list, producers: tuple[int, ...]) -> None:
+        ended: set = set()
+        lanes = len(channels) * len(producers)
+        while len(ended) < lanes:
+            batch = self.consumer.poll(self.c.poll_records, 0.2)
+            for r in batch:
+                msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
+                                          offset=r.offset)
+                c = (r.topic, r.partition)
+                if type(msg) is wire.Envelope:
+                    self._process(msg, r.topic, r.partition, r.offset)
+                elif type(msg) is wire.Marker and msg.version == END_OF_STREAM:
+                    ended.add((c, msg.producer_id))
+                self.positions[c] = r.offset + 1
+            self._since_commit += len(batch)
+            if batch:
+                faults.crash_point("task.mid_version")
+            if self._commit_due():
+                self._checkpoint(self._channel_inputs(), ())
+        self._checkpoint(self._channel_inputs(), ())
+        self._end_of_stream()
+
+    def _channel_inputs(self) -> tuple[wire.InputPosition, ...]:
+        return tuple(wire.InputPosition(t, p, off) for (t, p), off in sorted(self.positions.items()))
+
+    # ------------------------------------------------------------------ processing
+
+    def _process(self, msg: wire.Envelope, topic: str, partition: int, offset: int) -> None:
+        try:
+            value = FORMATS["msgpack"][1](msg.value)
+            outs = self.chain.run(msg.key, value)
+        except Exception as exc:
+            raise self._failed(topic, partition, offset, exc) from exc
+        self.stats.processed += 1
+        if outs:
+            key = decode_key(msg.key) if self.sink is not None else None  # only sinks need it
+            self._emit(key, msg.key, outs, msg.timestamp)
+
+    def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int) -> None:
+        if not outs:
+            return
+        self.stats.emitted += len(outs)
+        if self.channels is not None:
+            self._shuffle(outs, timestamp)
+        else:
+            self.sink.write(key, key_bytes, outs, timestamp)
+
+    def _shuffle(self, outs: list[Any], timestamp: int) -> None:
+        key_fn = self.stage.shuffle.key_fn
+        gen, version, write = self.stats.generation, self.version, self.channels.write
+        for value in outs:
+            try:
+                kb = encode_key(key_fn(value))
+            except Exception as exc:
+                raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+            write(gen, version, kb, [value], timestamp)
+
+    def _failed(self, topic: str, partition: int, offset: int, exc: Exception) -> TaskFailed:
+        cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
+            f"{type(exc).__name__}: {exc}")
+        return TaskFailed(f"task {self.id} stopped at topic={topic!r} partition={partition} "
+                          f"offset={offset}: {cause}; nothing past this record was committed")
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def _checkpoint(self, inputs: tuple[wire.InputPosition, ...],
+                    fences: tuple[wire.ProducerFence, ...]) -> None:
+        gen, version, log = self.stats.generation, self.version, self.log
+        ranges: tuple[wire.OutputRange, ...] = ()
+        # 1. flush output
+        if self.channels is not None:
+            self.channels.flush()
+        elif self.sink is not None:
+            counts = self.sink.produce_into(log.producer)
+            if not log.transactional:
+                report = log.producer.flush()
+                ranges = tuple(wire.OutputRange(self.sink.topic, p, report[tp] - n + 1, report[tp])
+                               for p, n in sorted(counts.items())
+                               for tp in [TopicPartition(self.sink.topic, p)])
+        faults.crash_point("task.checkpoint.after_output_flush")
+        # 2. change-log records of the staged state
+        staged = self.store.staged()
+        log.changes(version, staged)
+        faults.crash_point("task.checkpoint.before_commit")
+        # 3. the commit record: the commit point
+        outputs = self.channels.output_seqs() if self.channels is not None else ()
+        offset, _ = log.commit(wire.ChangeLogCommit(gen, version, outputs, inputs, fences, ranges))
+        faults.crash_point("task.checkpoint.after_commit")
+        # 4. the RocksDB batch with the checkpoint data
+        self.store.commit(wire.CheckpointData(offset, gen, version))
+        faults.crash_point("task.checkpoint.after_store")
+        # 5. markers downstream
+        if self.channels is not None and self.eos:
+            self.channels.markers(gen, version)
+        self.stats.checkpoints += 1
+        self.version = version + 1
+        self._since_commit = 0
+        self._last_commit = time.monotonic()
+
+    def _end_of_stream(self) -> None:
+        if self.channels is not None:
+            self.channels.markers(self.stats.generation, END_OF_STREAM)
