@@ -74,7 +74,7 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                  commit_every: int | None = None, parallelism: int | None = None,
                  sink_partitions: int | None = None, master: str | None = None,
                  max_attempts: int = 4, fault: dict[str, Any] | None = None,
-                 buffer_max_bytes: int = 64 << 20,
+                 buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
     """Plan and run ``pipeline`` to the end of its input (a bounded run)."""
     from .engine import EngineConfig, run_tasks
@@ -90,6 +90,7 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
                         sink_partitions=sink_partitions)
+        _refuse_a_second_run(transport, plan)
         _create_topics(transport, plan)
         src = plan.stages[0]
         ends = {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
@@ -99,7 +100,8 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         payloads = [cloudpickle.dumps(TaskConfig(
             plan=plan, task_id=t.task_id, transport=transport_opts, state_dir=state_dir,
             bounded=True, end_offsets={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
-            buffer_max_bytes=buffer_max_bytes, fault=fault)) for t in plan.tasks]
+            buffer_max_bytes=buffer_max_bytes, fault=fault, poll_records=poll_records))
+            for t in plan.tasks]
         sink_tp = [TopicPartition(plan.stages[-1].output_topic, p)
                    for p in range(plan.stages[-1].output_partitions)]
         started = time.monotonic()
@@ -116,6 +118,21 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     tasks = [cloudpickle.loads(r) for r in results]
     return RunSummary(plan.name, plan.guarantee, "kafka" if bootstrap_servers else "local",
                       seconds, sum(ends[p] - starts[p] for p in ends), tasks, describe_plan(plan))
+
+
+def _refuse_a_second_run(transport: Transport, plan: JobPlan) -> None:
+    """Each run is bounded and ends with end-of-stream markers; continuing a job that
+    ended needs unbounded runs (versions and stream ends across runs), not built yet."""
+    try:
+        transport.describe(plan.changelog_topic)
+    except TopicNotFound:
+        return
+    if any(transport.watermarks(TopicPartition(plan.changelog_topic, t.task_id))[1] > 0
+           for t in plan.tasks):
+        raise ConfigError(
+            f"job {plan.name!r} already ran on this {transport.name} transport (its change log "
+            f"{plan.changelog_topic!r} holds records): continuing a job across runs is not "
+            f"supported yet; give the pipeline another name or use another data dir")
 
 
 def _create_topics(transport: Transport, plan: JobPlan) -> None:

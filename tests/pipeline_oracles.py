@@ -48,14 +48,15 @@ def check_wordcount_exactly_once(records, lines: list[str]) -> None:
 
 
 def check_wordcount_at_least_once(records, lines: list[str]) -> int:
-    """Nothing lost: every count 1..n appears, none above n. Returns the duplicate count."""
+    """Nothing lost: for a word seen n times every count 1..n appears (a replayed input
+    counts again, so counts may go past n). Returns how many records are duplicates."""
     want = Counter(w for line in lines for w in line.split())
     got = by_key_in_offset_order(records)
     assert set(got) == set(want)
     dups = 0
     for word, n in want.items():
         values = [int(v) for v in got[word]]
-        assert set(values) == set(range(1, n + 1)), f"{word!r}: lost counts"
+        assert set(values) >= set(range(1, n + 1)), f"{word!r}: lost counts"
         dups += len(values) - n
     return dups
 

@@ -255,3 +255,16 @@ def test_a_fenced_producer_stops_once_a_newer_generation_starts(transport):
     assert values == [b"old-1", b"new-1"]
     old.close()
     new.close()
+
+
+def test_send_hands_records_over_without_a_flush_and_flush_still_reports_them(transport):
+    name = new_topic(transport)
+    tp = TopicPartition(name, 0)
+    with transport.producer() as p:
+        p.produce(name, 0, b"early")
+        p.send()
+        assert [r.value for r in read_all(transport, {tp: 0}, 1)] == [b"early"]
+        p.produce(name, 0, b"late")
+        report = p.flush()
+    recs = read_all(transport, {tp: 0}, 2)
+    assert report == {tp: recs[1].offset}

@@ -242,11 +242,18 @@ class _Task:
             self.stats.processed += len(batch)
             self._since_commit += len(batch)
             if batch:
+                self._send_output()
                 faults.crash_point("task.mid_version")
             if self._commit_due():
                 self._checkpoint(self._source_inputs(), ())
         self._checkpoint(self._source_inputs(), ())
         self._end_of_stream()
+
+    def _send_output(self) -> None:
+        """Output of the open version goes out as it is made, not only at checkpoints:
+        downstream may read it before the marker (what makes restores necessary)."""
+        if self.channels is not None:
+            self.channels.producer.send()
 
     def _source_inputs(self) -> tuple[wire.InputPosition, ...]:
         return tuple(wire.InputPosition(self.stage.input_topic, p, off)
@@ -319,6 +326,7 @@ class _Task:
                         paused = set()
                         break  # the rest of the batch is read again from the checkpoint
             if batch:
+                self._send_output()
                 faults.crash_point("task.mid_version")
             self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes, buf.size)
             paused = self._backpressure(paused)
@@ -384,6 +392,7 @@ class _Task:
                 self.positions[c] = r.offset + 1
             self._since_commit += len(batch)
             if batch:
+                self._send_output()
                 faults.crash_point("task.mid_version")
             if self._commit_due():
                 self._checkpoint(self._channel_inputs(), ())

@@ -114,6 +114,11 @@ class Producer(abc.ABC):
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         """Wait for every enqueued record; return the last offset per partition written."""
 
+    def send(self) -> None:
+        """Hand what ``produce`` buffered to the log now, without waiting for
+        acknowledgement (readers may see it before ``flush``). Kafka sends in the
+        background anyway; the local log appends its buffered batches."""
+
     def begin_transaction(self) -> None:
         raise NotImplementedError("this producer is not transactional")
 

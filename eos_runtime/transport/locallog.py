@@ -447,11 +447,18 @@ class _LocalProducer(Producer):
             self._written[tp] = self._log._append(tp, batch)
             self._pending[tp] = []
 
-    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+    def _append_pending(self) -> None:
         for tp, batch in self._pending.items():
             if batch:
                 self._written[tp] = self._log._append(tp, batch, self._fence)
         self._pending.clear()
+
+    def send(self) -> None:
+        if self._fence is None:  # a fenced producer keeps one append per partition per flush
+            self._append_pending()
+
+    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        self._append_pending()
         written, self._written = self._written, {}
         return written
 

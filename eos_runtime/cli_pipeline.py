@@ -1,0 +1,446 @@
+"""``eos run``, ``eos produce``, ``eos consume``: run a pipeline, feed its input, read its output.
+
+    eos produce lines --generate words --count 10000
+    eos run examples/wordcount.py
+    eos consume counts --job wordcount
+
+All three talk to the same log: Kafka with ``--bootstrap-servers`` (or env
+``EOS_BOOTSTRAP_SERVERS``), else the embedded local log in ``--data-dir`` (default
+``.eos/data``). An explicit ``--data-dir`` wins over ``EOS_BOOTSTRAP_SERVERS`` from the
+environment; both on the command line is a usage error.
+
+Results go to stdout, progress to stderr. User errors are ``EosError`` subclasses, which
+``eos_runtime.cli.run`` turns into one ``error: ...`` line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import click
+from click.core import ParameterSource
+
+from .errors import ConfigError, TopicNotFound
+
+__all__ = ["run_cmd", "produce_cmd", "consume_cmd", "generate_words", "WORDS",
+           "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
+
+DEFAULT_DATA_DIR = ".eos/data"
+#: Records ``eos produce`` hands to the producer between two flushes.
+PRODUCE_BATCH = 10_000
+
+#: The fixed vocabulary of ``eos produce --generate words``.
+WORDS: tuple[str, ...] = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+    "india", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
+    "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray",
+    "yankee", "zulu", "stream", "log", "offset", "marker", "checkpoint", "state",
+)
+
+
+def generate_words(count: int, seed: int = 0, *, min_words: int = 1,
+                   max_words: int = 10) -> Iterator[str]:
+    """``count`` text lines of ``min_words``..``max_words`` words drawn from ``WORDS``.
+
+    Deterministic: the same ``count`` and ``seed`` give the same lines (and a shorter
+    ``count`` gives a prefix of a longer one).
+    """
+    rng = random.Random(seed)
+    for _ in range(count):
+        n = rng.randint(min_words, max_words)
+        yield " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+# --------------------------------------------------------------------------- transport options
+
+def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--bootstrap-servers`` / ``--data-dir``, shared by the three commands."""
+    fn = click.option(
+        "--data-dir", type=click.Path(file_okay=False), default=None,
+        help=f"Directory of the embedded local log, used when no Kafka broker is given. "
+             f"Default: {DEFAULT_DATA_DIR}. Wins over EOS_BOOTSTRAP_SERVERS from the "
+             f"environment.")(fn)
+    fn = click.option(
+        "--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None, metavar="HOST:PORT",
+        help="Kafka bootstrap servers (env EOS_BOOTSTRAP_SERVERS); without it the embedded "
+             "local log is used.")(fn)
+    return fn
+
+
+def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> dict[str, str]:
+    """The ``open_transport`` keywords the two options select (see the module docstring)."""
+    ctx = click.get_current_context()
+    bootstrap_servers = (bootstrap_servers or "").strip() or None
+    if data_dir is not None and bootstrap_servers:
+        if ctx.get_parameter_source("bootstrap_servers") == ParameterSource.ENVIRONMENT:
+            bootstrap_servers = None  # an explicit --data-dir beats the environment
+        else:
+            raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local "
+                                   "log), not both")
+    if bootstrap_servers:
+        return {"bootstrap_servers": bootstrap_servers}
+    return {"data_dir": data_dir or DEFAULT_DATA_DIR}
+
+
+def _where(opts: dict[str, str]) -> str:
+    if "bootstrap_servers" in opts:
+        return f"Kafka at {opts['bootstrap_servers']}"
+    return f"the local log in {opts['data_dir']}"
+
+
+def _explicit(name: str) -> bool:
+    src = click.get_current_context().get_parameter_source(name)
+    return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+# --------------------------------------------------------------------------- eos run
+
+def parse_crash_at(spec: str) -> tuple[str, int]:
+    """``POINT`` or ``POINT@HIT`` -> (point, hit); ``ConfigError`` naming the known points."""
+    from .faults import CRASH_POINTS
+
+    point, sep, hit_text = spec.strip().partition("@")
+    known = ", ".join(sorted(CRASH_POINTS))
+    if point not in CRASH_POINTS:
+        raise ConfigError(f"--crash-at: unknown crash point {point!r}; known points: {known}")
+    hit = 1
+    if sep:
+        try:
+            hit = int(hit_text)
+        except ValueError:
+            hit = 0
+        if hit < 1:
+            raise ConfigError(f"--crash-at {spec!r}: the part after @ must be a hit count >= 1")
+    return point, hit
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (Python, the JVM, pipeline code) to stderr.
+
+    ``eos run --json`` keeps stdout for the one JSON document.
+    """
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    saved = os.dup(fd) if fd is not None else None
+    try:
+        if fd is not None:
+            os.dup2(sys.stderr.fileno(), fd)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            if saved is not None:
+                os.dup2(saved, fd)
+                os.close(saved)
+
+
+def _summary_lines(summary: Any) -> list[str]:
+    where = "Kafka" if summary.transport == "kafka" else "the local log"
+    lines = [f"{summary.job}: {summary.input_records:,} input records in {summary.seconds:.2f} s "
+             f"({summary.records_per_second:,.1f} records/s), {summary.guarantee} on {where}"]
+    for t in summary.tasks:
+        extra = ""
+        if t.get("attempt"):
+            extra += f", attempt {t['attempt'] + 1}"
+        if t.get("rebuilt_store"):
+            extra += ", store rebuilt"
+        lines.append(f"  task {t.get('task_id')}: {t.get('checkpoints', 0)} checkpoints, "
+                     f"{t.get('rewinds', 0)} rewinds, {t.get('processed', 0):,} processed, "
+                     f"{t.get('emitted', 0):,} emitted{extra}")
+    return lines
+
+
+@click.command("run")
+@click.argument("pipeline_file", metavar="PIPELINE.py", type=click.Path(dir_okay=False))
+@transport_options
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the tasks keep their RocksDB state. Default: <data dir>/state "
+                   "(.eos/state on Kafka).")
+@click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]), default=None,
+              help="Processing guarantee. Default: the pipeline's.")
+@click.option("--commit-interval", type=click.FloatRange(0, min_open=True), default=None,
+              metavar="SECONDS", help="Checkpoint every SECONDS. Default: the pipeline's.")
+@click.option("--commit-every", type=click.IntRange(1), default=None, metavar="N",
+              help="Also checkpoint after N records of a task. Default: the pipeline's.")
+@click.option("--parallelism", type=click.IntRange(1), default=None, metavar="N",
+              help="Tasks per stage after a shuffle. Default: the pipeline's.")
+@click.option("--sink-partitions", type=click.IntRange(1), default=None, metavar="N",
+              help="Partitions of the sink topic when the run creates it (ignored if it exists).")
+@click.option("--master", default=None,
+              help="Spark master. Default: local[N,F] sized to the plan (N = tasks, "
+                   "F = --max-attempts).")
+@click.option("--max-attempts", type=click.IntRange(1), default=4, show_default=True,
+              help="Attempts per task before the run fails.")
+@click.option("--crash-at", default=None, metavar="POINT[@HIT]",
+              help="Fault injection: kill task --crash-task's first attempt at this crash point "
+                   "(at its HIT-th hit, default 1). See docs/faults.md for the points.")
+@click.option("--crash-task", type=click.IntRange(0), default=None, metavar="N",
+              help="The task --crash-at arms (default 0).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run summary as JSON at the end, and nothing else on stdout.")
+def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
+            state_dir: str | None, guarantee: str | None, commit_interval: float | None,
+            commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
+            master: str | None, max_attempts: int, crash_at: str | None, crash_task: int | None,
+            as_json: bool) -> None:
+    """Run the pipeline defined in PIPELINE.py on Spark, to the end of its input.
+
+    Bounded runs only for now: the run reads what the source topic holds when it starts,
+    takes a final checkpoint in every task and ends. Records produced to the source
+    after the start are not read by this run.
+
+    The file must define a Pipeline (named `pipeline`, or the only one). Progress goes to
+    stderr (a status line on a terminal); a summary (records, seconds, records/s,
+    checkpoints and rewinds per task) goes to stdout at the end.
+    """
+    from .runner import load_pipeline, run_pipeline
+
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    fault: dict[str, Any] | None = None
+    if crash_at is not None:
+        point, hit = parse_crash_at(crash_at)
+        fault = {"point": point, "hit": hit, "task": crash_task or 0, "attempt": 0}
+    elif crash_task is not None:
+        raise click.UsageError("--crash-task needs --crash-at")
+
+    pipeline = load_pipeline(pipeline_file)
+    if fault is not None:
+        _check_crash_task(pipeline, opts, fault["task"], parallelism=parallelism,
+                          sink_partitions=sink_partitions)
+
+    kwargs: dict[str, Any] = dict(
+        state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
+        commit_every=commit_every, parallelism=parallelism, sink_partitions=sink_partitions,
+        master=master, max_attempts=max_attempts, fault=fault, **opts)
+
+    if as_json:
+        with _stdout_to_stderr():
+            summary = run_pipeline(pipeline, **kwargs)
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+        return
+
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        name = pipeline.name
+        with console.status(f"eos run {name}: starting Spark on {_where(opts)}") as status:
+            def on_progress(p: dict[str, Any]) -> None:
+                status.update(f"eos run {name}: {p['seconds']:.1f} s, "
+                              f"sink offsets {p['sink_offsets']:,}")
+
+            summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
+    else:
+        summary = run_pipeline(pipeline, **kwargs)
+    for line in _summary_lines(summary):
+        click.echo(line)
+
+
+def _check_crash_task(pipeline: Any, opts: dict[str, str], task: int, *,
+                      parallelism: int | None, sink_partitions: int | None) -> None:
+    """A --crash-task the plan does not have would never fire: fail loudly instead."""
+    from .plan import plan_job
+    from .transport import open_transport
+
+    with open_transport(**_absolute(opts)) as transport:
+        plan = plan_job(pipeline, transport, parallelism=parallelism,
+                        sink_partitions=sink_partitions)
+    if task >= len(plan.tasks):
+        raise ConfigError(f"--crash-task {task}: the plan of {plan.name!r} has tasks "
+                          f"0..{len(plan.tasks) - 1}")
+
+
+def _absolute(opts: dict[str, str]) -> dict[str, str]:
+    if "data_dir" in opts:
+        return {"data_dir": str(Path(opts["data_dir"]).absolute())}
+    return opts
+
+
+# --------------------------------------------------------------------------- eos produce
+
+def _read_lines(stream: Any, source: str) -> Iterator[bytes]:
+    """Lines of a binary stream without their line ending, each checked to be UTF-8."""
+    for number, line in enumerate(stream, 1):
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{source}, line {number}: not UTF-8 ({exc.reason} at byte "
+                              f"{exc.start})") from None
+        yield line
+
+
+def produce_records(transport: Any, topic: str, values: Iterable[bytes], partitions: int, *,
+                    batch: int = PRODUCE_BATCH) -> int:
+    """Write ``values`` round-robin over ``partitions`` partitions of ``topic``; flush in
+    batches of ``batch`` records. Returns how many were written."""
+    written = 0
+    with transport.producer() as producer:
+        try:
+            for value in values:
+                producer.produce(topic, written % partitions, value)
+                written += 1
+                if written % batch == 0:
+                    producer.flush()
+        except ConfigError as exc:  # a bad input line: keep what came before it, say so
+            producer.flush()
+            raise ConfigError(f"{exc}; the {written:,} records before it were written to "
+                              f"{topic!r}") from None
+        producer.flush()
+    return written
+
+
+@click.command("produce")
+@click.argument("topic")
+@transport_options
+@click.option("--lines-from", "lines_from", type=click.File("rb"), default=None, metavar="FILE",
+              help="One record per line of FILE (UTF-8; '-' reads stdin). The line ending is "
+                   "not part of the record.")
+@click.option("--generate", type=click.Choice(["words"]), default=None,
+              help="Generate the records instead: 'words' = text lines of 1-10 random words "
+                   "from a fixed vocabulary of 32 (deterministic for a given --seed).")
+@click.option("--count", type=click.IntRange(0), default=None, metavar="N",
+              help="How many records --generate writes. Default: 10000.")
+@click.option("--seed", type=int, default=None, metavar="S",
+              help="Seed of --generate. Default: 0.")
+@click.option("--partitions", type=click.IntRange(1), default=2, show_default=True, metavar="N",
+              help="Partitions of the topic when eos produce creates it (when it is missing).")
+def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
+                lines_from: Any, generate: str | None, count: int | None, seed: int | None,
+                partitions: int) -> None:
+    """Write records to TOPIC (a pipeline's input), creating it if missing.
+
+    Records have no key; values go round-robin over the topic's partitions. Prints how
+    many records were written.
+    """
+    from .transport import TopicSpec, open_transport
+
+    if (lines_from is None) == (generate is None):
+        raise click.UsageError("give exactly one of --lines-from FILE and --generate words")
+    if lines_from is not None and (count is not None or seed is not None):
+        raise click.UsageError("--count and --seed go with --generate")
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    started = time.monotonic()
+    with open_transport(**opts) as transport:
+        try:
+            parts = transport.describe(topic).partitions
+        except TopicNotFound:
+            transport.create_topics([TopicSpec(topic, partitions)])
+            parts = partitions
+        else:
+            if _explicit("partitions") and parts != partitions:
+                raise ConfigError(f"topic {topic!r} exists with {parts} partitions, not "
+                                  f"{partitions} (--partitions only applies to a topic eos "
+                                  f"produce creates)")
+        if generate is not None:
+            values: Iterable[bytes] = (line.encode() for line in generate_words(
+                10_000 if count is None else count, 0 if seed is None else seed))
+        else:
+            name = "stdin" if lines_from.name in ("-", "<stdin>") else repr(lines_from.name)
+            values = _read_lines(lines_from, name)
+        written = produce_records(transport, topic, values, parts)
+    seconds = time.monotonic() - started
+    click.echo(f"wrote {written:,} records to {topic} ({parts} partition{'s' * (parts != 1)}) "
+               f"on {_where(opts)} in {seconds:.2f} s")
+
+
+# --------------------------------------------------------------------------- eos consume
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(data)
+
+
+@click.command("consume")
+@click.argument("topic")
+@transport_options
+@click.option("--job", default=None, metavar="NAME",
+              help="The job whose sink wrote TOPIC: on the local log, only what its "
+                   "checkpoints committed is shown. (Kafka reads read_committed anyway.)")
+@click.option("--all", "read_all", is_flag=True,
+              help="Read every record, uncommitted ones too.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of {partition, offset, key, value}.")
+@click.option("--count", "only_count", is_flag=True, help="Print only the number of records.")
+def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
+                job: str | None, read_all: bool, as_json: bool, only_count: bool) -> None:
+    """Print the records of TOPIC up to its current end, as key<TAB>value lines.
+
+    Partition by partition, in offset order. Keys and values are shown as UTF-8 text
+    where they decode, else as the repr of the bytes; a missing key is an empty field.
+
+    By default only committed records are shown: on Kafka through read_committed, on
+    the local log (which has no transactions) through the commit records of the job
+    named by --job. On the local log give --job or --all.
+    """
+    from .runtime.committed import read_output
+    from .transport import open_transport
+
+    if job is not None and read_all:
+        raise click.UsageError("--job and --all exclude each other")
+    if as_json and only_count:
+        raise click.UsageError("--json and --count exclude each other")
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    with open_transport(**opts) as transport:
+        transport.describe(topic)  # TopicNotFound names the topic
+        if not read_all and not transport.supports_transactions:
+            if job is None:
+                raise ConfigError(f"the local log has no transactions: to read {topic!r} as "
+                                  f"committed, pass --job NAME (the job whose sink wrote it); "
+                                  f"or pass --all to read every record, uncommitted too")
+            try:
+                transport.describe(f"{job}.changelog")
+            except TopicNotFound:
+                raise ConfigError(f"job {job!r} has no change log ({job}.changelog) on "
+                                  f"{_where(opts)}: --job must name the pipeline that wrote "
+                                  f"{topic!r}") from None
+        records = read_output(transport, topic, job=job, committed=not read_all)
+    if only_count:
+        click.echo(str(len(records)))
+    elif as_json:
+        click.echo(json.dumps([{"partition": r.partition, "offset": r.offset,
+                                "key": _text(r.key), "value": _text(r.value)}
+                               for r in records], indent=1, ensure_ascii=False))
+    else:
+        _write_lines(f"{_field(r.key)}\t{_field(r.value)}" for r in records)
+
+
+def _field(data: bytes | None) -> str:
+    text = _text(data)
+    return "" if text is None else text
+
+
+def _write_lines(lines: Iterable[str], chunk: int = 5_000) -> None:
+    """Write to stdout in chunks; a closed pipe (``eos consume ... | head``) ends quietly."""
+    out = sys.stdout
+    try:
+        buf: list[str] = []
+        for line in lines:
+            buf.append(line)
+            if len(buf) >= chunk:
+                out.write("\n".join(buf) + "\n")
+                buf.clear()
+        if buf:
+            out.write("\n".join(buf) + "\n")
+        out.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail again

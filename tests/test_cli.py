@@ -1,0 +1,239 @@
+"""``eos run``, ``eos produce``, ``eos consume`` as a user runs them: real processes, the real
+local log, real Spark (two ``eos run`` invocations in all, ~12 s each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.cli_pipeline import WORDS, generate_words
+from eos_runtime.faults import CRASH_POINTS
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
+COUNT = 3_000
+
+
+def eos(*args: str, cwd: Path | None = None, stdin: str | bytes | None = None,
+        env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """The ``eos`` console entry point (``eos_runtime.cli:run``) in a child process."""
+    full_env = {k: v for k, v in os.environ.items() if k != "EOS_BOOTSTRAP_SERVERS"}
+    full_env.update(env or {})
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    p = subprocess.run([sys.executable, "-c", "from eos_runtime.cli import run; run()", *args],
+                       cwd=cwd, input=data, capture_output=True, env=full_env, timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(),
+                                       p.stderr.decode(errors="replace"))
+
+
+def ok(*args: str, **kw) -> subprocess.CompletedProcess:
+    p = eos(*args, **kw)
+    assert p.returncode == 0, f"eos {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def error_line(p: subprocess.CompletedProcess) -> str:
+    """The one ``error: ...`` line of a failed command (and nothing else on stderr)."""
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def word_counts(data_dir: Path) -> Counter:
+    """How often each word occurs in topic ``lines``, read back with ``eos consume --all``."""
+    out = ok("consume", "lines", "--all", "--data-dir", str(data_dir)).stdout
+    counts: Counter = Counter()
+    for line in out.splitlines():
+        key, _, value = line.partition("\t")
+        assert key == ""  # eos produce writes no keys
+        counts.update(value.split())
+    return counts
+
+
+def assert_exactly_once(data_dir: Path, expected: Counter) -> list[str]:
+    """The committed ``counts`` of each word w are exactly "1".."n(w)", in offset order."""
+    lines = ok("consume", "counts", "--job", "wordcount", "--data-dir", str(data_dir)).stdout.splitlines()
+    seen: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        word, _, value = line.partition("\t")
+        seen[word].append(value)
+    assert set(seen) == set(expected)
+    for word, n in expected.items():
+        assert seen[word] == [str(i) for i in range(1, n + 1)], word
+    return lines
+
+
+# --------------------------------------------------------------------------- the real runs
+
+@pytest.fixture(scope="module")
+def wordcount_run(tmp_path_factory):
+    data = tmp_path_factory.mktemp("wc") / "data"
+    produced = ok("produce", "lines", "--generate", "words", "--count", str(COUNT), "--seed", "11",
+                  "--data-dir", str(data))
+    assert produced.stdout.startswith(f"wrote {COUNT:,} records to lines (2 partitions)")
+    run = ok("run", WORDCOUNT, "--data-dir", str(data), "--json")
+    return data, run
+
+
+@pytest.mark.slow
+def test_run_json_summary(wordcount_run):
+    data, run = wordcount_run
+    summary = json.loads(run.stdout)  # stdout holds the JSON document and nothing else
+    assert summary["job"] == "wordcount" and summary["transport"] == "local"
+    assert summary["guarantee"] == "exactly-once"
+    assert summary["input_records"] == COUNT
+    assert [t["task_id"] for t in summary["tasks"]] == [0, 1, 2, 3]
+    assert sum(t["processed"] for t in summary["tasks"][:2]) == COUNT
+    assert (data / "state").is_dir()  # --state-dir defaults to under the data dir
+
+
+@pytest.mark.slow
+def test_consume_committed_counts_are_one_to_n(wordcount_run):
+    data, _ = wordcount_run
+    expected = word_counts(data)
+    assert sum(expected.values()) > COUNT and set(expected) <= set(WORDS)
+    lines = assert_exactly_once(data, expected)
+    count = ok("consume", "counts", "--job", "wordcount", "--count", "--data-dir", str(data))
+    assert count.stdout.strip() == str(len(lines)) == str(sum(expected.values()))
+    records = json.loads(ok("consume", "counts", "--job", "wordcount", "--json",
+                            "--data-dir", str(data)).stdout)
+    assert len(records) == len(lines)
+    assert set(records[0]) == {"partition", "offset", "key", "value"}
+    assert [(r["partition"], r["offset"]) for r in records] == \
+        sorted((r["partition"], r["offset"]) for r in records)
+
+
+@pytest.mark.slow
+def test_run_with_a_crash_point_stays_exactly_once(tmp_path):
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "2000", "--seed", "5",
+       "--data-dir", str(data))
+    run = ok("run", WORDCOUNT, "--data-dir", str(data), "--crash-at",
+             "task.checkpoint.before_commit", "--crash-task", "2", "--commit-every", "500")
+    # the human summary: totals, then one line per task; task 2 needed a second attempt
+    assert run.stdout.startswith("wordcount: 2,000 input records in ")
+    assert "records/s" in run.stdout.splitlines()[0]
+    task2 = [line for line in run.stdout.splitlines() if line.strip().startswith("task 2:")]
+    assert len(task2) == 1 and "attempt 2" in task2[0] and "checkpoints" in task2[0]
+    committed = assert_exactly_once(data, word_counts(data))
+    everything = int(ok("consume", "counts", "--all", "--count", "--data-dir", str(data)).stdout)
+    assert everything >= len(committed)
+
+
+# --------------------------------------------------------------------------- errors of eos run
+
+def test_run_missing_pipeline_file(tmp_path):
+    line = error_line(eos("run", "no_such_pipeline.py", "--data-dir", str(tmp_path), cwd=tmp_path))
+    assert "no_such_pipeline.py" in line and "does not exist" in line
+
+
+def test_run_unknown_crash_point_lists_the_known_ones(tmp_path):
+    p = eos("run", WORDCOUNT, "--data-dir", str(tmp_path), "--crash-at", "no.such.point")
+    line = error_line(p)
+    assert "no.such.point" in line
+    assert all(point in line for point in CRASH_POINTS)
+    assert "hit count" in error_line(eos("run", WORDCOUNT, "--crash-at", "task.rewind@0",
+                                         "--data-dir", str(tmp_path)))
+
+
+def test_run_crash_task_outside_the_plan(tmp_path):
+    ok("produce", "lines", "--lines-from", "-", "--data-dir", str(tmp_path), stdin="a b\n")
+    line = error_line(eos("run", WORDCOUNT, "--data-dir", str(tmp_path), "--crash-at",
+                          "task.rewind", "--crash-task", "9"))
+    assert "--crash-task 9" in line and "0..3" in line
+
+
+def test_run_usage_errors(tmp_path):
+    p = eos("run", WORDCOUNT, "--guarantee", "maybe", "--data-dir", str(tmp_path))
+    assert p.returncode == 2 and "Invalid value for '--guarantee'" in p.stderr
+    p = eos("run", WORDCOUNT, "--crash-task", "1", "--data-dir", str(tmp_path))
+    assert p.returncode == 2 and "--crash-task needs --crash-at" in p.stderr
+
+
+def test_run_without_source_topic_names_it(tmp_path):
+    line = error_line(eos("run", WORDCOUNT, "--data-dir", str(tmp_path / "empty")))
+    assert "'lines'" in line and "eos produce" in line
+
+
+# --------------------------------------------------------------------------- produce / consume
+
+def test_produce_lines_round_trip_through_consume_all(tmp_path):
+    lines = ["héllo wörld", "second line", "", "tabs\tinside", "last"]
+    src = tmp_path / "in.txt"
+    src.write_bytes(("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:])).encode())
+    data = str(tmp_path / "data")
+    p = ok("produce", "text", "--lines-from", str(src), "--data-dir", data)
+    assert p.stdout.startswith("wrote 5 records to text (2 partitions)")
+    records = json.loads(ok("consume", "text", "--all", "--json", "--data-dir", data).stdout)
+    # round-robin: partition 0 holds lines 0, 2, 4 and partition 1 lines 1, 3
+    assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in records] == [
+        (0, 0, None, lines[0]), (0, 1, None, lines[2]), (0, 2, None, lines[4]),
+        (1, 0, None, lines[1]), (1, 1, None, lines[3])]
+    text = ok("consume", "text", "--all", "--data-dir", data).stdout
+    assert text == "".join(f"\t{v}\n" for v in (lines[0], lines[2], lines[4], lines[1], lines[3]))
+    assert ok("consume", "text", "--all", "--count", "--data-dir", data).stdout == "5\n"
+    # stdin, appended to the same topic; --partitions must match an existing topic
+    ok("produce", "text", "--lines-from", "-", "--data-dir", data, stdin="x\ny\n")
+    assert ok("consume", "text", "--all", "--count", "--data-dir", data).stdout == "7\n"
+    line = error_line(eos("produce", "text", "--partitions", "3", "--lines-from", "-",
+                          "--data-dir", data, stdin="z\n"))
+    assert "'text'" in line and "2 partitions" in line
+
+
+def test_produce_rejects_non_utf8_lines(tmp_path):
+    data = str(tmp_path / "data")
+    line = error_line(eos("produce", "raw", "--lines-from", "-", "--data-dir", data,
+                          stdin=b"good\n\xff\xfe\n"))
+    assert "line 2" in line and "UTF-8" in line and "1 records before it" in line
+    assert ok("consume", "raw", "--all", "--data-dir", data).stdout == "\tgood\n"
+
+
+def test_consume_shows_undecodable_bytes_as_repr(tmp_path):
+    from eos_runtime.transport import TopicSpec, open_transport
+
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("bin", 1)])
+        with t.producer() as p:
+            p.produce("bin", 0, b"\xff\x00", key=b"k")
+            p.flush()
+    assert ok("consume", "bin", "--all", "--data-dir", str(tmp_path)).stdout == "k\tb'\\xff\\x00'\n"
+
+
+def test_consume_on_the_local_log_needs_job_or_all(tmp_path):
+    ok("produce", "lines", "--lines-from", "-", "--data-dir", str(tmp_path), stdin="a\n")
+    line = error_line(eos("consume", "lines", "--data-dir", str(tmp_path)))
+    assert "--job" in line and "--all" in line and "'lines'" in line
+    line = error_line(eos("consume", "lines", "--job", "nojob", "--data-dir", str(tmp_path)))
+    assert "nojob" in line
+    line = error_line(eos("consume", "nosuch", "--all", "--data-dir", str(tmp_path)))
+    assert "'nosuch'" in line
+
+
+def test_transport_option_rules(tmp_path):
+    data = str(tmp_path)
+    p = eos("produce", "t", "--generate", "words", "--bootstrap-servers", "127.0.0.1:1",
+            "--data-dir", data)
+    assert p.returncode == 2 and "not both" in p.stderr
+    # an explicit --data-dir wins over EOS_BOOTSTRAP_SERVERS from the environment
+    p = ok("produce", "t", "--generate", "words", "--count", "7", "--data-dir", data,
+           env={"EOS_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert "wrote 7 records" in p.stdout and "local log" in p.stdout
+    p = eos("produce", "t", "--data-dir", data)
+    assert p.returncode == 2 and "--lines-from" in p.stderr
+
+
+def test_generate_words_is_deterministic():
+    a = list(generate_words(200, seed=3))
+    assert a == list(generate_words(200, seed=3))
+    assert a[:50] == list(generate_words(50, seed=3))
+    assert a != list(generate_words(200, seed=4))
+    words = [w for line in a for w in line.split()]
+    assert set(words) <= set(WORDS)
+    assert all(1 <= len(line.split()) <= 10 for line in a)
