@@ -18,3 +18,12 @@ def test_smoke_on_kafka(kafka_bootstrap, tmp_path):
                         show_progress=False)
     assert [r.transport for r in results] == ["local", "kafka", "kafka"]
     assert "the 100 aborted records stay invisible" in results[2].checks
+
+
+def test_the_main_job_runs_wordcount_and_verifies_it(tmp_path):
+    from eos_runtime.cli_pipeline import generate_words
+    from eos_runtime.demo import run_demo
+
+    result = run_demo(data_dir=str(tmp_path / "demo"), lines=800)
+    assert result.lines == 800 and result.duplicates == 0
+    assert result.output_records == sum(len(line.split()) for line in generate_words(800, seed=42))

@@ -79,6 +79,8 @@ class TaskStats:
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False
+    seconds: float = 0.0                 # from recovery start to the task's end
+
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -175,6 +177,14 @@ class _Task:
     # ------------------------------------------------------------------ run
 
     def run(self) -> TaskStats:
+        started = time.monotonic()
+        try:
+            self._run()
+        finally:
+            self.stats.seconds = round(time.monotonic() - started, 3)
+        return self.stats
+
+    def _run(self) -> None:
         recovered = recover(self.t, self.changelog_tp, self.store)
         self.stats.replayed_changes = recovered.replayed
         self.stats.rebuilt_store = recovered.rebuilt
@@ -198,7 +208,6 @@ class _Task:
             self._run_source(commit)
         else:
             self._run_channels(commit)
-        return self.stats
 
     # ------------------------------------------------------------------ sources
 
