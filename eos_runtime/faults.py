@@ -34,19 +34,26 @@ CRASH_POINTS: dict[str, str] = {
 }
 
 _armed: dict[str, int] = {}
+_actions: dict[str, str] = {}
+ACTIONS = ("kill", "stop")
 
 
-def arm(name: str, hit: int = 1) -> None:
-    """Kill this process at the ``hit``-th time ``name`` is reached."""
+def arm(name: str, hit: int = 1, action: str = "kill") -> None:
+    """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``) or
+    SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would)."""
     if name not in CRASH_POINTS:
         raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
     if hit < 1:
         raise ConfigError(f"crash point {name!r}: hit must be >= 1, not {hit}")
+    if action not in ACTIONS:
+        raise ConfigError(f"crash point {name!r}: action must be one of {ACTIONS}, not {action!r}")
     _armed[name] = hit
+    _actions[name] = action
 
 
 def disarm() -> None:
     _armed.clear()
+    _actions.clear()
 
 
 def is_armed(name: str) -> bool:
@@ -61,6 +68,10 @@ def crash_point(name: str) -> None:
     if left is None:
         return
     if left <= 1:
+        if _actions.get(name) == "stop":
+            del _armed[name]
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
         os.kill(os.getpid(), signal.SIGKILL)
     _armed[name] = left - 1
 

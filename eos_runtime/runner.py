@@ -23,7 +23,7 @@ from .errors import ConfigError, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
-__all__ = ["RunSummary", "load_pipeline", "run_pipeline"]
+__all__ = ["RunSummary", "create_job_topics", "load_pipeline", "run_pipeline", "task_configs"]
 
 
 @dataclass
@@ -84,7 +84,6 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
     """Plan and run ``pipeline`` to the end of its input (a bounded run)."""
     from .engine import EngineConfig, run_tasks
-    from .runtime.task import TaskConfig
 
     if not bootstrap_servers and not data_dir:
         data_dir = ".eos/data"
@@ -97,17 +96,13 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         commit_every=commit_every, parallelism=parallelism,
                         sink_partitions=sink_partitions)
         _refuse_a_second_run(transport, plan)
-        _create_topics(transport, plan)
+        create_job_topics(transport, plan)
         src = plan.stages[0]
-        ends = {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
-                for p in range(src.input_partitions)}
-        starts = {p: transport.watermarks(TopicPartition(src.input_topic, p))[0]
-                  for p in range(src.input_partitions)}
-        payloads = [cloudpickle.dumps(TaskConfig(
-            plan=plan, task_id=t.task_id, transport=transport_opts, state_dir=state_dir,
-            bounded=True, end_offsets={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
-            buffer_max_bytes=buffer_max_bytes, fault=fault, poll_records=poll_records))
-            for t in plan.tasks]
+        configs = task_configs(plan, transport, transport_opts, state_dir, fault=fault,
+                               buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
+        payloads = [cloudpickle.dumps(c) for c in configs]
+        ends = {p: e for c in configs for p, e in c.end_offsets.items()}
+        starts = {p: transport.watermarks(TopicPartition(src.input_topic, p))[0] for p in ends}
         sink_tp = [TopicPartition(plan.stages[-1].output_topic, p)
                    for p in range(plan.stages[-1].output_partitions)]
         started = time.monotonic()
@@ -126,6 +121,21 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                       seconds, sum(ends[p] - starts[p] for p in ends), tasks, describe_plan(plan))
 
 
+def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
+                 state_dir: str, **options: Any) -> list:
+    """One ``TaskConfig`` per task of a bounded run: sources get the end offsets of now."""
+    from .runtime.task import TaskConfig
+
+    src = plan.stages[0]
+    ends = {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
+            for p in range(src.input_partitions)}
+    return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
+                       state_dir=state_dir, bounded=True,
+                       end_offsets={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
+                       **options)
+            for t in plan.tasks]
+
+
 def _refuse_a_second_run(transport: Transport, plan: JobPlan) -> None:
     """Each run is bounded and ends with end-of-stream markers; continuing a job that
     ended needs unbounded runs (versions and stream ends across runs), not built yet."""
@@ -141,7 +151,7 @@ def _refuse_a_second_run(transport: Transport, plan: JobPlan) -> None:
             f"supported yet; give the pipeline another name or use another data dir")
 
 
-def _create_topics(transport: Transport, plan: JobPlan) -> None:
+def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
     sink = plan.stages[-1]
     try:

@@ -3,6 +3,7 @@ both modes, compared record by record with an oracle computed from the input."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,9 @@ def transport_opts(kind, tmp_path, request) -> dict:
 
 
 def fresh_pipeline(name: str, suffix: str):
-    """The example with topics renamed per test, so tests on one broker do not meet."""
+    """The example with topics renamed per test, so tests on one broker do not meet
+    (a broker may outlive many test sessions: the suffix ends in a random part)."""
+    suffix = f"{suffix}-{uuid.uuid4().hex[:6]}"
     pipeline = load_pipeline(EXAMPLES / f"{name}.py")
     pipeline.name = f"{pipeline.name}-{suffix}"
     seg0, last = pipeline.segments[0], pipeline.segments[-1]

@@ -95,7 +95,7 @@ def run_task_payload(payload: bytes, attempt: int) -> bytes:
 def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
     f = config.fault
     if f and f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
-        faults.arm(f["point"], f.get("hit", 1))
+        faults.arm(f["point"], f.get("hit", 1), f.get("action", "kill"))
     with open_transport(**config.transport) as transport:
         task = _Task(config, transport, attempt)
         try:
