@@ -91,3 +91,47 @@ def test_at_least_once_loses_nothing_under_a_crash(point, task, tmp_path):
                                               guarantee="at-least-once")
     assert crashed["attempt"] == 1
     check_wordcount_at_least_once(records, lines)
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_sink_worker_from_outside(tmp_path):
+    """Not a crash point: the test SIGKILLs the Python worker running task 2 while it runs."""
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    from eos_runtime.transport import TopicPartition
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    pipeline, source, sink = fresh_pipeline("wordcount", "sigkill")
+    lines = word_lines(6000)
+    with open_transport(**opts) as t:
+        produce(t, source, encode_lines(lines))
+    result = {}
+
+    def run():
+        result["summary"] = run_pipeline(pipeline, commit_every=200, poll_records=50,
+                                         state_dir=str(tmp_path / "state"), **opts)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    pid_file = Path(tmp_path / "state" / pipeline.name / f"task-{SINK}.pid")
+    killed = None
+    with open_transport(**opts) as t:
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline and runner.is_alive():
+            if pid_file.exists() and sink in t.list_topics() and any(
+                    t.watermarks(TopicPartition(sink, p))[1] > 0
+                    for p in range(t.describe(sink).partitions)):
+                pid, attempt = map(int, pid_file.read_text().split())
+                if attempt == 0:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+            time.sleep(0.02)
+    runner.join(timeout=300)
+    assert killed is not None, "the run ended before the worker could be killed"
+    assert result["summary"].tasks[SINK]["attempt"] == 1
+    with open_transport(**opts) as t:
+        check_wordcount_exactly_once(read_output(t, sink, job=pipeline.name), lines)

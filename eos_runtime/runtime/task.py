@@ -114,6 +114,9 @@ class _Task:
         self.eos = self.plan.exactly_once
         self.stats = TaskStats(config.task_id, attempt)
         self.store = self._open_store(attempt)
+        # Where operators and experiments find the process running the task.
+        pid_file = Path(config.state_dir) / self.plan.name / f"task-{self.id}.pid"
+        pid_file.write_text(f"{os.getpid()} {attempt}\n")
         self.chain = Chain(self.stage.steps, self.store)
         self.changelog_tp = TopicPartition(self.plan.changelog_topic, self.id)
         self.fence_id = f"{self.plan.name}.task-{self.id}"
