@@ -297,3 +297,12 @@ def test_second_producer_with_same_transactional_id_fences_the_first(kafka_boots
     successor.produce(topic, value=b"successor")
     successor.commit_transaction(30)
     assert read_all(kafka_bootstrap, topic, isolation="read_committed", expect=1) == [b"successor"]
+
+
+def test_cluster_ids_never_look_like_an_option():
+    """The storage tool's parser takes a leading '-' for an option (seen failing 1 in 64)."""
+    from eos_runtime.broker.kafka import _new_cluster_id
+
+    ids = [_new_cluster_id() for _ in range(5000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert len(set(ids)) == len(ids) and all(len(i) == 22 for i in ids)

@@ -404,7 +404,12 @@ def stop_running(run_dir: str | os.PathLike[str] | None = None, *, timeout: floa
 
 def _new_cluster_id() -> str:
     """A Kafka cluster id: a random UUID, URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Like Kafka's own Uuid.randomUuid: never starting with "-", which the storage
+    # tool's argument parser would take for an option (1 id in 64 otherwise).
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _tail_text(text: str, lines: int) -> str:
