@@ -39,6 +39,10 @@ WORDCOUNT_CASES = [
     ("task.checkpoint.after_store", SINK, 2),
 ]
 
+# Crashes after which a source's uncommitted output is already downstream.
+SENT_BEFORE_COMMIT = {"task.mid_version", "task.checkpoint.after_output_flush",
+                      "task.checkpoint.before_commit"}
+
 PAGEVIEW_CASES = [
     ("task.mid_version", INTERMEDIATE, 3),
     ("task.aligning", INTERMEDIATE, 1),
@@ -69,9 +73,12 @@ def run_crashing(name, tmp_path, point, task, hit, guarantee="exactly-once", n=1
 @pytest.mark.slow
 @pytest.mark.parametrize("point,task,hit", WORDCOUNT_CASES)
 def test_wordcount_exactly_once_survives_a_crash(point, task, hit, tmp_path):
-    lines, records, crashed, _ = run_crashing("wordcount", tmp_path, point, task, hit)
+    lines, records, crashed, summary = run_crashing("wordcount", tmp_path, point, task, hit)
     assert crashed["attempt"] == 1, "the crash point did not fire"
     assert crashed["generation"] >= 2
+    if task == SOURCE and point in SENT_BEFORE_COMMIT:
+        # the dead attempt's output reached the sinks and had to be fenced there
+        assert sum(summary.tasks[t]["fenced"] for t in (2, 3)) > 0
     check_wordcount_exactly_once(records, lines)
 
 
