@@ -79,7 +79,8 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                  guarantee: str | None = None, commit_interval: float | None = None,
                  commit_every: int | None = None, parallelism: int | None = None,
                  sink_partitions: int | None = None, master: str | None = None,
-                 max_attempts: int = 4, fault: dict[str, Any] | None = None,
+                 max_attempts: int = 4,
+                 fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                  buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
     """Plan and run ``pipeline`` to the end of its input (a bounded run)."""

@@ -142,3 +142,94 @@ def test_sigkill_of_a_sink_worker_from_outside(tmp_path):
     assert result["summary"].tasks[SINK]["attempt"] == 1
     with open_transport(**opts) as t:
         check_wordcount_exactly_once(read_output(t, sink, job=pipeline.name), lines)
+
+
+def run_with_faults(name, tmp_path, fault_list, n=1200):
+    opts = {"data_dir": str(tmp_path / "data")}
+    pipeline, source, sink = fresh_pipeline(name, "multi")
+    data = word_lines(n) if name == "wordcount" else page_views(n)
+    with open_transport(**opts) as t:
+        produce(t, source, encode_lines(data) if name == "wordcount" else encode_views(data))
+    summary = run_pipeline(pipeline, commit_every=200, poll_records=100,
+                           state_dir=str(tmp_path / "state"), fault=fault_list, **opts)
+    with open_transport(**opts) as t:
+        return data, read_output(t, sink, job=pipeline.name), summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,faults", [
+    # the source dies mid version; the sink, rewinding on its restore, dies there too
+    ("crash while rewinding", [
+        {"point": "task.mid_version", "task": SOURCE, "hit": 2},
+        {"point": "task.rewind", "task": SINK, "hit": 1}]),
+    # a second crash of the same task during its recovery
+    ("second crash during recovery", [
+        {"point": "task.mid_version", "task": SOURCE, "hit": 2},
+        {"point": "task.recovery", "task": SOURCE, "hit": 1, "attempt": 1}]),
+    # both producers of the sinks' channels restart, one after the other
+    ("two producers restarting in turn", [
+        {"point": "task.mid_version", "task": 0, "hit": 2},
+        {"point": "task.mid_version", "task": 1, "hit": 5}]),
+    # upstream and downstream crash in the same run
+    ("upstream and downstream together", [
+        {"point": "task.checkpoint.before_commit", "task": SOURCE, "hit": 2},
+        {"point": "task.aligning", "task": SINK, "hit": 2}]),
+])
+def test_wordcount_exactly_once_survives_several_faults(case, faults, tmp_path):
+    lines, records, summary = run_with_faults("wordcount", tmp_path, faults)
+    for f in faults:
+        assert summary.tasks[f["task"]]["attempt"] >= f.get("attempt", 0) + 1, f"{f} did not fire"
+    check_wordcount_exactly_once(records, lines)
+
+
+@pytest.mark.slow
+def test_three_stages_survive_intermediate_and_sink_crashing_together(tmp_path):
+    views, records, summary = run_with_faults("pageviews", tmp_path, [
+        {"point": "task.mid_version", "task": INTERMEDIATE, "hit": 3},
+        {"point": "task.checkpoint.after_commit", "task": 4, "hit": 2},
+        {"point": "task.mid_version", "task": 1, "hit": 2}])
+    assert [summary.tasks[t]["attempt"] for t in (INTERMEDIATE, 4, 1)] == [1, 1, 1]
+    check_pageviews_exactly_once(records, views)
+
+
+@pytest.mark.slow
+def test_a_lost_local_store_is_rebuilt_from_the_change_log(tmp_path):
+    """The sink task dies after its second checkpoint and its RocksDB directory is gone
+    (the retry runs on another host): the retry rebuilds the state from the change log."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import cloudpickle
+
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runner import create_job_topics, task_configs
+    from eos_runtime.runtime.task import run_task
+
+    state = tmp_path / "state"
+    opts = {"data_dir": str(tmp_path / "data")}
+    pipeline, source, sink = fresh_pipeline("wordcount", "lost")
+    lines = word_lines(1200)
+    with open_transport(**opts) as t:
+        produce(t, source, encode_lines(lines))
+        plan = plan_job(pipeline, t, commit_every=200)
+        create_job_topics(t, plan)
+        configs = task_configs(plan, t, opts, str(state), poll_records=100)
+    for c in configs[:2]:
+        run_task(c)  # the sources, to their end
+    sink_cfg = configs[SINK]
+    sink_cfg.fault = {"point": "task.checkpoint.after_store", "task": SINK, "hit": 2}
+    payload = tmp_path / "sink.pickle"
+    payload.write_bytes(cloudpickle.dumps(sink_cfg))
+    dead = subprocess.run([sys.executable, "-c",
+                           "import sys\nfrom eos_runtime.runtime.task import run_task_payload\n"
+                           "run_task_payload(open(sys.argv[1], 'rb').read(), 0)\n", str(payload)])
+    assert dead.returncode == -9
+    shutil.rmtree(state / pipeline.name / f"task-{SINK}")
+    sink_cfg.fault = None
+    stats = run_task(sink_cfg, attempt=1)
+    assert stats.restored_version == 2 and stats.replayed_changes > 0
+    run_task(configs[3])
+    with open_transport(**opts) as t:
+        check_wordcount_exactly_once(read_output(t, sink, job=pipeline.name), lines)

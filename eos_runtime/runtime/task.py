@@ -59,7 +59,8 @@ class TaskConfig:
     bounded: bool = True
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
     buffer_max_bytes: int = 64 << 20
-    fault: dict[str, Any] | None = None  # {"point", "task", "attempt", "hit"}
+    # fault injection: {"point", "task", "attempt", "hit", "action"} or a list of them
+    fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
 
 
@@ -93,9 +94,11 @@ def run_task_payload(payload: bytes, attempt: int) -> bytes:
 
 
 def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
-    f = config.fault
-    if f and f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
-        faults.arm(f["point"], f.get("hit", 1), f.get("action", "kill"))
+    faults.disarm()  # a reused worker must not carry another task's faults
+    wanted = config.fault if isinstance(config.fault, list) else [config.fault] if config.fault else []
+    for f in wanted:
+        if f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
+            faults.arm(f["point"], f.get("hit", 1), f.get("action", "kill"))
     with open_transport(**config.transport) as transport:
         task = _Task(config, transport, attempt)
         try:
