@@ -107,3 +107,28 @@ def test_user_errors_are_refused_before_anything_starts(tmp_path):
     from eos_runtime.engine import EngineError
     with pytest.raises((ConfigError, EngineError), match="slots"):
         run_pipeline(big, master="local[3]", **opts)
+
+
+def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path):
+    from eos_runtime import Pipeline
+    from eos_runtime.engine import EngineError
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        produce(t, "nums", [str(i).encode() for i in range(1000)], partitions=1)
+
+    def checked(v):
+        if v == 500:
+            raise ValueError("no 500 please")
+        return v
+
+    p = Pipeline("fails", commit_every=100)
+    p.source("nums", value="utf8").map(int).map(checked).map(str).sink("out")
+    with pytest.raises(EngineError) as info:
+        run_pipeline(p, max_attempts=2, poll_records=50, **opts)
+    msg = str(info.value)
+    assert "topic='nums' partition=0 offset=500" in msg and "no 500 please" in msg
+    with open_transport(**opts) as t:
+        got = [int(r.value) for r in read_output(t, "out", job="fails")]
+    assert got == list(range(len(got))) and len(got) <= 500, "committed past the failing record"
+    assert len(got) >= 400  # the checkpoints before it did commit
