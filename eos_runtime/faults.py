@@ -23,7 +23,7 @@ CRASH_POINTS: dict[str, str] = {
     "locallog.append.mid_data": "local log append: half of a batch's frames are written",
     "locallog.append.after_data": "local log append: frames written, commit pointer not yet",
     "task.mid_version": "a task processed a batch of its open version; no checkpoint yet",
-    "task.aligning": "a marker arrived, not every producer's yet, early arrivals buffered",
+    "task.aligning": "a marker arrived, not every producer's yet (early arrivals may be buffered)",
     "task.checkpoint.after_output_flush": "checkpoint step 1 done: output flushed",
     "task.checkpoint.before_commit": "checkpoint step 2 done: change-log records produced",
     "task.checkpoint.after_commit": "checkpoint step 3 done: commit record sealed, RocksDB not yet",

@@ -32,7 +32,7 @@ WORDCOUNT_CASES = [
     ("task.checkpoint.mid_marker_fanout", SOURCE, 2),
     ("task.recovery", SOURCE, 1),
     ("task.mid_version", SINK, 3),
-    ("task.aligning", SINK, 1),
+    ("task.aligning", SINK, 3),
     ("task.checkpoint.after_output_flush", SINK, 2),
     ("task.checkpoint.before_commit", SINK, 2),
     ("task.checkpoint.after_commit", SINK, 2),
@@ -45,7 +45,7 @@ SENT_BEFORE_COMMIT = {"task.mid_version", "task.checkpoint.after_output_flush",
 
 PAGEVIEW_CASES = [
     ("task.mid_version", INTERMEDIATE, 3),
-    ("task.aligning", INTERMEDIATE, 1),
+    ("task.aligning", INTERMEDIATE, 3),
     ("task.checkpoint.after_commit", INTERMEDIATE, 2),
     ("task.checkpoint.after_store", INTERMEDIATE, 2),
     ("task.checkpoint.mid_marker_fanout", INTERMEDIATE, 2),

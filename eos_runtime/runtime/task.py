@@ -332,7 +332,7 @@ class _Task:
                 elif type(msg) is wire.Marker:
                     if al.on_marker(c, r.offset, msg.producer_id, msg.generation, msg.version):
                         self._take_aligned_checkpoints()
-                    elif len(buf):
+                    else:  # markers from some producers only; early arrivals may be buffered
                         faults.crash_point("task.aligning")
                 else:
                     outcome = al.on_restore(c, r.offset, msg.producer_id, msg.generation, msg.version)
