@@ -176,10 +176,8 @@ def test_too_many_tasks_for_the_master_is_refused_before_spark(tmp_path: Path) -
     cfg = EngineConfig(master="local[2]")
     assert available_slots(cfg) == 2
     assert available_slots(EngineConfig(), 9) == 9
-    t0 = time.monotonic()
     with pytest.raises(ConfigError) as info:
         start_tasks(rendezvous_task, payloads, cfg)
-    assert time.monotonic() - t0 < 1.0
     assert str(info.value).startswith(
         "pipeline needs 3 concurrent tasks but master local[2] has 2 slots: "
         "use --master local[3] or lower the parallelism")
