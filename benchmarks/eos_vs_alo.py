@@ -34,21 +34,19 @@ EXAMPLE = ROOT.parent / "examples" / "wordcount.py"
 def one_run(opts: dict, lines: list[bytes], guarantee: str, commit_interval: float) -> dict:
     suffix = uuid.uuid4().hex[:8]
     pipeline = load_pipeline(EXAMPLE)
-    pipeline.name = f"bench-{suffix}"
-    seg0, last = pipeline.segments[0], pipeline.segments[-1]
-    object.__setattr__(seg0.start, "topic", f"bench-lines-{suffix}")
-    object.__setattr__(last.end, "topic", f"bench-counts-{suffix}")
+    pipeline.rename(f"bench-{suffix}", source=f"bench-lines-{suffix}",
+                    sink=f"bench-counts-{suffix}")
     with open_transport(**opts) as t:
-        t.create_topics([TopicSpec(seg0.start.topic, 2)])
+        t.create_topics([TopicSpec(pipeline.source_topic, 2)])
         with t.producer() as p:
             for i, line in enumerate(lines):
-                p.produce(seg0.start.topic, i % 2, line)
+                p.produce(pipeline.source_topic, i % 2, line)
             p.flush()
     started = time.monotonic()
     summary = run_pipeline(pipeline, guarantee=guarantee, commit_interval=commit_interval, **opts)
     wall = time.monotonic() - started
     with open_transport(**opts) as t:
-        out = read_output(t, last.end.topic, job=pipeline.name,
+        out = read_output(t, pipeline.sink_topic, job=pipeline.name,
                           committed=guarantee == "exactly-once")
     words = sum(len(line.split()) for line in lines)
     return {"guarantee": guarantee, "lines": len(lines), "task_seconds": summary.task_seconds,

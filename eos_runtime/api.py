@@ -24,7 +24,7 @@ pipeline is a description that ``eos run`` (or ``eos_runtime.run``) plans and ex
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import msgpack
@@ -187,8 +187,7 @@ class Pipeline:
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
                  parallelism: int = 1) -> None:
-        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _")
+        _check_name(name)
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
                               f"{', '.join(GUARANTEES)}")
@@ -222,3 +221,28 @@ class Pipeline:
     @property
     def segments(self) -> list[_Segment]:
         return list(self._segments)
+
+    @property
+    def source_topic(self) -> str:
+        return self._segments[0].start.topic
+
+    @property
+    def sink_topic(self) -> str:
+        return self._segments[-1].end.topic
+
+    def rename(self, name: str, *, source: str | None = None, sink: str | None = None) -> None:
+        """Another job name and, optionally, other source and sink topics: the same
+        definition can then run several times side by side (on one broker, say)."""
+        _check_name(name)
+        if not self._segments or not isinstance(self._segments[-1].end, Sink):
+            raise ConfigError(f"pipeline {self.name!r} needs a source and a sink to be renamed")
+        self.name = name
+        if source is not None:
+            self._segments[0].start = replace(self._segments[0].start, topic=source)
+        if sink is not None:
+            self._segments[-1].end = replace(self._segments[-1].end, topic=sink)
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _")

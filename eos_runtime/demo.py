@@ -52,17 +52,13 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
     opts: dict[str, Any]
     if bootstrap_servers:
         import uuid
-        pipeline.name = f"wordcount-{uuid.uuid4().hex[:8]}"  # one broker, many demo runs
+        name = f"wordcount-{uuid.uuid4().hex[:8]}"  # one broker, many demo runs
+        pipeline.rename(name, source=f"{name}-lines", sink=f"{name}-counts")
         opts = {"bootstrap_servers": bootstrap_servers}
     else:
         shutil.rmtree(data_dir, ignore_errors=True)  # the demo's own data: start afresh
         opts = {"data_dir": data_dir}
-    segments = pipeline.segments
-    source, sink = segments[0].start.topic, segments[-1].end.topic
-    if bootstrap_servers:
-        source, sink = f"{pipeline.name}-lines", f"{pipeline.name}-counts"
-        object.__setattr__(segments[0].start, "topic", source)
-        object.__setattr__(segments[-1].end, "topic", sink)
+    source, sink = pipeline.source_topic, pipeline.sink_topic
     text = list(generate_words(lines, seed=42))
     with open_transport(**opts) as t:
         t.create_topics([TopicSpec(source, 2)])

@@ -31,11 +31,9 @@ def fresh_pipeline(name: str, suffix: str):
     (a broker may outlive many test sessions: the suffix ends in a random part)."""
     suffix = f"{suffix}-{uuid.uuid4().hex[:6]}"
     pipeline = load_pipeline(EXAMPLES / f"{name}.py")
-    pipeline.name = f"{pipeline.name}-{suffix}"
-    seg0, last = pipeline.segments[0], pipeline.segments[-1]
-    object.__setattr__(seg0.start, "topic", f"{seg0.start.topic}-{suffix}")
-    object.__setattr__(last.end, "topic", f"{last.end.topic}-{suffix}")
-    return pipeline, seg0.start.topic, last.end.topic
+    pipeline.rename(f"{pipeline.name}-{suffix}", source=f"{pipeline.source_topic}-{suffix}",
+                    sink=f"{pipeline.sink_topic}-{suffix}")
+    return pipeline, pipeline.source_topic, pipeline.sink_topic
 
 
 KINDS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
