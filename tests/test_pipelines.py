@@ -131,6 +131,12 @@ def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path):
     assert got == list(range(len(got))) and len(got) <= 500, "committed past the failing record"
     assert len(got) >= 400  # the checkpoints before it did commit
 
+    bad_key = Pipeline("badkey")
+    bad_key.source("nums", value="utf8").key_by(lambda v: str(1 // (int(v) - 700))).sink("out2")
+    with pytest.raises(EngineError) as info:
+        run_pipeline(bad_key, max_attempts=1, poll_records=50, **opts)
+    assert "offset=700" in str(info.value) and "key_by function raised ZeroDivisionError" in str(info.value)
+
 
 def test_a_full_early_arrival_buffer_pauses_channels_and_loses_nothing(tmp_path):
     """Invariant 8 with a 1-byte buffer: always full, so channels that gave all their

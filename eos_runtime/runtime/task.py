@@ -247,9 +247,11 @@ class _Task:
                     key = key_de(r.key) if key_de is not None and r.key is not None else None
                     kb = encode_key(key) if key is not None else None
                     outs = chain.run(kb, value_de(r.value))
+                    self._emit(key, kb, outs, r.timestamp)
                 except Exception as exc:
+                    if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                        raise  # the runtime's own failure, not the user's function
                     raise self._failed(r.topic, r.partition, r.offset, exc) from exc
-                self._emit(key, kb, outs, r.timestamp)
                 self.positions[r.partition] = r.offset + 1
                 if end is not None and r.offset + 1 >= end:
                     done.add(r.partition)
@@ -423,12 +425,14 @@ class _Task:
         try:
             value = FORMATS["msgpack"][1](msg.value)
             outs = self.chain.run(msg.key, value)
+            if outs:
+                key = decode_key(msg.key) if self.sink is not None else None  # only sinks need it
+                self._emit(key, msg.key, outs, msg.timestamp)
         except Exception as exc:
+            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                raise  # the runtime's own failure, not the user's function
             raise self._failed(topic, partition, offset, exc) from exc
         self.stats.processed += 1
-        if outs:
-            key = decode_key(msg.key) if self.sink is not None else None  # only sinks need it
-            self._emit(key, msg.key, outs, msg.timestamp)
 
     def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int) -> None:
         if not outs:
