@@ -73,7 +73,7 @@ class JobPlan:
         return self.guarantee == "exactly-once"
 
     def topics_to_create(self) -> list[TopicSpec]:
-        specs = [TopicSpec(self.changelog_topic, len(self.tasks), compacted=False)]
+        specs = [TopicSpec(self.changelog_topic, len(self.tasks), keep_forever=True)]
         for st in self.stages:
             if st.shuffle is not None:
                 specs.append(TopicSpec(st.output_topic, st.output_partitions))

@@ -4,8 +4,9 @@
     summary = run_pipeline(pipeline, bootstrap_servers="127.0.0.1:9092")
 
 A bounded run (the default) reads what the source holds when the run starts, takes a
-final checkpoint everywhere and ends. An unbounded run goes on until the source's
-``stop`` control record (``eos stop``) or Ctrl-C.
+final checkpoint everywhere and ends. An unbounded run goes on until a stop request in
+the job's control topic (``eos stop``, ``PipelineRun.stop``, or Ctrl-C on the driver).
+Each run of a job continues from the last one's checkpoints (``protocol/runs.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import cloudpickle
 from .api import Pipeline
 from .errors import ConfigError, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
+from .runtime.control import ControlLog
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
-__all__ = ["RunSummary", "create_job_topics", "load_pipeline", "run_pipeline", "task_configs"]
+__all__ = ["PipelineRun", "RunSummary", "create_job_topics", "load_pipeline", "run_pipeline",
+           "start_pipeline", "task_configs"]
 
 
 @dataclass
@@ -35,6 +38,9 @@ class RunSummary:
     input_records: int
     tasks: list[dict[str, Any]] = field(default_factory=list)
     plan: list[dict[str, Any]] = field(default_factory=list)
+    run: int = 0                   # the job's run number (0 for its first run)
+    bounded: bool = True
+    stopped: bool = False          # a stop request ended the run early
 
     @property
     def records_per_second(self) -> float:
@@ -47,6 +53,7 @@ class RunSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "guarantee": self.guarantee, "transport": self.transport,
+                "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds,
@@ -74,17 +81,88 @@ def _task_entry(attempt) -> bytes:  # runs on a Spark worker
     return run_task_payload(attempt.payload, attempt.attempt)
 
 
-def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
-                 data_dir: str | None = None, state_dir: str | None = None,
-                 guarantee: str | None = None, commit_interval: float | None = None,
-                 commit_every: int | None = None, parallelism: int | None = None,
-                 sink_partitions: int | None = None, master: str | None = None,
-                 max_attempts: int = 4,
-                 fault: dict[str, Any] | list[dict[str, Any]] | None = None,
-                 buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
-                 on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunSummary:
-    """Plan and run ``pipeline`` to the end of its input (a bounded run)."""
-    from .engine import EngineConfig, run_tasks
+class PipelineRun:
+    """A started run of a job: watch it, stop it gracefully, wait for its summary.
+
+    ``run_pipeline`` is ``start_pipeline(...).wait_summary()`` with Ctrl-C handling."""
+
+    def __init__(self, plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
+                 info: Any, job: Any, bounded: bool, begin: dict[TopicPartition, int],
+                 master: str | None) -> None:
+        self.plan = plan
+        self.t = transport
+        self.transport_opts = transport_opts
+        self.info = info
+        self.job = job
+        self.bounded = bounded
+        self.begin = begin
+        self.master = master
+        self.started = time.monotonic()
+        self.stop_requested: str | None = None
+        src = plan.stages[0]
+        self._source_tps = [TopicPartition(src.input_topic, p) for p in range(src.input_partitions)]
+        self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
+        last = plan.stages[-1]
+        self._sink_tps = [TopicPartition(last.output_topic, p) for p in range(last.output_partitions)]
+        self._sink_high0 = sum(transport.watermarks(tp, read_committed=False)[1]
+                               for tp in self._sink_tps)
+
+    @property
+    def run(self) -> int:
+        return self.info.start.run
+
+    def progress(self) -> dict[str, Any]:
+        """Seconds so far, source records arrived and sink records written since the start,
+        tasks running / finished / failed attempts."""
+        status = self.job.status()
+        arrived = sum(self.t.watermarks(tp)[1] - self._source_high0[tp] for tp in self._source_tps)
+        written = sum(self.t.watermarks(tp, read_committed=False)[1]
+                      for tp in self._sink_tps) - self._sink_high0
+        return {"seconds": time.monotonic() - self.started, "run": self.run,
+                "bounded": self.bounded, "stopping": self.stop_requested is not None,
+                "source_new_records": arrived, "sink_records": written,
+                "tasks_running": status.running, "tasks_finished": status.finished,
+                "failed_attempts": status.failed_attempts}
+
+    def stop(self, reason: str = "requested") -> None:
+        """Ask the run to stop gracefully: every task takes a final checkpoint and ends."""
+        if self.stop_requested is None:
+            ControlLog(self.t, self.plan.name).request_stop(reason)
+            self.stop_requested = reason
+
+    def cancel(self) -> None:
+        """Stop now, without final checkpoints (the next run recovers as from a crash)."""
+        self.job.cancel()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.job.wait(timeout)
+
+    def summary(self) -> RunSummary:
+        """Blocks until the run ends; raises what ended it if a task failed for good."""
+        results = self.job.result()
+        seconds = time.monotonic() - self.started
+        tasks = [cloudpickle.loads(r) for r in results]
+        end = _source_positions(self.t, self.plan)
+        consumed = sum(end.get(tp, self.begin.get(tp, 0)) - self.begin.get(tp, 0)
+                       for tp in set(end) | set(self.begin))
+        return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
+                          tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
+                          stopped=any(t.get("stopped") for t in tasks))
+
+
+def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
+                   data_dir: str | None = None, state_dir: str | None = None,
+                   guarantee: str | None = None, commit_interval: float | None = None,
+                   commit_every: int | None = None, parallelism: int | None = None,
+                   sink_partitions: int | None = None, master: str | None = None,
+                   max_attempts: int = 4, bounded: bool = True,
+                   fault: dict[str, Any] | list[dict[str, Any]] | None = None,
+                   buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000) -> PipelineRun:
+    """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
+    once. Bounded: the sources read what their input holds now. Unbounded: they read on
+    until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
+    left off: state, input positions and output carry over."""
+    from .engine import EngineConfig, start_tasks
 
     if not bootstrap_servers and not data_dir:
         data_dir = ".eos/data"
@@ -92,64 +170,106 @@ def run_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         {"bootstrap_servers": bootstrap_servers} if bootstrap_servers
         else {"data_dir": str(Path(data_dir).absolute())})
     state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
-    with open_transport(**transport_opts) as transport:
+    transport = open_transport(**transport_opts)
+    try:
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
                         sink_partitions=sink_partitions)
-        _refuse_a_second_run(transport, plan)
-        create_job_topics(transport, plan)
-        src = plan.stages[0]
-        configs = task_configs(plan, transport, transport_opts, state_dir, fault=fault,
-                               buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
-        payloads = [cloudpickle.dumps(c) for c in configs]
-        ends = {p: e for c in configs for p, e in c.end_offsets.items()}
-        starts = {p: transport.watermarks(TopicPartition(src.input_topic, p))[0] for p in ends}
-        sink_tp = [TopicPartition(plan.stages[-1].output_topic, p)
-                   for p in range(plan.stages[-1].output_partitions)]
-        started = time.monotonic()
-
-        def poll() -> None:
-            if on_progress is not None:
-                out = sum(transport.watermarks(tp, read_committed=False)[1] for tp in sink_tp)
-                on_progress({"seconds": time.monotonic() - started, "sink_offsets": out})
-
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}")
-        results = run_tasks(_task_entry, payloads, engine, poll=poll)
-        seconds = time.monotonic() - started
-    tasks = [cloudpickle.loads(r) for r in results]
-    return RunSummary(plan.name, plan.guarantee, "kafka" if bootstrap_servers else "local",
-                      seconds, sum(ends[p] - starts[p] for p in ends), tasks, describe_plan(plan))
+        _check_engine(engine, len(plan.tasks))
+        info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded)
+        create_job_topics(transport, plan)
+        begin = _source_positions(transport, plan)
+        configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
+                               run=info.start.run, run_started_ms=info.start.started_ms,
+                               control_offset=info.offset, fault=fault,
+                               buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
+        job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
+        return PipelineRun(plan, transport, transport_opts, info, job, bounded, begin, master)
+    except BaseException:
+        transport.close()
+        raise
+
+
+def run_pipeline(pipeline: Pipeline, *,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None,
+                 progress_interval: float = 0.5, **options: Any) -> RunSummary:
+    """Run ``pipeline`` until its run ends (see ``start_pipeline`` for the options).
+
+    Ctrl-C once asks for a graceful stop (final checkpoints, then the summary); a second
+    Ctrl-C cancels the tasks where they are."""
+    run = start_pipeline(pipeline, **options)
+    try:
+        interrupted = False
+        while not run.wait(progress_interval):
+            try:
+                if on_progress is not None:
+                    on_progress(run.progress())
+            except KeyboardInterrupt:
+                interrupted = _interrupt(run, interrupted)
+            except BaseException:
+                run.cancel()
+                run.wait()
+                raise
+        return run.summary()
+    except KeyboardInterrupt:
+        run.cancel()
+        run.wait()
+        raise
+    finally:
+        run.t.close()
+
+
+def _interrupt(run: PipelineRun, already: bool) -> bool:
+    if already:
+        raise KeyboardInterrupt
+    run.stop("interrupted (Ctrl-C)")
+    return True
+
+
+def _check_engine(engine: Any, tasks: int) -> None:
+    """Refuse a master without slots for every task before the run is recorded."""
+    from .engine.spark import _check_slots, _plan
+
+    _check_slots(_plan(engine, tasks), tasks)
+
+
+def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
+    """Where each source partition's last committed checkpoint resumes (low watermark if none)."""
+    from .runtime.changelog import last_commit
+
+    src = plan.stages[0]
+    out = {}
+    for t in plan.tasks:
+        if t.stage != 0:
+            continue
+        commit = None
+        try:
+            commit = last_commit(transport, TopicPartition(plan.changelog_topic, t.task_id))
+        except TopicNotFound:
+            pass
+        committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
+        for p in t.partitions:
+            tp = TopicPartition(src.input_topic, p)
+            out[tp] = committed.get((tp.topic, p), transport.watermarks(tp)[0])
+    return out
 
 
 def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
-                 state_dir: str, **options: Any) -> list:
-    """One ``TaskConfig`` per task of a bounded run: sources get the end offsets of now."""
+                 state_dir: str, *, bounded: bool = True, **options: Any) -> list:
+    """One ``TaskConfig`` per task; in a bounded run sources get the end offsets of now."""
     from .runtime.task import TaskConfig
 
     src = plan.stages[0]
-    ends = {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
-            for p in range(src.input_partitions)}
+    ends = ({p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
+             for p in range(src.input_partitions)} if bounded else {})
     return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
-                       state_dir=state_dir, bounded=True,
-                       end_offsets={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
+                       state_dir=state_dir, bounded=bounded,
+                       end_offsets={p: ends[p] for p in t.partitions}
+                       if t.stage == 0 and bounded else {},
                        **options)
             for t in plan.tasks]
-
-
-def _refuse_a_second_run(transport: Transport, plan: JobPlan) -> None:
-    """Each run is bounded and ends with end-of-stream markers; continuing a job that
-    ended needs unbounded runs (versions and stream ends across runs), not built yet."""
-    try:
-        transport.describe(plan.changelog_topic)
-    except TopicNotFound:
-        return
-    if any(transport.watermarks(TopicPartition(plan.changelog_topic, t.task_id))[1] > 0
-           for t in plan.tasks):
-        raise ConfigError(
-            f"job {plan.name!r} already ran on this {transport.name} transport (its change log "
-            f"{plan.changelog_topic!r} holds records): continuing a job across runs is not "
-            f"supported yet; give the pipeline another name or use another data dir")
 
 
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:

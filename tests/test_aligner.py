@@ -15,10 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from eos_runtime.protocol.aligner import (
-    END_OF_STREAM, Aligner, Decision, ProtocolViolation, RestoreOutcome, Snapshot,
+    Aligner, Decision, ProtocolViolation, RestoreOutcome, Snapshot,
 )
+from eos_runtime.protocol.runs import first_version, run_end
 
 A, B = ("ch", 0), ("ch", 1)
+END = run_end(0)   # the end-of-run marker of a job's first run
 
 
 # --------------------------------------------------------------------------- unit cases
@@ -111,13 +113,41 @@ def test_markers_past_the_resume_point_are_not_counted_in_the_checkpoint():
     assert restarted.version == 2 and restarted.resume_offsets() == {A: 0, B: 2}
 
 
-def test_end_of_stream_aligns_every_later_version():
+def test_a_run_end_marker_closes_every_version_below_it_in_one_step():
     al = Aligner([A], [1])
-    al.on_marker(A, 0, 1, 1, END_OF_STREAM)
-    assert al.finished()
-    for v in (1, 2, 3):
-        assert al.aligned()
-        assert al.checkpoint().version == v
+    al.on_marker(A, 0, 1, 1, END)
+    assert al.aligned() and not al.reached(END)
+    assert al.checkpoint().version == 1
+    assert al.version == END          # R2a: versions 2 .. END - 1 were never written
+    assert al.checkpoint().version == END
+    assert al.reached(END) and not al.aligned()
+
+
+def test_skipped_versions_stop_at_the_lowest_buffered_one():
+    al = Aligner([A, B], [1, 2])
+    al.on_data(A, 0, 1, 1, 7, 0)              # producer 1 jumped ahead: buffered
+    al.on_marker(A, 1, 1, 1, 9)
+    al.on_marker(A, 2, 2, 1, 12)
+    al.on_marker(B, 0, 1, 1, 9)
+    al.on_marker(B, 1, 2, 1, 12)
+    assert al.checkpoint().version == 1
+    assert al.version == 7                    # not 2: versions 2..6 hold nothing
+    assert al.on_release(A, 0, 1, 1, 7) == Decision.PROCESS
+    assert al.checkpoint().version == 7
+    assert al.version == 9 and al.aligned()
+    assert al.checkpoint().version == 9
+    assert al.version == 10 and not al.aligned()
+
+
+def test_next_run_versions_follow_a_run_end_commit():
+    al = Aligner([A], [1])
+    al.on_marker(A, 0, 1, 1, END)
+    al.checkpoint()
+    snap = al.checkpoint()
+    again = Aligner([A], [1], snapshot=snap)   # the next run's task
+    assert again.version == END + 1 == first_version(1)
+    assert again.on_restore(A, 1, 1, 2, END) == RestoreOutcome.FENCE
+    assert again.on_data(A, 2, 1, 2, first_version(1), 0) == Decision.PROCESS
 
 
 # --------------------------------------------------------------------------- the model
@@ -151,7 +181,9 @@ uids = itertools.count()
 
 def producer_actors(draw, p, n_channels):
     """Appends of producer p: generation 1, maybe a crash, a successor and a zombie."""
-    versions = draw(st.integers(1, 3))
+    # Versions need not be consecutive (R2a): a producer may skip some, as a new run does.
+    written = sorted(draw(st.sets(st.integers(1, 8), min_size=1, max_size=3)))
+    versions = len(written)
     crash = draw(st.none() | st.tuples(st.integers(1, versions),
                                        st.sampled_from(["mid-version", "mid-fanout"])))
     every = list(range(n_channels))
@@ -162,11 +194,11 @@ def producer_actors(draw, p, n_channels):
 
     gen1 = [(c, Item("restore", p, 1, 0)) for c in every]
     restores = [(1, 0)]
-    for v in range(1, versions + 1):
+    for i, v in enumerate(written, start=1):
         gen1 += emit(1, v)
-        if crash and crash[0] == v:
+        if crash and crash[0] == i:
             if crash[1] == "mid-version":
-                last_commit = v - 1
+                last_commit = written[i - 2] if i > 1 else 0
             else:
                 last_commit = v
                 sent = draw(st.lists(st.sampled_from(every), unique=True, max_size=n_channels - 1))
@@ -176,7 +208,7 @@ def producer_actors(draw, p, n_channels):
         if draw(st.booleans()) and n_channels:  # a duplicated marker (invariant 7)
             gen1.append((draw(st.sampled_from(every)), Item("marker", p, 1, v)))
     else:
-        gen1 += [(c, Item("marker", p, 1, END_OF_STREAM)) for c in every]
+        gen1 += [(c, Item("marker", p, 1, END)) for c in every]
         return [Actor(gen1)], restores
     first = Actor(gen1)
     crash_index = len(gen1) - 1
@@ -185,10 +217,10 @@ def producer_actors(draw, p, n_channels):
         succ += [(c, Item("marker", p, 2, last_commit)) for c in every]  # SEP-10 1.3.1
     succ += [(c, Item("restore", p, 2, last_commit)) for c in every]     # SEP-10 1.4
     restores.append((2, last_commit))
-    for v in range(last_commit + 1, versions + 1):
+    for v in (v for v in written if v > last_commit):
         succ += emit(2, v)
         succ += [(c, Item("marker", p, 2, v)) for c in every]
-    succ += [(c, Item("marker", p, 2, END_OF_STREAM)) for c in every]
+    succ += [(c, Item("marker", p, 2, END)) for c in every]
     zombie_version = last_commit + 1
     zombie = [(c, Item("data", p, 1, zombie_version, next(uids)))
               for c in draw(st.lists(st.integers(0, n_channels - 1), max_size=3))]
@@ -244,11 +276,10 @@ def test_model_exactly_once_under_crashes_restores_and_zombies(data):
             want = Counter(it.uid for it in all_data
                            if valid(it, restores) and it.version <= snap.version)
             assert committed == want, f"checkpoint {snap.version} holds the wrong messages"
-            for c, off, it in buffer.pop(al.version, []):
+            held = [e for v in sorted(buffer) if v <= al.version for e in buffer.pop(v)]
+            for c, off, it in held:
                 if al.on_release(c, off, it.producer, it.generation, it.version) == Decision.PROCESS:
                     open_set.append(it.uid)
-            if al.finished() and not buffer:
-                return
 
     steps = 0
     while True:
@@ -281,7 +312,7 @@ def test_model_exactly_once_under_crashes_restores_and_zombies(data):
         assert not set(open_set) & set(committed), "a message processed twice"
 
     take_checkpoints()
-    assert al.finished()
+    assert al.reached(END) and not buffer
     assert committed == expected, "lost or duplicated messages at the end"
     assert all(n == 1 for n in committed.values())
 

@@ -71,22 +71,6 @@ def test_three_stage_pageviews_matches_the_oracle(kind, tmp_path, request):
         check_pageviews_exactly_once(read_output(t, sink, job=pipeline.name), views)
 
 
-def test_a_second_run_of_a_finished_job_is_refused_before_anything_starts(tmp_path):
-    from eos_runtime.errors import ConfigError
-    from eos_runtime.transport import TopicSpec
-
-    opts = {"data_dir": str(tmp_path / "data")}
-    pipeline, source, _ = fresh_pipeline("wordcount", "again")
-    with open_transport(**opts) as t:
-        produce(t, source, encode_lines(word_lines(10)))
-        t.create_topics([TopicSpec(f"{pipeline.name}.changelog", 4)])
-        with t.producer() as p:  # what an earlier run leaves behind
-            p.produce(f"{pipeline.name}.changelog", 0, b"x")
-            p.flush()
-    with pytest.raises(ConfigError, match="already ran"):
-        run_pipeline(pipeline, **opts)
-
-
 def test_user_errors_are_refused_before_anything_starts(tmp_path):
     from eos_runtime import Pipeline
     from eos_runtime.errors import ConfigError

@@ -11,7 +11,8 @@ from eos_runtime.errors import WireFormatError
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.wire import (
     ChangeLogAbort, ChangeLogCommit, ChangeLogData, CheckpointData, Envelope, InputPosition,
-    Marker, OutputRange, OutputSeq, ParentCheckpoint, ProducerFence, Restore,
+    Marker, OutputRange, OutputSeq, ParentCheckpoint, ProducerFence, Restore, RunStart,
+    StopRequest,
 )
 
 i32 = st.integers(-(2**31), 2**31 - 1)
@@ -34,9 +35,13 @@ commits = st.builds(ChangeLogCommit, i32, i64, st.lists(outputs, max_size=3).map
 aborts = st.builds(ChangeLogAbort, i32, i64)
 checkpoint_data = st.builds(CheckpointData, i64, i32, i64)
 
+run_starts = st.builds(RunStart, i32, i64, st.booleans(), st.lists(text, max_size=4).map(tuple))
+stops = st.builds(StopRequest, i32, i64, text)
+control_records = run_starts | stops
+
 channel_records = envelopes | markers | restores
 changelog_records = cl_data | commits | aborts
-any_record = channel_records | changelog_records | checkpoint_data
+any_record = channel_records | changelog_records | checkpoint_data | control_records
 
 
 @given(channel_records)
@@ -50,6 +55,17 @@ def test_channel_records_round_trip(record):
 @given(changelog_records)
 def test_changelog_records_round_trip(record):
     assert wire.decode_changelog(wire.encode(record)) == record
+
+
+@given(control_records)
+def test_control_records_round_trip(record):
+    assert wire.decode_control(wire.encode(record)) == record
+
+
+def test_a_channel_reader_refuses_a_control_record():
+    raw = wire.encode(StopRequest(3, 0, "test"))
+    with pytest.raises(WireFormatError, match="record type 49 is not a channel record"):
+        wire.decode_channel(raw, topic="t", partition=0, offset=5)
 
 
 @given(checkpoint_data)

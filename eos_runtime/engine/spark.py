@@ -23,6 +23,7 @@ is cheap.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -35,6 +36,7 @@ import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from ..errors import ConfigError, EosError, SetupError
 
@@ -493,6 +495,26 @@ def _unlink(path: str) -> None:
         pass
 
 
+def _loopback_master(master: str) -> bool:
+    """``spark://host:port[,host:port...]`` with every host a loopback address."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = []
+    for part in master[len("spark://"):].split(","):
+        try:
+            hosts.append(urlsplit("spark://" + part.strip()).hostname)
+        except ValueError:
+            return False
+    return bool(hosts) and all(h == "localhost" or _is_loopback_ip(h) for h in hosts)
+
+
+def _is_loopback_ip(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
                 log4j: str | None) -> dict[str, str]:
     conf: dict[str, str] = {
@@ -504,13 +526,17 @@ def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
         # (no further events) the counts could lag until the next heartbeat flush.
         "spark.ui.liveUpdate.period": "0",
     }
-    if plan.local:
+    if plan.local or _loopback_master(plan.master):
+        # The driver listens on loopback only. For a spark:// master on a loopback
+        # address too: such a master only has workers on this machine, and Spark's
+        # default would advertise the host's first non-loopback address (and serve the
+        # driver UI on 0.0.0.0; it binds SPARK_LOCAL_IP, fixed at JVM start, not a conf).
         conf.update({
             "spark.ui.enabled": "false",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.host": "127.0.0.1",
         })
-    else:
+    if not plan.local:
         conf["spark.task.maxFailures"] = str(config.max_attempts)
     for key, value in config.conf.items():
         conf[str(key)] = str(value)

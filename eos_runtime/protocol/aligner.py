@@ -14,8 +14,11 @@ R1  (SEP-10 "Get Messages 2.2") A data message of the open version is processed 
     of a later version is buffered until that version opens; one of an earlier version
     is stale (already inside a committed checkpoint) and dropped.
 R2  (SEP-10 "Checkpoint Process 3.1-3.2") The task may take checkpoint V once it has seen
-    a marker of version >= V from every producer on every channel. A marker of version
-    ``END_OF_STREAM`` means the producer sends nothing more on that channel.
+    a marker of version >= V from every producer on every channel.
+R2a (not in SEP-10) Versions nobody wrote are skipped: once checkpoint V is taken and every
+    marker is at M > V, the next open version is the lowest buffered version up to M, or
+    M itself. Versions are not consecutive across runs (``protocol/runs.py``), and a run's
+    end-of-run marker must close every version below it in one step, not one by one.
 R3  (invariant 6) A restore command (P, g, V) is remembered as a *fence*: from then on
     every message and marker of P from a generation below g with a version above V is
     dropped. Fences are part of the checkpoint, so they survive the task's own restart.
@@ -50,16 +53,12 @@ from ..errors import EosError
 from .wire import InputPosition, ParentCheckpoint, ProducerFence
 
 __all__ = [
-    "END_OF_STREAM",
     "Decision",
     "RestoreOutcome",
     "ProtocolViolation",
     "Snapshot",
     "Aligner",
 ]
-
-#: The marker version that ends a producer's stream on a channel.
-END_OF_STREAM = 2**63 - 1
 
 Channel = Hashable  # in the runtime: a (topic, partition) tuple
 
@@ -119,6 +118,7 @@ class Aligner:
 
     def _restore(self, snap: Snapshot) -> None:
         self.committed_version = snap.version
+        self._open = snap.version + 1
         self._fences: dict[int, tuple[int, int]] = {
             f.producer_id: (f.generation, f.version) for f in snap.fences}
         self._lanes: dict[Channel, dict[int, _Lane]] = {
@@ -142,7 +142,7 @@ class Aligner:
     @property
     def version(self) -> int:
         """The open version: the one being built."""
-        return self.committed_version + 1
+        return self._open
 
     @property
     def snapshot(self) -> Snapshot:
@@ -261,10 +261,9 @@ class Aligner:
         v = self.version
         return all(lane.marker >= v for lanes in self._lanes.values() for lane in lanes.values())
 
-    def finished(self) -> bool:
-        """Every producer ended its stream on every channel."""
-        return all(lane.marker == END_OF_STREAM
-                   for lanes in self._lanes.values() for lane in lanes.values())
+    def reached(self, version: int) -> bool:
+        """A checkpoint of ``version`` or later is taken (a run's end: ``protocol/runs.py``)."""
+        return self.committed_version >= version
 
     def checkpoint(self) -> Snapshot:
         """Close the open version: returns its snapshot and opens the next version.
@@ -300,9 +299,19 @@ class Aligner:
                 inputs.append(InputPosition(c[0], c[1], resume_c, tuple(parents)))
         fences = tuple(ProducerFence(p, g, v) for p, (g, v) in sorted(self._fences.items()))
         self.committed_version = version
+        self._open = self._next_open(version)
         self._open_generations = {}
         self._snapshot = Snapshot(version, tuple(inputs), fences)
         return self._snapshot
+
+    def _next_open(self, committed: int) -> int:
+        """R2a: the version after ``committed`` that can hold work, or the markers' floor."""
+        floor = min(lane.marker for lanes in self._lanes.values() for lane in lanes.values())
+        if floor <= committed + 1:
+            return committed + 1
+        waiting = [v for lanes in self._lanes.values() for lane in lanes.values()
+                   for _, v in lane.buffered if committed < v <= floor]
+        return min(waiting, default=floor)
 
     def rewind(self) -> Snapshot:
         """Go back to the last checkpoint, keeping every fence learnt since (R4).

@@ -43,7 +43,10 @@ __all__ = [
     "ChangeLogCommit",
     "ChangeLogAbort",
     "CheckpointData",
+    "RunStart",
+    "StopRequest",
     "ChannelRecord",
+    "ControlRecord",
     "ChangeLogRecord",
     "encode",
     "encode_data",
@@ -51,6 +54,7 @@ __all__ = [
     "decode_channel",
     "decode_changelog",
     "decode_checkpoint_data",
+    "decode_control",
 ]
 
 FORMAT_VERSION = 1
@@ -69,6 +73,8 @@ class RecordType:
     CL_COMMIT = 17      # change log: commit message (the task's commit point)
     CL_ABORT = 18       # change log: abort message
     CHECKPOINT_DATA = 32  # RocksDB: pointer from local state to the change log
+    RUN_START = 48      # control topic: the driver started run N of the job
+    STOP = 49           # control topic: stop run N gracefully (final checkpoint)
 
 
 # --------------------------------------------------------------------------- records
@@ -209,7 +215,28 @@ class CheckpointData:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """The driver started run ``run`` of the job (``protocol/runs.py``). ``layout`` names
+    each task's stage, input and stores, so a later run can refuse a changed job."""
+
+    run: int
+    started_ms: int
+    bounded: bool
+    layout: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """Stop run ``run`` gracefully: sources take their final checkpoint and end the run."""
+
+    run: int
+    requested_ms: int
+    reason: str
+
+
 ChannelRecord = Envelope | Marker | Restore
+ControlRecord = RunStart | StopRequest
 ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort
 
 
@@ -246,7 +273,7 @@ def encode_data(producer_id: int, generation: int, version: int, seq: int,
     return _H_DATA + _packb((producer_id, generation, version, seq, key, value, timestamp))
 
 
-def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData) -> bytes:
+def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord) -> bytes:
     """The bytes of any protocol record."""
     match record:
         case Envelope():
@@ -277,6 +304,18 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData) -> bytes:
             fields = [_check(changelog_offset, INT64, "changelog_offset"),
                       _check(generation, INT32, "generation"), _check(version, INT64, "version")]
             return _header(RecordType.CHECKPOINT_DATA) + _packb(fields)
+        case RunStart(run, started_ms, bounded, layout):
+            if type(bounded) is not bool or not all(isinstance(x, str) for x in layout):
+                raise ValueError("run start needs bounded: bool and layout: strings")
+            fields = [_check(run, INT32, "run"), _check(started_ms, INT64, "started_ms"),
+                      bounded, list(layout)]
+            return _header(RecordType.RUN_START) + _packb(fields)
+        case StopRequest(run, requested_ms, reason):
+            if not isinstance(reason, str):
+                raise ValueError("stop request needs reason: str")
+            fields = [_check(run, INT32, "run"), _check(requested_ms, INT64, "requested_ms"),
+                      reason]
+            return _header(RecordType.STOP) + _packb(fields)
     raise TypeError(f"not a protocol record: {record!r}")
 
 
@@ -407,6 +446,20 @@ def _read_checkpoint_data(f: list[Any]) -> CheckpointData:
                           _int(f[2], INT64, "version"))
 
 
+def _read_run_start(f: list[Any]) -> RunStart:
+    _array(f, 4, "run start")
+    if type(f[2]) is not bool:
+        raise _Malformed(f"bounded must be a boolean, not {type(f[2]).__name__}")
+    layout = tuple(_str(x, "layout entry") for x in _array(f[3], None, "layout"))
+    return RunStart(_int(f[0], INT32, "run"), _int(f[1], INT64, "started_ms"), f[2], layout)
+
+
+def _read_stop(f: list[Any]) -> StopRequest:
+    _array(f, 3, "stop request")
+    return StopRequest(_int(f[0], INT32, "run"), _int(f[1], INT64, "requested_ms"),
+                       _str(f[2], "reason"))
+
+
 _READERS: dict[int, Callable[[list[Any]], Any]] = {
     RecordType.DATA: _read_data,
     RecordType.MARKER: _read_marker,
@@ -415,11 +468,14 @@ _READERS: dict[int, Callable[[list[Any]], Any]] = {
     RecordType.CL_COMMIT: _read_commit,
     RecordType.CL_ABORT: _read_abort,
     RecordType.CHECKPOINT_DATA: _read_checkpoint_data,
+    RecordType.RUN_START: _read_run_start,
+    RecordType.STOP: _read_stop,
 }
 
 _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.MARKER, RecordType.RESTORE))
 _CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT))
 _CHECKPOINT_TYPES = frozenset((RecordType.CHECKPOINT_DATA,))
+_CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP))
 
 
 def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
@@ -463,6 +519,12 @@ def decode_changelog(raw: bytes, *, topic: str | None = None, partition: int | N
 def decode_checkpoint_data(raw: bytes) -> CheckpointData:
     """The checkpoint data value kept in RocksDB."""
     return _decode(raw, _CHECKPOINT_TYPES, "checkpoint-data", None, None, None)
+
+
+def decode_control(raw: bytes, *, topic: str | None = None, partition: int | None = None,
+                   offset: int | None = None) -> ControlRecord:
+    """A record read from a job's control topic: a ``RunStart`` or a ``StopRequest``."""
+    return _decode(raw, _CONTROL_TYPES, "control", topic, partition, offset)
 
 
 _ALL_TYPES = frozenset(_READERS)

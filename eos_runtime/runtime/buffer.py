@@ -54,6 +54,12 @@ class EarlyArrivalBuffer:
         self._counts[version] += 1
         self.size += _HEAD.size + len(raw)
 
+    def drain_through(self, version: int) -> Iterator[tuple[int, int, bytes]]:
+        """``drain`` every version up to ``version``, lowest first. Versions the aligner
+        skipped (R2a) hold only fenced messages; they come out here to be dropped."""
+        for v in sorted(v for v in self._counts if v <= version):
+            yield from self.drain(v)
+
     def drain(self, version: int) -> Iterator[tuple[int, int, bytes]]:
         """Yield (channel, offset, raw) of ``version`` in append order, then forget them."""
         f = self._files.pop(version, None)

@@ -21,7 +21,7 @@ from ..protocol import wire
 from ..state import TaskStore
 from ..transport import TopicPartition, Transport
 
-__all__ = ["Recovered", "recover", "catch_up", "ChangeLogWriter"]
+__all__ = ["Recovered", "recover", "catch_up", "last_commit", "ChangeLogWriter"]
 
 
 class RecoveryError(EosError):
@@ -107,6 +107,25 @@ def catch_up(transport: Transport, tp: TopicPartition, store: TaskStore, result:
         else:  # abort: the changes since the last commit never counted
             pending = []
     result.read_to = max(result.read_to, end)
+
+
+def last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommit | None:
+    """The newest commit record of a change-log partition, read from the tail backwards in
+    growing windows (for the driver and tools: a task recovers with ``recover``)."""
+    low, high = transport.watermarks(tp)
+    window, end = 64, high
+    while end > low:
+        start = max(low, end - window)
+        found = None
+        for r in _read(transport, tp, start, end):
+            rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
+                                        offset=r.offset)
+            if isinstance(rec, wire.ChangeLogCommit):
+                found = rec
+        if found is not None:
+            return found
+        end, window = start, window * 4
+    return None
 
 
 class ChangeLogWriter:

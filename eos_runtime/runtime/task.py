@@ -16,8 +16,13 @@ Checkpoint steps (exactly-once; SEP-10 3.3-3.9, numbered as in docs/protocol.md)
     5. marker fan-out to every channel (not for sinks)
 
 At-least-once runs the same steps on a timer (no alignment, no markers but the final
-end-of-stream ones): what was read is committed after it was processed, so a crash
+end-of-run ones): what was read is committed after it was processed, so a crash
 replays, and duplicates, what came after the last commit.
+
+A run ends (``protocol/runs.py``) when the sources have read to their end offsets (a
+bounded run) or a stop request names the run (``runtime/control.py``): each source takes
+a last checkpoint of version ``run_end(run)``, whose markers let every downstream task
+align, commit the same version and pass the markers on.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from ..api import FORMATS
 from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.aligner import END_OF_STREAM, Aligner, Decision, RestoreOutcome, Snapshot
+from ..protocol.aligner import Aligner, Decision, RestoreOutcome, Snapshot
+from ..protocol.runs import run_end, run_of, source_start_version, time_version
 from ..state import StateLocked, TaskStore
 from ..transport import TopicPartition, Transport, open_transport
 from .buffer import EarlyArrivalBuffer
 from .changelog import ChangeLogWriter, catch_up, recover
+from .control import StopWatcher
 from .operators import Chain, UserFunctionError, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
 
@@ -56,6 +63,9 @@ class TaskConfig:
     task_id: int
     transport: dict[str, Any]            # open_transport(**transport)
     state_dir: str
+    run: int = 0                         # the run number (protocol/runs.py)
+    run_started_ms: int = 0              # when the driver started it (time_version)
+    control_offset: int | None = None    # of the run's start record (None: no stop watch)
     bounded: bool = True
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
     buffer_max_bytes: int = 64 << 20
@@ -80,8 +90,8 @@ class TaskStats:
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False
+    stopped: bool = False                # a stop request ended the run (sources)
     seconds: float = 0.0                 # from recovery start to the task's end
-
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -127,7 +137,9 @@ class _Task:
         self.channels: ChannelWriter | None = None
         self.sink: SinkWriter | None = None
         self.consumer = None
+        self.stop: StopWatcher | None = None
         self.version = 1
+        self.run_end = run_end(config.run)
         self._since_commit = 0
         self._last_commit = time.monotonic()
         if self.stage.sink is not None:
@@ -151,7 +163,7 @@ class _Task:
                              self.stage.stores)
 
     def close(self) -> None:
-        for thing in (self.consumer, self.log, self.channels and self.channels.producer):
+        for thing in (self.consumer, self.stop, self.log, self.channels and self.channels.producer):
             if thing is not None:
                 try:
                     thing.close()
@@ -208,6 +220,12 @@ class _Task:
                 if o.topic == self.stage.output_topic and o.partition < len(self.channels.seq):
                     self.channels.seq[o.partition] = o.seq
         self._announce(recovered.version)
+        if run_of(recovered.version) > self.c.run:
+            raise EosError(f"task {self.id} restored version {recovered.version} of run "
+                           f"{run_of(recovered.version)}, but this is run {self.c.run}: the "
+                           f"job's control topic lost records")
+        if recovered.version >= self.run_end:
+            return  # a retry after this run's final checkpoint: announcing it was all
         self.version = recovered.version + 1
         self.consumer = self.t.consumer(read_committed=True)
         if self.stage.is_source:
@@ -234,9 +252,15 @@ class _Task:
         self.consumer.assign({tps[p]: start[p] for p in parts})
         done = {p for p in parts if ends[p] is not None and start[p] >= ends[p]}
         self.consumer.pause([tps[p] for p in done])
+        if self.c.control_offset is not None:
+            self.stop = StopWatcher(self.t, self.plan.name, self.c.run, self.c.control_offset)
+        self.version = source_start_version(self.version - 1, self.c.run)
         key_de, value_de, chain = self._src_key, self._src_value, self.chain
         while True:
             if self.c.bounded and len(done) == len(parts):
+                break
+            if self.stop is not None and self.stop.requested():
+                self.stats.stopped = True
                 break
             batch = self.consumer.poll(self.c.poll_records, 0.2)
             for r in batch:
@@ -262,9 +286,10 @@ class _Task:
                 self._send_output()
                 faults.crash_point("task.mid_version")
             if self._commit_due():
+                self.version = max(self.version, time_version(
+                    self.c.run, self.c.run_started_ms, int(time.time() * 1000)))
                 self._checkpoint(self._source_inputs(), ())
-        self._checkpoint(self._source_inputs(), ())
-        self._end_of_stream()
+        self._end_run(self._source_inputs())
 
     def _send_output(self) -> None:
         """Output of the open version goes out as it is made, not only at checkpoints:
@@ -298,6 +323,7 @@ class _Task:
                 Path(self.c.state_dir) / self.plan.name / f"buffer-{self.id}-{os.getpid()}",
                 self.c.buffer_max_bytes)
             self._seek_all(self.aligner.resume_offsets())
+            self.version = self.aligner.version
             self._run_aligned(channels)
         else:
             offsets = {c: 0 for c in channels}
@@ -314,7 +340,7 @@ class _Task:
     def _run_aligned(self, channels: list) -> None:
         al, buf = self.aligner, self.buffer
         paused: set = set()
-        while not (al.finished() and not len(buf)):
+        while not al.reached(self.run_end):
             batch = self.consumer.poll(self.c.poll_records, 0.2)
             for r in batch:
                 c = (r.topic, r.partition)
@@ -347,7 +373,6 @@ class _Task:
                 faults.crash_point("task.mid_version")
             self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes, buf.size)
             paused = self._backpressure(paused)
-        self._end_of_stream()
 
     def _backpressure(self, paused: set) -> set:
         """Invariant 8: with the buffer full, stop reading channels that already gave every
@@ -366,7 +391,8 @@ class _Task:
             snap = al.checkpoint()
             self.version = snap.version
             self._checkpoint(snap.inputs, snap.fences)
-            for ci, offset, raw in self.buffer.drain(al.version):
+            self.version = al.version   # R2a: the next version may skip unused ones
+            for ci, offset, raw in self.buffer.drain_through(al.version):
                 msg = wire.decode_channel(raw)
                 topic, partition = self.channel_list[ci]
                 d = al.on_release((topic, partition), offset, msg.producer_id, msg.generation,
@@ -375,8 +401,6 @@ class _Task:
                     self._process(msg, topic, partition, offset)
                 else:
                     self.stats.fenced += 1
-            if al.finished() and not len(self.buffer):
-                return
 
     def _rewind(self) -> None:
         """SEP-10 4.x: discard the open version, new generation, restore downstream, re-read."""
@@ -390,8 +414,8 @@ class _Task:
         faults.crash_point("task.rewind")
         self._new_generation(self.stats.generation + 1, snap.version)
         self._announce(snap.version)
-        self.version = snap.version + 1
         self._seek_all(self.aligner.resume_offsets())
+        self.version = self.aligner.version
 
     def _run_unaligned(self, channels: list, producers: tuple[int, ...]) -> None:
         ended: set = set()
@@ -404,7 +428,7 @@ class _Task:
                 c = (r.topic, r.partition)
                 if type(msg) is wire.Envelope:
                     self._process(msg, r.topic, r.partition, r.offset)
-                elif type(msg) is wire.Marker and msg.version == END_OF_STREAM:
+                elif type(msg) is wire.Marker and msg.version >= self.run_end:
                     ended.add((c, msg.producer_id))
                 self.positions[c] = r.offset + 1
             self._since_commit += len(batch)
@@ -413,8 +437,7 @@ class _Task:
                 faults.crash_point("task.mid_version")
             if self._commit_due():
                 self._checkpoint(self._channel_inputs(), ())
-        self._checkpoint(self._channel_inputs(), ())
-        self._end_of_stream()
+        self._end_run(self._channel_inputs())
 
     def _channel_inputs(self) -> tuple[wire.InputPosition, ...]:
         return tuple(wire.InputPosition(t, p, off) for (t, p), off in sorted(self.positions.items()))
@@ -495,6 +518,10 @@ class _Task:
         self._since_commit = 0
         self._last_commit = time.monotonic()
 
-    def _end_of_stream(self) -> None:
-        if self.channels is not None:
-            self.channels.markers(self.stats.generation, END_OF_STREAM)
+    def _end_run(self, inputs: tuple[wire.InputPosition, ...]) -> None:
+        """The run's last checkpoint, of version ``run_end``. Exactly-once sends its
+        markers at step 5 like any checkpoint; at-least-once sends only these."""
+        self.version = self.run_end
+        self._checkpoint(inputs, ())
+        if self.channels is not None and not self.eos:
+            self.channels.markers(self.stats.generation, self.run_end)

@@ -26,7 +26,7 @@ The contract (``tests/test_transport_contract.py`` runs it against both):
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 __all__ = [
@@ -48,11 +48,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """What a topic should look like: its name, partition count and cleanup policy."""
+    """What a topic should look like: its name, partition count and cleanup policy.
+
+    ``keep_forever`` asks for no time or size retention (a job's change log and control
+    topic: recovery reads them back to the start). ``describe`` does not report it."""
 
     name: str
     partitions: int = 1
     compacted: bool = False
+    keep_forever: bool = field(default=False, compare=False)
 
 
 class TopicPartition(NamedTuple):

@@ -658,6 +658,13 @@ class KafkaConsumer(Consumer):
 
 # ------------------------------------------------------------------------ transport
 
+def _topic_config(spec: TopicSpec) -> dict[str, str]:
+    config = {"cleanup.policy": "compact"} if spec.compacted else {}
+    if spec.keep_forever:   # the broker's default retention (7 days) would eat the history
+        config.update({"retention.ms": "-1", "retention.bytes": "-1"})
+    return config
+
+
 class KafkaTransport(Transport):
     """Topics, producers, consumers and offset look-ups on a Kafka cluster.
 
@@ -788,8 +795,7 @@ class KafkaTransport(Transport):
             return
         admin = self._admin_client()
         new = [_NewTopic(s.name, num_partitions=s.partitions, replication_factor=-1,
-                         config={"cleanup.policy": "compact"} if s.compacted else {})
-               for s in wanted.values()]
+                         config=_topic_config(s)) for s in wanted.values()]
         try:
             futures = admin.create_topics(new, operation_timeout=self.timeout,
                                           request_timeout=self.timeout)

@@ -1,0 +1,80 @@
+"""Runs of a job and the checkpoint versions each may use. No I/O.
+
+A job is run many times: bounded runs one after another, an unbounded run stopped and
+started again, a run whose driver died. Checkpoint versions must keep growing across
+all of them, for every task, or a downstream task that committed version V in one run
+would take the next run's messages for stale ones (R1) or its restores for impossible
+ones (R7).
+
+So every run owns a block of versions: run ``r`` (0, 1, 2, ... as recorded in the job's
+control topic) uses ``first_version(r) .. run_end(r)``. A source task starts a run at
+``max(its restored version + 1, first_version(r))`` and counts up. It ends the run
+(input exhausted in a bounded run, or a stop request) with one last checkpoint of
+version exactly ``run_end(r)``: its marker is the run's end-of-stream marker, and since
+a downstream task jumps over versions nobody wrote (``Aligner``), that marker lets it
+align and commit ``run_end(r)`` too, and forward the same marker. Every task then ends
+the run having committed ``run_end(r)``, which is below every version of run ``r + 1``.
+
+A run that ended without its final checkpoints (a killed driver) leaves tasks at some
+version inside run ``r``'s block; the next run's versions are still above it, and the
+restore rules of the protocol handle the rest.
+
+Inside a run, a source checkpoints at ``max(its open version, time_version(...))``: the
+milliseconds since the run started, on top of the run's first version. Sources of one
+job then keep close versions without talking to each other, however differently their
+``commit_every`` fires, so a downstream task waiting for every producer's marker waits
+about one commit interval, not for a slow source to count up to a fast one. A version
+per millisecond gives a run 2**40 ms, about 34 years.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RUN_BITS", "MAX_RUN", "first_version", "run_end", "run_of", "source_start_version",
+           "time_version"]
+
+#: Versions per run: 2**40, a millisecond each (``time_version``).
+RUN_BITS = 40
+#: The highest run number whose versions still fit the wire format's INT64.
+MAX_RUN = 2 ** (63 - RUN_BITS) - 2
+
+
+def _check_run(run: int) -> int:
+    if type(run) is not int or not 0 <= run <= MAX_RUN:
+        raise ValueError(f"run number {run!r} is outside 0..{MAX_RUN}")
+    return run
+
+
+def first_version(run: int) -> int:
+    """The lowest version run ``run`` may use (run 0 starts at 1, like a fresh task)."""
+    return max(1, _check_run(run) << RUN_BITS)
+
+
+def run_end(run: int) -> int:
+    """The version of every task's last checkpoint of run ``run`` (its end-of-run marker)."""
+    return ((_check_run(run) + 1) << RUN_BITS) - 1
+
+
+def run_of(version: int) -> int:
+    """The run whose block holds ``version``."""
+    if version < 0:
+        raise ValueError(f"version {version} is negative")
+    return version >> RUN_BITS
+
+
+def source_start_version(restored: int, run: int) -> int:
+    """The first version a source task opens in run ``run`` after restoring ``restored``.
+
+    A restored version at or past ``run_end(run)`` means the task already finished this
+    run (a retry after its final checkpoint) or the control topic went backwards: both
+    are refused by the caller, which is why this raises instead of wrapping round."""
+    if restored >= run_end(run):
+        raise ValueError(f"restored version {restored} is not below the end of run {run} "
+                         f"({run_end(run)})")
+    return max(restored + 1, first_version(run))
+
+
+def time_version(run: int, started_ms: int, now_ms: int) -> int:
+    """The version a checkpoint taken at ``now_ms`` may use at least: one per millisecond
+    since the run started, kept below the run's end (a clock running backwards gives the
+    run's first version; the caller's ``max`` with its open version keeps order)."""
+    return min(first_version(run) + max(0, now_ms - started_ms), run_end(run) - 1)

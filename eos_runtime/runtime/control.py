@@ -1,0 +1,161 @@
+"""A job's control topic, ``<job>.control`` (one partition, kept forever).
+
+The driver appends a ``RunStart`` when it starts a run: the record numbers the run
+(``protocol/runs.py``) and stores the job's layout, so a later run of a changed job is
+refused before anything starts. ``eos stop``, or Ctrl-C on the driver, appends a
+``StopRequest``; source tasks watch the topic from their run's start record and end the
+run with a final checkpoint when one names their run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..errors import ConfigError, TopicNotFound
+from ..plan import JobPlan
+from ..protocol import wire
+from ..protocol.runs import MAX_RUN
+from ..transport import TopicPartition, TopicSpec, Transport
+
+__all__ = ["ControlLog", "RunInfo", "StopWatcher", "control_topic", "job_layout"]
+
+
+def control_topic(job: str) -> str:
+    return f"{job}.control"
+
+
+def job_layout(plan: JobPlan) -> tuple[str, ...]:
+    """What must not change between runs of a job: one line per stage (readable, because
+    the refusal shows it)."""
+    lines = []
+    for st in plan.stages:
+        tasks = ",".join(str(t) for t in st.task_ids)
+        lines.append(f"stage {st.index}: input {st.input_topic} x{st.input_partitions}, "
+                     f"tasks {tasks}, stores [{', '.join(st.stores)}], "
+                     f"output {st.output_topic} x{st.output_partitions}")
+    lines.append(f"guarantee {plan.guarantee}")
+    return tuple(lines)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    start: wire.RunStart
+    offset: int                    # of the RunStart record: where its stop watchers read from
+    stopped: wire.StopRequest | None = None
+
+
+class ControlLog:
+    """Read and append a job's control records."""
+
+    def __init__(self, transport: Transport, job: str) -> None:
+        self.t = transport
+        self.job = job
+        self.tp = TopicPartition(control_topic(job), 0)
+
+    def exists(self) -> bool:
+        try:
+            self.t.describe(self.tp.topic)
+            return True
+        except TopicNotFound:
+            return False
+
+    def create(self) -> None:
+        self.t.create_topics([TopicSpec(self.tp.topic, 1, keep_forever=True)])
+
+    def records(self) -> list[tuple[int, wire.ControlRecord]]:
+        """Every control record with its offset, oldest first."""
+        if not self.exists():
+            return []
+        low, high = self.t.watermarks(self.tp, read_committed=False)
+        out: list[tuple[int, wire.ControlRecord]] = []
+        if high <= low:
+            return out
+        with self.t.consumer(read_committed=False) as c:
+            c.assign({self.tp: low})
+            deadline = time.monotonic() + 60
+            while c.position(self.tp) < high:
+                if time.monotonic() > deadline:
+                    raise TopicNotFound(f"reading {self.tp.topic!r} timed out at "
+                                        f"{c.position(self.tp)} of {high}")
+                for r in c.poll(10_000, 0.5):
+                    if r.offset < high:
+                        out.append((r.offset, wire.decode_control(
+                            r.value, topic=r.topic, partition=r.partition, offset=r.offset)))
+        return out
+
+    def last_run(self) -> RunInfo | None:
+        """The latest run and whether a stop was asked for it."""
+        info: RunInfo | None = None
+        for offset, rec in self.records():
+            if isinstance(rec, wire.RunStart):
+                info = RunInfo(rec, offset)
+            elif info is not None and rec.run == info.start.run and info.stopped is None:
+                info = RunInfo(info.start, info.offset, rec)
+        return info
+
+    def start_run(self, plan: JobPlan, *, bounded: bool) -> RunInfo:
+        """Append the next run's start record; refuse a job whose layout changed."""
+        self.create()
+        last = self.last_run()
+        layout = job_layout(plan)
+        if last is not None and last.start.layout != layout:
+            was = "\n    ".join(last.start.layout)
+            now = "\n    ".join(layout)
+            raise ConfigError(
+                f"job {self.job!r} ran before (run {last.start.run}) with another layout:\n"
+                f"    {was}\nnow:\n    {now}\nits checkpoints are per task and channel, so "
+                f"parallelism, stages, stores, topics and guarantee cannot change between runs; "
+                f"give the pipeline a new name to start afresh")
+        run = 0 if last is None else last.start.run + 1
+        if run > MAX_RUN:
+            raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
+        start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
+        return RunInfo(start, self._append(start))
+
+    def request_stop(self, reason: str) -> wire.StopRequest:
+        """Ask the latest run to stop gracefully."""
+        last = self.last_run()
+        if last is None:
+            raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
+        stop = wire.StopRequest(last.start.run, int(time.time() * 1000), reason)
+        self._append(stop)
+        return stop
+
+    def _append(self, record: wire.ControlRecord) -> int:
+        with self.t.producer() as p:
+            p.produce(self.tp.topic, 0, wire.encode(record))
+            return p.flush()[self.tp]
+
+
+class StopWatcher:
+    """A source task's look-out for a stop request naming its run; reads at most every
+    ``every`` seconds, so the hot loop pays a clock read per batch."""
+
+    def __init__(self, transport: Transport, job: str, run: int, from_offset: int,
+                 every: float = 0.25) -> None:
+        self.run = run
+        self.every = every
+        self.tp = TopicPartition(control_topic(job), 0)
+        self.consumer = transport.consumer(read_committed=False)
+        self.consumer.assign({self.tp: from_offset})
+        self._next = 0.0
+        self.stop: wire.StopRequest | None = None
+
+    def requested(self) -> bool:
+        if self.stop is not None:
+            return True
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every
+        for r in self.consumer.poll(100, 0):
+            rec = wire.decode_control(r.value, topic=r.topic, partition=r.partition,
+                                      offset=r.offset)
+            if isinstance(rec, wire.StopRequest) and rec.run == self.run:
+                self.stop = rec
+                return True
+        return False
+
+    def close(self) -> None:
+        self.consumer.close()
