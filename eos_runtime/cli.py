@@ -19,12 +19,13 @@ def main() -> None:
 # `eos kafka fetch|up|down|status`: the project's own Kafka broker.
 main.add_command(kafka_group)
 
-# `eos run|produce|consume`: run a pipeline, feed its input topic, read its output.
-from .cli_pipeline import consume_cmd, produce_cmd, run_cmd  # noqa: E402
+# `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
+from .cli_pipeline import consume_cmd, produce_cmd, run_cmd, stop_cmd  # noqa: E402
 
 main.add_command(run_cmd)
 main.add_command(produce_cmd)
 main.add_command(consume_cmd)
+main.add_command(stop_cmd)
 
 
 @main.command()

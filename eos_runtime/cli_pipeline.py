@@ -149,8 +149,10 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 def _summary_lines(summary: Any) -> list[str]:
     where = "Kafka" if summary.transport == "kafka" else "the local log"
-    lines = [f"{summary.job}: {summary.input_records:,} input records in {summary.seconds:.2f} s "
-             f"({summary.records_per_second:,.1f} records/s), {summary.guarantee} on {where}"]
+    how = "stopped" if summary.stopped else ("bounded" if summary.bounded else "unbounded")
+    lines = [f"{summary.job} run {summary.run} ({how}): {summary.input_records:,} input records "
+             f"in {summary.seconds:.2f} s ({summary.records_per_second:,.1f} records/s), "
+             f"{summary.guarantee} on {where}"]
     for t in summary.tasks:
         extra = ""
         if t.get("attempt"):
@@ -184,6 +186,9 @@ def _summary_lines(summary: Any) -> list[str]:
                    "F = --max-attempts).")
 @click.option("--max-attempts", type=click.IntRange(1), default=4, show_default=True,
               help="Attempts per task before the run fails.")
+@click.option("--unbounded", is_flag=True,
+              help="Run until stopped (eos stop, or Ctrl-C here) instead of to the end of the "
+                   "input present at the start.")
 @click.option("--crash-at", default=None, metavar="POINT[@HIT]",
               help="Fault injection: kill task --crash-task's first attempt at this crash point "
                    "(at its HIT-th hit, default 1). See docs/faults.md for the points.")
@@ -194,17 +199,19 @@ def _summary_lines(summary: Any) -> list[str]:
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
-            master: str | None, max_attempts: int, crash_at: str | None, crash_task: int | None,
-            as_json: bool) -> None:
-    """Run the pipeline defined in PIPELINE.py on Spark, to the end of its input.
+            master: str | None, max_attempts: int, unbounded: bool, crash_at: str | None,
+            crash_task: int | None, as_json: bool) -> None:
+    """Run the pipeline defined in PIPELINE.py on Spark.
 
-    Bounded runs only for now: the run reads what the source topic holds when it starts,
-    takes a final checkpoint in every task and ends. Records produced to the source
-    after the start are not read by this run.
+    A bounded run (the default) reads what the source topic holds when it starts, takes
+    a final checkpoint in every task and ends. With --unbounded the run reads on until
+    `eos stop` or Ctrl-C (once: a graceful stop with final checkpoints; twice: cancel).
+    Each run continues the job where its last run left off: state, input positions and
+    output carry over.
 
     The file must define a Pipeline (named `pipeline`, or the only one). Progress goes to
-    stderr (a status line on a terminal); a summary (records, seconds, records/s,
-    checkpoints and rewinds per task) goes to stdout at the end.
+    stderr (a status line on a terminal, a line every 10 s otherwise); a summary
+    (records, seconds, records/s, checkpoints and rewinds per task) goes to stdout.
     """
     from .runner import load_pipeline, run_pipeline
 
@@ -224,29 +231,84 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     kwargs: dict[str, Any] = dict(
         state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
         commit_every=commit_every, parallelism=parallelism, sink_partitions=sink_partitions,
-        master=master, max_attempts=max_attempts, fault=fault, **opts)
+        master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded, **opts)
+    name = pipeline.name
 
-    if as_json:
-        with _stdout_to_stderr():
-            summary = run_pipeline(pipeline, **kwargs)
-        click.echo(json.dumps(summary.as_dict(), indent=2))
-        return
-
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() and not as_json:
         from rich.console import Console
 
         console = Console(stderr=True)
-        name = pipeline.name
         with console.status(f"eos run {name}: starting Spark on {_where(opts)}") as status:
             def on_progress(p: dict[str, Any]) -> None:
-                status.update(f"eos run {name}: {p['seconds']:.1f} s, "
-                              f"sink offsets {p['sink_offsets']:,}")
+                status.update(_progress_line(name, p))
 
             summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
     else:
-        summary = run_pipeline(pipeline, **kwargs)
+        every = _Every(10.0)
+
+        def on_progress(p: dict[str, Any]) -> None:
+            if every.due():
+                click.echo(_progress_line(name, p), err=True)
+
+        if as_json:
+            with _stdout_to_stderr():
+                summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
+            click.echo(json.dumps(summary.as_dict(), indent=2))
+            return
+        summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
     for line in _summary_lines(summary):
         click.echo(line)
+
+
+class _Every:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._next = time.monotonic() + seconds
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.seconds
+        return True
+
+
+def _progress_line(name: str, p: dict[str, Any]) -> str:
+    kind = "unbounded" if not p["bounded"] else "bounded"
+    state = ", stopping (final checkpoints)" if p["stopping"] else (
+        ", Ctrl-C stops" if not p["bounded"] else "")
+    failed = f", {p['failed_attempts']} failed attempts" if p["failed_attempts"] else ""
+    return (f"eos run {name} (run {p['run']}, {kind}): {p['seconds']:.0f} s, "
+            f"{p['source_new_records']:,} new input records, {p['sink_records']:,} sink records, "
+            f"tasks {p['tasks_running']} running / {p['tasks_finished']} done{failed}{state}")
+
+
+@click.command("stop")
+@click.argument("job_or_pipeline", metavar="JOB|PIPELINE.py")
+@transport_options
+def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None) -> None:
+    """Ask the latest run of a job to stop gracefully.
+
+    JOB is the pipeline's name, or a pipeline file. The run's sources take a final
+    checkpoint and end the run; every task follows once it has aligned on their
+    end-of-run markers, and `eos run` prints its summary. The next run continues
+    from there.
+    """
+    from .runtime.control import ControlLog
+    from .transport import open_transport
+
+    job = job_or_pipeline
+    if job.endswith(".py"):
+        from .runner import load_pipeline
+
+        job = load_pipeline(job).name
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    with open_transport(**opts) as transport:
+        control = ControlLog(transport, job)
+        last = control.last_run()
+        stop = control.request_stop(f"eos stop (pid {os.getpid()})")
+    again = " (it had been asked before)" if last is not None and last.stopped else ""
+    click.echo(f"asked run {stop.run} of job {job!r} on {_where(opts)} to stop{again}")
 
 
 def _check_crash_task(pipeline: Any, opts: dict[str, str], task: int, *,

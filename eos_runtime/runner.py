@@ -202,30 +202,24 @@ def run_pipeline(pipeline: Pipeline, *,
     run = start_pipeline(pipeline, **options)
     try:
         interrupted = False
-        while not run.wait(progress_interval):
+        while True:
             try:
+                if run.wait(progress_interval):
+                    break
                 if on_progress is not None:
                     on_progress(run.progress())
             except KeyboardInterrupt:
-                interrupted = _interrupt(run, interrupted)
-            except BaseException:
-                run.cancel()
-                run.wait()
-                raise
+                if interrupted:
+                    raise
+                interrupted = True
+                run.stop("interrupted (Ctrl-C)")
         return run.summary()
-    except KeyboardInterrupt:
+    except BaseException:
         run.cancel()
         run.wait()
         raise
     finally:
         run.t.close()
-
-
-def _interrupt(run: PipelineRun, already: bool) -> bool:
-    if already:
-        raise KeyboardInterrupt
-    run.stop("interrupted (Ctrl-C)")
-    return True
 
 
 def _check_engine(engine: Any, tasks: int) -> None:

@@ -118,13 +118,77 @@ def test_run_with_a_crash_point_stays_exactly_once(tmp_path):
     run = ok("run", WORDCOUNT, "--data-dir", str(data), "--crash-at",
              "task.checkpoint.before_commit", "--crash-task", "2", "--commit-every", "500")
     # the human summary: totals, then one line per task; task 2 needed a second attempt
-    assert run.stdout.startswith("wordcount: 2,000 input records in ")
+    assert run.stdout.startswith("wordcount run 0 (bounded): 2,000 input records in ")
     assert "records/s" in run.stdout.splitlines()[0]
     task2 = [line for line in run.stdout.splitlines() if line.strip().startswith("task 2:")]
     assert len(task2) == 1 and "attempt 2" in task2[0] and "checkpoints" in task2[0]
     committed = assert_exactly_once(data, word_counts(data))
     everything = int(ok("consume", "counts", "--all", "--count", "--data-dir", str(data)).stdout)
     assert everything >= len(committed)
+
+
+def start_eos(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "EOS_BOOTSTRAP_SERVERS"}
+    return subprocess.Popen([sys.executable, "-c", "from eos_runtime.cli import run; run()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_for_counts(data: Path, at_least: int, proc: subprocess.Popen, timeout=120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        got = eos("consume", "counts", "--job", "wordcount", "--count", "--data-dir", str(data))
+        if got.returncode == 0 and int(got.stdout) >= at_least:
+            return
+        assert proc.poll() is None, f"eos run ended early:\n{proc.communicate()}"
+        assert time.monotonic() < deadline, "no committed output in time"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_unbounded_runs_stop_with_eos_stop_and_with_ctrl_c(tmp_path):
+    import signal
+
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "500", "--seed", "3",
+       "--data-dir", str(data))
+    first = word_counts(data)
+    proc = start_eos("run", WORDCOUNT, "--unbounded", "--commit-interval", "0.3",
+                     "--data-dir", str(data))
+    try:
+        wait_for_counts(data, sum(first.values()), proc)
+        ok("produce", "lines", "--generate", "words", "--count", "300", "--seed", "4",
+           "--data-dir", str(data))
+        wait_for_counts(data, sum(word_counts(data).values()), proc)
+        stopped = ok("stop", "wordcount", "--data-dir", str(data))
+        assert stopped.stdout.strip() == f"asked run 0 of job 'wordcount' on the local log in " \
+                                         f"{data} to stop"
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.startswith("wordcount run 0 (stopped): 800 input records in "), out
+    assert_exactly_once(data, word_counts(data))
+
+    ok("produce", "lines", "--generate", "words", "--count", "200", "--seed", "5",
+       "--data-dir", str(data))
+    proc = start_eos("run", WORDCOUNT, "--unbounded", "--commit-interval", "0.3",
+                     "--data-dir", str(data))
+    try:
+        wait_for_counts(data, sum(word_counts(data).values()), proc)
+        proc.send_signal(signal.SIGINT)        # what Ctrl-C does: a graceful stop
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.startswith("wordcount run 1 (stopped): 200 input records in "), out
+    assert_exactly_once(data, word_counts(data))
+
+
+def test_stop_of_a_job_that_never_ran(tmp_path):
+    p = eos("stop", "nosuchjob", "--data-dir", str(tmp_path / "data"))
+    assert error_line(p) == "error: job 'nosuchjob' has never run on this transport: nothing to stop"
 
 
 # --------------------------------------------------------------------------- errors of eos run

@@ -152,7 +152,7 @@ def test_tasks_run_concurrently_in_the_cluster_executor(cluster: StandaloneClust
         # (its stdout/stderr under the worker's work dir), not the driver's JVM.
         executor = [c for c in r["ancestors"] if "CoarseGrainedExecutorBackend" in c]
         assert executor, r["ancestors"]
-        assert f"--hostname 127.0.0.1" in executor[0]
+        assert "--hostname 127.0.0.1" in executor[0]
     assert app in _apps(cluster)                               # the master ran our app
     assert cluster.status()["aliveworkers"] == 1
 
