@@ -186,7 +186,7 @@ class Pipeline:
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
-                 parallelism: int = 1) -> None:
+                 parallelism: int = 1, dead_letters: bool | str = False) -> None:
         _check_name(name)
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
@@ -197,11 +197,16 @@ class Pipeline:
             raise ConfigError(f"commit_every must be an integer >= 0, not {commit_every!r}")
         if type(parallelism) is not int or parallelism < 1:
             raise ConfigError(f"parallelism must be a positive integer, not {parallelism!r}")
+        if not (type(dead_letters) is bool or (isinstance(dead_letters, str) and dead_letters)):
+            raise ConfigError(f"dead_letters must be True, False or a topic name, not "
+                              f"{dead_letters!r}")
         self.name = name
         self.processing_guarantee = processing_guarantee
         self.commit_interval = float(commit_interval)
         self.commit_every = commit_every
         self.parallelism = parallelism
+        # A record whose function raises goes to this topic instead of stopping the task.
+        self.dead_letters = dead_letters
         self._segments: list[_Segment] = []
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
@@ -221,6 +226,14 @@ class Pipeline:
     @property
     def segments(self) -> list[_Segment]:
         return list(self._segments)
+
+    @property
+    def dead_letter_topic(self) -> str | None:
+        """Where records whose functions raised go: ``<name>.dead-letters`` for
+        ``dead_letters=True``, the given topic for a string, None (stop the task) for False."""
+        if self.dead_letters is True:
+            return f"{self.name}.dead-letters"
+        return self.dead_letters or None
 
     @property
     def source_topic(self) -> str:

@@ -159,6 +159,8 @@ def _summary_lines(summary: Any) -> list[str]:
             extra += f", attempt {t['attempt'] + 1}"
         if t.get("rebuilt_store"):
             extra += ", store rebuilt"
+        if t.get("dead_letters"):
+            extra += f", {t['dead_letters']:,} dead letters"
         lines.append(f"  task {t.get('task_id')}: {t.get('checkpoints', 0)} checkpoints, "
                      f"{t.get('rewinds', 0)} rewinds, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")
@@ -186,6 +188,11 @@ def _summary_lines(summary: Any) -> list[str]:
                    "F = --max-attempts).")
 @click.option("--max-attempts", type=click.IntRange(1), default=4, show_default=True,
               help="Attempts per task before the run fails.")
+@click.option("--dead-letters", "dead_letters_on", is_flag=True,
+              help="A record whose function raises goes to topic <job>.dead-letters (with the "
+                   "error) instead of stopping the task. Default: the pipeline's setting.")
+@click.option("--dead-letter-topic", default=None, metavar="TOPIC",
+              help="Like --dead-letters, to TOPIC.")
 @click.option("--unbounded", is_flag=True,
               help="Run until stopped (eos stop, or Ctrl-C here) instead of to the end of the "
                    "input present at the start.")
@@ -199,7 +206,8 @@ def _summary_lines(summary: Any) -> list[str]:
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
-            master: str | None, max_attempts: int, unbounded: bool, crash_at: str | None,
+            master: str | None, max_attempts: int, dead_letters_on: bool,
+            dead_letter_topic: str | None, unbounded: bool, crash_at: str | None,
             crash_task: int | None, as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
 
@@ -231,7 +239,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     kwargs: dict[str, Any] = dict(
         state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
         commit_every=commit_every, parallelism=parallelism, sink_partitions=sink_partitions,
-        master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded, **opts)
+        master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded,
+        dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
     name = pipeline.name
 
     if sys.stderr.isatty() and not as_json:

@@ -67,6 +67,8 @@ class JobPlan:
     stages: tuple[StagePlan, ...]
     tasks: tuple[TaskPlan, ...]
     changelog_topic: str
+    dead_letter_topic: str | None = None   # None: a raising function stops its task
+    dead_letter_partitions: int = 1
 
     @property
     def exactly_once(self) -> bool:
@@ -77,6 +79,8 @@ class JobPlan:
         for st in self.stages:
             if st.shuffle is not None:
                 specs.append(TopicSpec(st.output_topic, st.output_partitions))
+        if self.dead_letter_topic is not None:
+            specs.append(TopicSpec(self.dead_letter_topic, self.dead_letter_partitions))
         return specs
 
     def stage_of(self, task_id: int) -> StagePlan:
@@ -85,7 +89,8 @@ class JobPlan:
 
 def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None = None,
              commit_interval: float | None = None, commit_every: int | None = None,
-             parallelism: int | None = None, sink_partitions: int | None = None) -> JobPlan:
+             parallelism: int | None = None, sink_partitions: int | None = None,
+             dead_letters: bool | str | None = None) -> JobPlan:
     """Plan ``pipeline`` against the topics ``transport`` holds; options override the
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
     segments = pipeline.segments
@@ -148,10 +153,22 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
             upstream_task_ids=upstream))
         upstream = ids
         input_topic, input_parts = out_topic, out_parts
+    dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
+        f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
+    dead_parts = 1
+    if dead_topic is not None:
+        if dead_topic in {s.output_topic for s in stages} | {source.topic}:
+            raise ConfigError(f"dead-letter topic {dead_topic!r} is also an input or output of "
+                              f"the job: give it a topic of its own")
+        try:
+            dead_parts = transport.describe(dead_topic).partitions
+        except TopicNotFound:
+            pass
     return JobPlan(pipeline.name, guarantee,
                    commit_interval if commit_interval is not None else pipeline.commit_interval,
                    commit_every if commit_every is not None else pipeline.commit_every,
-                   tuple(stages), tuple(tasks), f"{pipeline.name}.changelog")
+                   tuple(stages), tuple(tasks), f"{pipeline.name}.changelog",
+                   dead_topic, dead_parts)
 
 
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:

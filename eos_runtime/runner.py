@@ -156,12 +156,14 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    commit_every: int | None = None, parallelism: int | None = None,
                    sink_partitions: int | None = None, master: str | None = None,
                    max_attempts: int = 4, bounded: bool = True,
+                   dead_letters: bool | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                    buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
-    left off: state, input positions and output carry over."""
+    left off: state, input positions and output carry over. ``dead_letters`` overrides
+    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off)."""
     from .engine import EngineConfig, start_tasks
 
     if not bootstrap_servers and not data_dir:
@@ -174,7 +176,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     try:
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
-                        sink_partitions=sink_partitions)
+                        sink_partitions=sink_partitions, dead_letters=dead_letters)
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}")
         _check_engine(engine, len(plan.tasks))

@@ -3,6 +3,7 @@ both modes, compared record by record with an oracle computed from the input."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -135,3 +136,57 @@ def test_a_full_early_arrival_buffer_pauses_channels_and_loses_nothing(tmp_path)
     assert sum(t["buffered"] for t in summary.tasks) > 0, "nothing arrived early"
     with open_transport(**opts) as t:
         check_pageviews_exactly_once(read_output(t, sink, job=pipeline.name), views)
+
+
+def _parse(line):
+    return int(line)                       # "oops-7" raises ValueError in the source stage
+
+
+def _running_total(v, state):
+    if v % 250 == 0:
+        raise RuntimeError(f"no multiples of 250 ({v})")   # raises in the downstream stage
+    total = state.get("total", 0) + v
+    state.set("total", total)
+    return f"{v}:{total}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dead_letters_take_the_failing_records_exactly_once_and_the_run_goes_on(
+        kind, tmp_path, request):
+    from eos_runtime import Pipeline
+
+    opts = transport_opts(kind, tmp_path, request)
+    tag = uuid.uuid4().hex[:6]
+    lines = [f"oops-{i}" if i % 97 == 0 else str(i) for i in range(1, 1201)]
+    with open_transport(**opts) as t:
+        produce(t, f"nums-{tag}", [x.encode() for x in lines])
+    p = Pipeline(f"dead-{tag}", commit_every=150, dead_letters=True, parallelism=2)
+    (p.source(f"nums-{tag}", value="utf8").map(_parse).key_by(lambda v: v % 3)
+        .map(_running_total, stateful=True).sink(f"totals-{tag}"))
+    crash = [{"point": "task.checkpoint.before_commit", "task": 3, "hit": 2}]
+    summary = run_pipeline(p, fault=crash, **opts)
+    assert sum(t["dead_letters"] for t in summary.tasks[:2]) == 12   # the source tasks'
+
+    good = [int(x) for x in lines if not x.startswith("oops")]
+    with open_transport(**opts) as t:
+        out = read_output(t, f"totals-{tag}", job=p.name)
+        dead = read_output(t, f"{p.name}.dead-letters", job=p.name)
+    # Per key (v % 3): every good value once, and the totals are the running sums in the
+    # order the values came out (the two source partitions interleave in any order).
+    got: dict[int, list[tuple[int, int]]] = {0: [], 1: [], 2: []}
+    for r in sorted(out, key=lambda r: (r.partition, r.offset)):
+        v, total = map(int, r.value.decode().split(":"))
+        got[v % 3].append((v, total))
+    for k, pairs in got.items():
+        assert sorted(v for v, _ in pairs) == [v for v in good if v % 3 == k and v % 250]
+        sums = [sum(v for v, _ in pairs[:i + 1]) for i in range(len(pairs))]
+        assert [total for _, total in pairs] == sums, f"key {k}: state counted a record twice"
+    letters = sorted((json.loads(r.value) for r in dead), key=lambda d: str(d["value"]))
+    assert sorted(d["value"] for d in letters) == sorted(
+        [x for x in lines if x.startswith("oops")] + [repr(v) for v in good if v % 250 == 0])
+    first = next(d for d in letters if d["value"] == "oops-97")
+    assert first["topic"] == f"nums-{tag}" and first["task"] in (0, 1)
+    assert first["error"].startswith("ValueError: invalid literal for int()")
+    second = next(d for d in letters if d["value"] == "250")
+    assert second["error"] == "RuntimeError: no multiples of 250 (250)"
+    assert second["topic"] == f"{p.name}.shuffle-1" and second["key"] == "1"

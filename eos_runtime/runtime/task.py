@@ -36,7 +36,7 @@ from typing import Any
 import cloudpickle
 
 from .. import faults
-from ..api import FORMATS
+from ..api import FORMATS, Sink
 from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
@@ -87,6 +87,7 @@ class TaskStats:
     max_buffer_bytes: int = 0
     stale: int = 0
     fenced: int = 0
+    dead_letters: int = 0                # records whose function raised, sent to dead letters
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False
@@ -144,6 +145,10 @@ class _Task:
         self._last_commit = time.monotonic()
         if self.stage.sink is not None:
             self.sink = SinkWriter(self.stage.sink, self.stage.output_partitions)
+        self.dead: SinkWriter | None = None
+        if self.plan.dead_letter_topic is not None:
+            self.dead = SinkWriter(Sink(self.plan.dead_letter_topic, None, "json"),
+                                   self.plan.dead_letter_partitions)
         if self.stage.source is not None:
             src = self.stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
@@ -275,7 +280,8 @@ class _Task:
                 except Exception as exc:
                     if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                         raise  # the runtime's own failure, not the user's function
-                    raise self._failed(r.topic, r.partition, r.offset, exc) from exc
+                    self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key),
+                                     _text(r.value), r.timestamp)
                 self.positions[r.partition] = r.offset + 1
                 if end is not None and r.offset + 1 >= end:
                     done.add(r.partition)
@@ -407,8 +413,9 @@ class _Task:
         self.stats.rewinds += 1
         self.store.discard()
         self.buffer.clear()
-        if self.sink is not None:
-            self.sink.discard()
+        for held in (self.sink, self.dead):
+            if held is not None:
+                held.discard()
         self.log.abort_open()
         snap = self.aligner.rewind()
         faults.crash_point("task.rewind")
@@ -454,7 +461,9 @@ class _Task:
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
-            raise self._failed(topic, partition, offset, exc) from exc
+            self._user_error(exc, topic, partition, offset,
+                             None if msg.key is None else repr(decode_key(msg.key)),
+                             _safe_repr(msg.value), msg.timestamp)
         self.stats.processed += 1
 
     def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int) -> None:
@@ -469,12 +478,25 @@ class _Task:
     def _shuffle(self, outs: list[Any], timestamp: int) -> None:
         key_fn = self.stage.shuffle.key_fn
         gen, version, write = self.stats.generation, self.version, self.channels.write
-        for value in outs:
-            try:
-                kb = encode_key(key_fn(value))
-            except Exception as exc:
-                raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+        try:  # every key first: a record whose key_by raises sends nothing downstream
+            keys = [encode_key(key_fn(value)) for value in outs]
+        except Exception as exc:
+            raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+        for kb, value in zip(keys, outs):
             write(gen, version, kb, [value], timestamp)
+
+    def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
+                    key: str | None, value: str | None, timestamp: int) -> None:
+        """A user function raised on a record: stop the task there, or with dead letters
+        on, record the record and the error as output of the open version and go on."""
+        if self.dead is None:
+            raise self._failed(topic, partition, offset, exc) from exc
+        cause = exc.__cause__ if isinstance(exc, UserFunctionError) and exc.__cause__ else exc
+        self.dead.write(None, None, [{
+            "job": self.plan.name, "task": self.id, "topic": topic, "partition": partition,
+            "offset": offset, "error": f"{type(cause).__name__}: {cause}", "key": key,
+            "value": value}], timestamp)
+        self.stats.dead_letters += 1
 
     def _failed(self, topic: str, partition: int, offset: int, exc: Exception) -> TaskFailed:
         cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
@@ -491,13 +513,14 @@ class _Task:
         # 1. flush output
         if self.channels is not None:
             self.channels.flush()
-        elif self.sink is not None:
-            counts = self.sink.produce_into(log.producer)
-            if not log.transactional:
+        held = [w for w in (self.sink, self.dead) if w is not None]
+        if held:  # into the change log's transaction (Kafka), or appended now (local log)
+            counts = [(w.topic, w.produce_into(log.producer)) for w in held]
+            if not log.transactional and any(c for _, c in counts):
                 report = log.producer.flush()
-                ranges = tuple(wire.OutputRange(self.sink.topic, p, report[tp] - n + 1, report[tp])
-                               for p, n in sorted(counts.items())
-                               for tp in [TopicPartition(self.sink.topic, p)])
+                ranges = tuple(wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
+                               for topic, c in counts for p, n in sorted(c.items())
+                               for tp in [TopicPartition(topic, p)])
         faults.crash_point("task.checkpoint.after_output_flush")
         # 2. change-log records of the staged state
         staged = self.store.staged()
@@ -525,3 +548,18 @@ class _Task:
         self._checkpoint(inputs, ())
         if self.channels is not None and not self.eos:
             self.channels.markers(self.stats.generation, self.run_end)
+
+
+def _text(data: bytes | None) -> str | None:
+    """Raw bytes for a dead letter: UTF-8 where they are, escapes where not."""
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _safe_repr(raw: bytes | None) -> str | None:
+    """A channel value as Python shows it (it was msgpack between stages)."""
+    if raw is None:
+        return None
+    try:
+        return repr(FORMATS["msgpack"][1](raw))
+    except Exception:
+        return repr(raw)
