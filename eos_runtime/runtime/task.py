@@ -64,7 +64,7 @@ class TaskConfig:
     transport: dict[str, Any]            # open_transport(**transport)
     state_dir: str
     run: int = 0                         # the run number (protocol/runs.py)
-    run_started_ms: int = 0              # when the driver started it (time_version)
+    run_started_ms: int | None = None    # when the driver started it (None: plain counting)
     control_offset: int | None = None    # of the run's start record (None: no stop watch)
     bounded: bool = True
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
@@ -292,10 +292,18 @@ class _Task:
                 self._send_output()
                 faults.crash_point("task.mid_version")
             if self._commit_due():
-                self.version = max(self.version, time_version(
-                    self.c.run, self.c.run_started_ms, int(time.time() * 1000)))
-                self._checkpoint(self._source_inputs(), ())
+                self._source_checkpoint()
         self._end_run(self._source_inputs())
+
+    def _source_checkpoint(self) -> None:
+        """A checkpoint inside the run: at a time-derived version where the run's start time
+        is known (protocol/runs.py), never at the run's last version, which ends it."""
+        if self.c.run_started_ms is not None:
+            self.version = max(self.version, time_version(
+                self.c.run, self.c.run_started_ms, int(time.time() * 1000)))
+        if self.version >= self.run_end:
+            raise EosError(f"task {self.id} used up the versions of run {self.c.run}")
+        self._checkpoint(self._source_inputs(), ())
 
     def _send_output(self) -> None:
         """Output of the open version goes out as it is made, not only at checkpoints:
