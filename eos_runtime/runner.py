@@ -164,7 +164,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off)."""
-    from .engine import EngineConfig, start_tasks
+    from .engine import EngineConfig, check_slots, start_tasks
 
     if not bootstrap_servers and not data_dir:
         data_dir = ".eos/data"
@@ -179,7 +179,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         sink_partitions=sink_partitions, dead_letters=dead_letters)
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}")
-        _check_engine(engine, len(plan.tasks))
+        check_slots(engine, len(plan.tasks))   # before the run is recorded
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded)
         create_job_topics(transport, plan)
         begin = _source_positions(transport, plan)
@@ -222,13 +222,6 @@ def run_pipeline(pipeline: Pipeline, *,
         raise
     finally:
         run.t.close()
-
-
-def _check_engine(engine: Any, tasks: int) -> None:
-    """Refuse a master without slots for every task before the run is recorded."""
-    from .engine.spark import _check_slots, _plan
-
-    _check_slots(_plan(engine, tasks), tasks)
 
 
 def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:

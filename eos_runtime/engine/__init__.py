@@ -14,6 +14,7 @@ from .spark import (
     RunningJob,
     TaskAttempt,
     available_slots,
+    check_slots,
     run_tasks,
     start_tasks,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "RunningJob",
     "TaskAttempt",
     "available_slots",
+    "check_slots",
     "run_tasks",
     "start_tasks",
 ]

@@ -48,6 +48,7 @@ __all__ = [
     "JobStatus",
     "RunningJob",
     "available_slots",
+    "check_slots",
     "start_tasks",
     "run_tasks",
 ]
@@ -268,6 +269,12 @@ def available_slots(config: EngineConfig, tasks: int | None = None) -> int | Non
     before the cluster is up. Raises ``ConfigError`` for a master it cannot parse.
     """
     return _plan(config, tasks).slots
+
+
+def check_slots(config: EngineConfig, tasks: int) -> None:
+    """Raise ``ConfigError`` now if ``config``'s master is known to have fewer slots than
+    ``tasks`` (what ``start_tasks`` would refuse), before the caller records anything."""
+    _check_slots(_plan(config, tasks), tasks)
 
 
 def _check_slots(plan: _Plan, tasks: int) -> None:

@@ -70,6 +70,13 @@ _FENCED_CODES = frozenset({
 _NOT_FOUND_CODES = frozenset({
     _KafkaError.UNKNOWN_TOPIC_OR_PART, _KafkaError._UNKNOWN_TOPIC, _KafkaError._UNKNOWN_PARTITION,
 })
+# Leadership moving (a topic just created, a broker restarting): librdkafka's offset
+# look-ups report these without the retriable flag, but they pass on their own.
+_LEADERSHIP_CODES = frozenset({
+    _KafkaError.NOT_LEADER_FOR_PARTITION, _KafkaError.LEADER_NOT_AVAILABLE,
+    _KafkaError.FENCED_LEADER_EPOCH, _KafkaError.UNKNOWN_LEADER_EPOCH,
+    _KafkaError.REPLICA_NOT_AVAILABLE,
+})
 _OUT_OF_RANGE_CODES = frozenset({_KafkaError.OFFSET_OUT_OF_RANGE, _KafkaError._AUTO_OFFSET_RESET})
 # produce() errors that concern one record only: they are reported by the next
 # flush like any failed delivery, instead of being raised by produce().
@@ -762,7 +769,8 @@ class KafkaTransport(Transport):
                 return call(max(remaining, 0.1))
             except _KafkaException as exc:
                 err = _kafka_error(exc)
-                if (err is None or not err.retriable() or err.code() in _NOT_FOUND_CODES
+                transient = err is not None and (err.retriable() or err.code() in _LEADERSHIP_CODES)
+                if (not transient or err.code() in _NOT_FOUND_CODES
                         or time.monotonic() + delay >= deadline):
                     raise _map_exception(exc, context) from None
                 log.debug("%s: %s; retrying", context, _describe(err))
