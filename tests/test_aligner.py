@@ -262,7 +262,7 @@ def test_model_exactly_once_under_crashes_restores_and_zombies(data):
     open_set, buffer, committed = [], {}, Counter()
 
     def reset(snapshot):
-        nonlocal al, open_set, buffer
+        nonlocal open_set, buffer
         open_set, buffer = [], {}
         for c, off in al.resume_offsets().items():
             pos[c] = 0 if off is None else off

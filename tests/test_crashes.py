@@ -199,7 +199,6 @@ def test_a_lost_local_store_is_rebuilt_from_the_change_log(tmp_path):
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     import cloudpickle
 

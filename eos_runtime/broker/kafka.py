@@ -44,7 +44,6 @@ import signal
 import socket
 import string
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -54,6 +53,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import BrokerError, SetupError
+from ..processes import parent_death_signal_hook
 
 __all__ = [
     "KAFKA_VERSION",
@@ -426,21 +426,6 @@ def _tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
-def _parent_death_signal_hook():  # type: ignore[no-untyped-def]
-    """A preexec_fn making the child get SIGTERM when its parent dies (Linux), or None."""
-    if sys.platform != "linux":
-        return None
-    import ctypes
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl   # loaded here, not in the child
-    except (OSError, AttributeError):
-        return None
-
-    def hook() -> None:
-        prctl(1, int(signal.SIGTERM))                      # PR_SET_PDEATHSIG
-    return hook
-
-
 class KafkaBroker:
     """A single-node KRaft Kafka broker on 127.0.0.1, run from ``run_dir``.
 
@@ -614,7 +599,7 @@ class KafkaBroker:
             proc = subprocess.Popen(
                 cmd, cwd=self.run_dir, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                preexec_fn=_parent_death_signal_hook() if self.die_with_parent else None)
+                preexec_fn=parent_death_signal_hook() if self.die_with_parent else None)
         self._proc = proc
         self.state = BrokerState(
             pid=proc.pid, bootstrap_servers=f"{HOST}:{port}", port=port, controller_port=cport,

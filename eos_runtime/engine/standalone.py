@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SetupError
+from ..processes import parent_death_signal_hook
 from .spark import EngineError
 
 __all__ = ["StandaloneCluster", "pyspark_home"]
@@ -90,21 +91,6 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _parent_death_signal_hook():  # type: ignore[no-untyped-def]
-    """A preexec_fn making the child get SIGTERM when its parent dies (Linux), or None."""
-    if sys.platform != "linux":
-        return None
-    import ctypes
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl   # loaded here, not in the child
-    except (OSError, AttributeError):
-        return None
-
-    def hook() -> None:
-        prctl(1, int(signal.SIGTERM))                      # PR_SET_PDEATHSIG
-    return hook
 
 
 def _log_end(path: Path, start: int = 0, size: int = 32 * 1024) -> str:
@@ -287,7 +273,7 @@ class StandaloneCluster:
             return subprocess.Popen(
                 cmd, cwd=self.directory, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                preexec_fn=_parent_death_signal_hook() if self.die_with_parent else None)
+                preexec_fn=parent_death_signal_hook() if self.die_with_parent else None)
 
     def _wait_registered(self, t0: float) -> None:
         deadline = t0 + self.startup_timeout

@@ -47,7 +47,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable, Mapping
+from typing import Hashable, Iterable
 
 from ..errors import EosError
 from .wire import InputPosition, ParentCheckpoint, ProducerFence

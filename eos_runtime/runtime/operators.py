@@ -7,7 +7,7 @@ store (``step<i>`` in the task's RocksDB). A user function that raises becomes
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 
