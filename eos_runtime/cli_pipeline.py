@@ -313,10 +313,8 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
         job = load_pipeline(job).name
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     with open_transport(**opts) as transport:
-        control = ControlLog(transport, job)
-        last = control.last_run()
-        stop = control.request_stop(f"eos stop (pid {os.getpid()})")
-    again = " (it had been asked before)" if last is not None and last.stopped else ""
+        stop, earlier = ControlLog(transport, job).request_stop(f"eos stop (pid {os.getpid()})")
+    again = " (it had been asked before)" if earlier is not None else ""
     click.echo(f"asked run {stop.run} of job {job!r} on {_where(opts)} to stop{again}")
 
 

@@ -84,19 +84,17 @@ def _task_entry(attempt) -> bytes:  # runs on a Spark worker
 class PipelineRun:
     """A started run of a job: watch it, stop it gracefully, wait for its summary.
 
-    ``run_pipeline`` is ``start_pipeline(...).wait_summary()`` with Ctrl-C handling."""
+    ``run_pipeline`` is ``start_pipeline(...).summary()`` with progress and Ctrl-C
+    handling. ``close()`` releases the driver's transport once the run is over."""
 
-    def __init__(self, plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
-                 info: Any, job: Any, bounded: bool, begin: dict[TopicPartition, int],
-                 master: str | None) -> None:
+    def __init__(self, plan: JobPlan, transport: Transport, info: Any, job: Any, bounded: bool,
+                 begin: dict[TopicPartition, int]) -> None:
         self.plan = plan
         self.t = transport
-        self.transport_opts = transport_opts
         self.info = info
         self.job = job
         self.bounded = bounded
         self.begin = begin
-        self.master = master
         self.started = time.monotonic()
         self.stop_requested: str | None = None
         src = plan.stages[0]
@@ -137,14 +135,16 @@ class PipelineRun:
     def wait(self, timeout: float | None = None) -> bool:
         return self.job.wait(timeout)
 
+    def close(self) -> None:
+        self.t.close()
+
     def summary(self) -> RunSummary:
         """Blocks until the run ends; raises what ended it if a task failed for good."""
         results = self.job.result()
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
-        end = _source_positions(self.t, self.plan)
-        consumed = sum(end.get(tp, self.begin.get(tp, 0)) - self.begin.get(tp, 0)
-                       for tp in set(end) | set(self.begin))
+        end = _source_positions(self.t, self.plan)   # the same partitions as ``begin``
+        consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
                           tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
                           stopped=any(t.get("stopped") for t in tasks))
@@ -188,7 +188,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
-        return PipelineRun(plan, transport, transport_opts, info, job, bounded, begin, master)
+        return PipelineRun(plan, transport, info, job, bounded, begin)
     except BaseException:
         transport.close()
         raise
@@ -221,7 +221,7 @@ def run_pipeline(pipeline: Pipeline, *,
         run.wait()
         raise
     finally:
-        run.t.close()
+        run.close()
 
 
 def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:

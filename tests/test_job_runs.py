@@ -76,7 +76,7 @@ def test_an_unbounded_run_reads_new_input_until_stopped_then_the_next_run_goes_o
     finally:
         run.cancel()
         run.wait()
-        run.t.close()
+        run.close()
     assert summary.stopped and not summary.bounded and summary.input_records == len(a + b)
     check_wordcount_exactly_once(output(opts, pipeline), a + b)
     with open_transport(**opts) as t:
@@ -101,7 +101,7 @@ def test_a_run_cancelled_without_final_checkpoints_is_continued(guarantee, tmp_p
     finally:
         run.cancel()
         run.wait()
-        run.t.close()
+        run.close()
     with open_transport(**opts) as t:
         produce(t, source, encode_lines(b))
     summary = run_pipeline(pipeline, guarantee=guarantee, **opts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..errors import ConfigError, TopicNotFound
+from ..errors import ConfigError, TopicNotFound, TransportError
 from ..plan import JobPlan
 from ..protocol import wire
 from ..protocol.runs import MAX_RUN
@@ -76,8 +76,8 @@ class ControlLog:
             deadline = time.monotonic() + 60
             while c.position(self.tp) < high:
                 if time.monotonic() > deadline:
-                    raise TopicNotFound(f"reading {self.tp.topic!r} timed out at "
-                                        f"{c.position(self.tp)} of {high}")
+                    raise TransportError(f"reading {self.tp.topic!r} timed out at "
+                                         f"{c.position(self.tp)} of {high}")
                 for r in c.poll(10_000, 0.5):
                     if r.offset < high:
                         out.append((r.offset, wire.decode_control(
@@ -113,14 +113,15 @@ class ControlLog:
         start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
         return RunInfo(start, self._append(start))
 
-    def request_stop(self, reason: str) -> wire.StopRequest:
-        """Ask the latest run to stop gracefully."""
+    def request_stop(self, reason: str) -> tuple[wire.StopRequest, wire.StopRequest | None]:
+        """Ask the latest run to stop gracefully; returns the request and the run's earlier
+        one, if it had been asked before."""
         last = self.last_run()
         if last is None:
             raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
         stop = wire.StopRequest(last.start.run, int(time.time() * 1000), reason)
         self._append(stop)
-        return stop
+        return stop, last.stopped
 
     def _append(self, record: wire.ControlRecord) -> int:
         with self.t.producer() as p:

@@ -259,7 +259,7 @@ class _Task:
         self.consumer.pause([tps[p] for p in done])
         if self.c.control_offset is not None:
             self.stop = StopWatcher(self.t, self.plan.name, self.c.run, self.c.control_offset)
-        self.version = source_start_version(self.version - 1, self.c.run)
+        self.version = source_start_version(self.stats.restored_version, self.c.run)
         key_de, value_de, chain = self._src_key, self._src_value, self.chain
         while True:
             if self.c.bounded and len(done) == len(parts):
