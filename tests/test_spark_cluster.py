@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from task_files import touch, wait_for
 
 from eos_runtime.engine import EngineConfig, EngineError, TaskAttempt, run_tasks, start_tasks
 from eos_runtime.engine.standalone import StandaloneCluster
@@ -59,18 +60,8 @@ def _apps(cluster: StandaloneCluster) -> dict[str, dict]:
 # --------------------------------------------------------------------------- task functions
 
 def _wait_for(paths: list[Path], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not all(p.exists() for p in paths):
-        if time.monotonic() > deadline:
-            missing = [p.name for p in paths if not p.exists()]
-            raise TimeoutError(f"{what}: still missing {missing} after {WAIT} s")
-        time.sleep(0.05)
+    wait_for(paths, what, WAIT)
 
-
-def _touch(path: Path, text: str = "") -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _ancestors() -> list[str]:
@@ -96,7 +87,7 @@ def rendezvous_task(task: TaskAttempt) -> bytes:
     """Every task announces itself, then waits for all: deadlocks unless concurrent."""
     cfg = json.loads(task.payload)
     d = Path(cfg["dir"])
-    _touch(d / f"ready-{task.index}")
+    touch(d / f"ready-{task.index}")
     _wait_for([d / f"ready-{i}" for i in range(cfg["n"])], f"task {task.index}")
     return _answer(task)
 
@@ -106,7 +97,7 @@ def sigkill_task(task: TaskAttempt) -> bytes:
     peers return only after the victim's retry is up, so they live through the crash."""
     cfg = json.loads(task.payload)
     d, n, victim = Path(cfg["dir"]), cfg["n"], cfg["victim"]
-    _touch(d / f"started-{task.index}-{task.attempt}", str(os.getpid()))
+    touch(d / f"started-{task.index}-{task.attempt}", str(os.getpid()))
     if task.index == victim:
         if task.attempt == 0:
             _wait_for([d / f"started-{i}-0" for i in range(n)], "victim")
@@ -117,7 +108,7 @@ def sigkill_task(task: TaskAttempt) -> bytes:
 
 
 def always_failing_task(task: TaskAttempt) -> bytes:
-    _touch(Path(json.loads(task.payload)["dir"]) / f"attempt-{task.index}-{task.attempt}")
+    touch(Path(json.loads(task.payload)["dir"]) / f"attempt-{task.index}-{task.attempt}")
     raise ValueError("boom")
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_files import touch, wait_for
 
 from eos_runtime.engine import (
     EngineConfig,
@@ -36,18 +37,8 @@ WAIT = 60.0  # a task waiting for its peers gives up after this (a deadlock fail
 
 
 def _wait_for(paths: list[Path], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not all(p.exists() for p in paths):
-        if time.monotonic() > deadline:
-            missing = [p.name for p in paths if not p.exists()]
-            raise TimeoutError(f"{what}: still missing {missing} after {WAIT} s")
-        time.sleep(0.05)
+    wait_for(paths, what, WAIT)
 
-
-def _touch(path: Path, text: str = "") -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _answer(task: TaskAttempt) -> bytes:
@@ -59,7 +50,7 @@ def rendezvous_task(task: TaskAttempt) -> bytes:
     """Every task announces itself, then waits for all: deadlocks unless concurrent."""
     cfg = json.loads(task.payload)
     d = Path(cfg["dir"])
-    _touch(d / f"ready-{task.index}")
+    touch(d / f"ready-{task.index}")
     _wait_for([d / f"ready-{i}" for i in range(cfg["n"])], f"task {task.index}")
     time.sleep(cfg.get("linger", 0))
     return _answer(task)
@@ -70,7 +61,7 @@ def sigkill_task(task: TaskAttempt) -> bytes:
     return only after the victim's retry is up, so they live through the crash."""
     cfg = json.loads(task.payload)
     d, n, victim = Path(cfg["dir"]), cfg["n"], cfg["victim"]
-    _touch(d / f"started-{task.index}-{task.attempt}", str(os.getpid()))
+    touch(d / f"started-{task.index}-{task.attempt}", str(os.getpid()))
     if task.index == victim:
         if task.attempt == 0:
             _wait_for([d / f"started-{i}-0" for i in range(n)], "victim")
@@ -83,7 +74,7 @@ def sigkill_task(task: TaskAttempt) -> bytes:
 def failing_task(task: TaskAttempt) -> bytes:
     cfg = json.loads(task.payload)
     d = Path(cfg["dir"])
-    _touch(d / f"attempt-{task.index}-{task.attempt}")
+    touch(d / f"attempt-{task.index}-{task.attempt}")
     if task.index == cfg["bad"]:
         if cfg["how"] == "raise":
             raise ValueError("boom")
@@ -93,7 +84,7 @@ def failing_task(task: TaskAttempt) -> bytes:
 
 def sleeping_task(task: TaskAttempt) -> bytes:
     cfg = json.loads(task.payload)
-    _touch(Path(cfg["dir"]) / f"pid-{task.index}", str(os.getpid()))
+    touch(Path(cfg["dir"]) / f"pid-{task.index}", str(os.getpid()))
     time.sleep(3600)
     return b"never"
 
