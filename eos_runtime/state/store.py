@@ -268,10 +268,7 @@ class TaskStore:
 
     def get(self, store: str, key: bytes) -> bytes | None:
         """The staged value if there is one (None for a staged delete), else RocksDB's."""
-        try:
-            s = self._stores[store]
-        except KeyError:
-            raise self._unknown(store) from None
+        s = self._store_named(store)
         try:
             value = s.staged.get(key, _MISSING)
         except TypeError:  # unhashable key
@@ -283,30 +280,28 @@ class TaskStore:
         return value
 
     def put(self, store: str, key: bytes, value: bytes) -> None:
-        try:
-            s = self._stores[store]
-        except KeyError:
-            raise self._unknown(store) from None
+        self._stage(store, key, value, put=True)
+
+    def delete(self, store: str, key: bytes) -> None:
+        self._stage(store, key, None, put=False)
+
+    def _stage(self, store: str, key: bytes, value: bytes | None, *, put: bool) -> None:
+        """Stage a write (a delete: value None) until the next commit or discard."""
+        s = self._store_named(store)
         if not isinstance(key, bytes):
             raise self._not_bytes(store, "key", key)
-        if not isinstance(value, bytes):
+        if put and not isinstance(value, bytes):
             raise self._not_bytes(store, "value", value)
         staged = s.staged
         if key not in staged:
             self._order.append((s, key))
         staged[key] = value
 
-    def delete(self, store: str, key: bytes) -> None:
+    def _store_named(self, store: str) -> _Store:
         try:
-            s = self._stores[store]
+            return self._stores[store]
         except KeyError:
             raise self._unknown(store) from None
-        if not isinstance(key, bytes):
-            raise self._not_bytes(store, "key", key)
-        staged = s.staged
-        if key not in staged:
-            self._order.append((s, key))
-        staged[key] = None
 
     def staged(self) -> list[tuple[str, bytes, bytes | None]]:
         """Changes since the last commit/discard: one per (store, key), last write wins,
@@ -462,10 +457,7 @@ class TaskStore:
         side is read in chunks of ``_CHUNK`` keys, so no RocksDB iterator (which would keep
         the DB and its LOCK alive after ``close``) outlives a chunk, and a commit made while
         iterating may show in the later chunks."""
-        try:
-            s = self._stores[store]
-        except KeyError:
-            raise self._unknown(store) from None
+        s = self._store_named(store)
         staged = sorted(s.staged.items())
         return _merge(self._committed(s), staged)
 
