@@ -161,14 +161,7 @@ class _Plan:
 
 
 def _task_cpus(config: EngineConfig) -> int:
-    raw = config.conf.get("spark.task.cpus", "1")
-    try:
-        cpus = int(raw)
-    except ValueError:
-        raise ConfigError(f"spark.task.cpus must be an integer, not {raw!r}") from None
-    if cpus < 1:
-        raise ConfigError(f"spark.task.cpus must be >= 1, not {cpus}")
-    return cpus
+    return _positive_int_conf(config, "spark.task.cpus", 1)
 
 
 def _plan(config: EngineConfig, tasks: int | None) -> _Plan:
@@ -220,15 +213,15 @@ def _slots_why(master: str, cores: int, cpus: int) -> str:
 
 
 def _max_failures(config: EngineConfig) -> int:
-    raw = config.conf.get("spark.task.maxFailures")
-    if raw is None:
-        return config.max_attempts
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"spark.task.maxFailures must be an integer, not {raw!r}") from None
+    return _positive_int_conf(config, "spark.task.maxFailures", config.max_attempts)
+
+
+def _positive_int_conf(config: EngineConfig, key: str, default: int) -> int:
+    value = _int_conf(config, key)
+    if value is None:
+        return default
     if value < 1:
-        raise ConfigError(f"spark.task.maxFailures must be >= 1, not {value}")
+        raise ConfigError(f"{key} must be >= 1, not {value}")
     return value
 
 
