@@ -29,7 +29,7 @@ main.add_command(stop_cmd)
 
 
 @main.command()
-@click.option("--data-dir", default=".eos/demo", show_default=True, type=click.Path(file_okay=False),
+@click.option("--data-dir", default=".eos/smoke", show_default=True, type=click.Path(file_okay=False),
               help="Directory of the embedded local log.")
 @click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,
               help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
@@ -56,7 +56,8 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
 
 @main.command()
 @click.option("--data-dir", default=".eos/demo", show_default=True, type=click.Path(file_okay=False),
-              help="Where the demo keeps its local log and state (wiped first).")
+              help="Where the demo keeps its local log and state. Cleared first if the demo made it; "
+                   "a non-empty directory it did not make is refused.")
 @click.option("--bootstrap-servers", default=None, help="Run on this Kafka broker instead.")
 @click.option("--lines", "n_lines", default=20_000, show_default=True, type=click.IntRange(1),
               help="Text lines to count words in.")
@@ -68,8 +69,10 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
     """The main job: word count end to end on Spark, output verified against an oracle."""
     import json
 
-    from .demo import run_demo
+    from .demo import prepare_demo_dir, run_demo
 
+    if not bootstrap_servers:
+        prepare_demo_dir(data_dir)  # a refused directory is the only line the user sees
     if not as_json:
         click.echo(f"word count over {n_lines} generated lines, {guarantee}, on "
                    f"{'Kafka ' + bootstrap_servers if bootstrap_servers else 'the embedded local log'}"

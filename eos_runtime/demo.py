@@ -4,6 +4,10 @@ Generates text lines into the ``lines`` topic of a fresh data directory, runs
 ``examples/wordcount.py`` on Spark (exactly-once by default), reads the committed
 output and checks it record by record against counts computed here from the input:
 each word seen n times must have exactly the values 1..n, in order.
+
+The demo clears its data directory before each run, but only a directory it made
+itself (one holding ``DEMO_MARKER``) or an empty one: a command never deletes what
+it did not make.
 """
 
 from __future__ import annotations
@@ -14,18 +18,52 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import EosError
+from .errors import ConfigError, EosError
 from .runner import RunSummary, load_pipeline, run_pipeline
 from .runtime.committed import read_output
 from .transport import TopicSpec, open_transport
 
-__all__ = ["DemoResult", "DemoFailed", "run_demo", "WORDCOUNT"]
+__all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MARKER",
+           "WORDCOUNT"]
 
 WORDCOUNT = Path(__file__).resolve().parent.parent / "examples" / "wordcount.py"
+#: The file that marks a directory as the demo's own, so the demo may clear it.
+DEMO_MARKER = ".eos-demo"
 
 
 class DemoFailed(EosError):
     """The committed output differs from the oracle."""
+
+
+def prepare_demo_dir(data_dir: str | Path) -> Path:
+    """Make ``data_dir`` an empty directory holding only ``DEMO_MARKER``.
+
+    A missing or empty directory is taken; one holding the marker is cleared; any
+    other is refused with a ``ConfigError`` naming it, so a mistyped ``--data-dir``
+    cannot wipe a user's topics and job state."""
+    path = Path(data_dir).absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"demo data directory {str(path)!r} is not a directory")
+    marker = path / DEMO_MARKER
+    if path.is_dir() and not marker.is_file():
+        if any(path.iterdir()):
+            raise ConfigError(
+                f"demo data directory {str(path)!r} is not empty and was not made by eos demo; "
+                f"it is left as it is: give a new or empty --data-dir (or remove it yourself)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # The marker goes first so that a demo killed halfway still owns what it left.
+        marker.write_text("made by eos demo; eos demo clears this directory at its start\n")
+        for child in path.iterdir():
+            if child.name == DEMO_MARKER:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    except OSError as exc:
+        raise ConfigError(f"demo data directory {str(path)!r}: {exc.strerror or exc}") from None
+    return path
 
 
 @dataclass
@@ -56,8 +94,7 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
         pipeline.rename(name, source=f"{name}-lines", sink=f"{name}-counts")
         opts = {"bootstrap_servers": bootstrap_servers}
     else:
-        shutil.rmtree(data_dir, ignore_errors=True)  # the demo's own data: start afresh
-        opts = {"data_dir": data_dir}
+        opts = {"data_dir": str(prepare_demo_dir(data_dir or ".eos/demo"))}
     source, sink = pipeline.source_topic, pipeline.sink_topic
     text = list(generate_words(lines, seed=42))
     with open_transport(**opts) as t:

@@ -1,0 +1,85 @@
+"""What a newcomer meets when something is wrong (issue 11): the command keeps their data,
+and a mistake ends with one ``error: ...`` line and exit code 1, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def eos(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 180) -> subprocess.CompletedProcess:
+    """The ``eos`` console entry point in a child process, as a user runs it."""
+    full_env = {k: v for k, v in os.environ.items() if k != "EOS_BOOTSTRAP_SERVERS"}
+    full_env.update(env or {})
+    p = subprocess.run([sys.executable, "-c", "from eos_runtime.cli import run; run()", *args],
+                       cwd=cwd, capture_output=True, env=full_env, timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(),
+                                       p.stderr.decode(errors="replace"))
+
+
+def error_line(p: subprocess.CompletedProcess) -> str:
+    """The one ``error: ...`` line of a failed command (and nothing else on stderr)."""
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+
+
+# --------------------------------------------------------------------------- eos demo keeps data
+
+def test_demo_refuses_a_directory_it_did_not_make(tmp_path):
+    users = tmp_path / "mydata"
+    (users / "topics" / "orders").mkdir(parents=True)
+    (users / "topics" / "orders" / "0.log").write_bytes(b"the user's records")
+    (users / "state").mkdir()
+    (users / "state" / "job.db").write_bytes(b"the user's job state")
+    before = tree(users)
+    line = error_line(eos("demo", "--data-dir", str(users), "--lines", "10"))
+    assert str(users) in line and "not empty" in line
+    assert tree(users) == before
+
+
+def test_demo_dir_is_cleared_only_when_the_demo_made_it(tmp_path):
+    from eos_runtime.demo import DEMO_MARKER, prepare_demo_dir
+
+    fresh = tmp_path / "new" / "demo"
+    prepare_demo_dir(fresh)
+    assert [p.name for p in fresh.iterdir()] == [DEMO_MARKER]
+
+    (fresh / "topics").mkdir()
+    (fresh / "topics" / "old").write_bytes(b"an earlier demo's log")
+    (fresh / "stray-file").write_bytes(b"x")
+    prepare_demo_dir(fresh)   # its own: started afresh
+    assert [p.name for p in fresh.iterdir()] == [DEMO_MARKER]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepare_demo_dir(empty)   # nothing in it to lose
+    assert (empty / DEMO_MARKER).is_file()
+
+    from eos_runtime.errors import ConfigError
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not empty"):
+        prepare_demo_dir(theirs)
+    assert (theirs / "notes.txt").read_text() == "keep me"
+
+
+def test_smoke_leaves_the_demo_directory_to_the_demo(tmp_path):
+    # The smoke run's topics in .eos/demo would make the next `eos demo` refuse its own default.
+    p = eos("smoke", "--records", "10", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / ".eos" / "demo").exists()
