@@ -7,6 +7,7 @@ catch a failure.
 
     EosError
     ├── ConfigError              bad user input: options, pipeline definitions
+    │   └── PipelineFileError    a pipeline file that does not compile or raises when run
     ├── SetupError               the machine lacks something (Java, Maven, jars)
     ├── BrokerError              the project's own Kafka broker would not start/stop
     ├── WireFormatError          a record that does not decode (names topic/partition/offset)
@@ -25,6 +26,7 @@ from __future__ import annotations
 __all__ = [
     "EosError",
     "ConfigError",
+    "PipelineFileError",
     "SetupError",
     "BrokerError",
     "WireFormatError",
@@ -45,6 +47,19 @@ class EosError(Exception):
 
 class ConfigError(EosError):
     """User input that cannot work; the message says what to change."""
+
+
+class PipelineFileError(ConfigError):
+    """A pipeline file failed to load: a syntax error, or an exception while it ran.
+
+    ``path`` and ``line`` locate the problem in the user's own file (``line`` is None
+    when unknown); the exception itself, if any, is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, path: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
 
 
 class SetupError(EosError):

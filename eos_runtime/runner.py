@@ -15,12 +15,13 @@ import runpy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable
 
 import cloudpickle
 
 from .api import Pipeline
-from .errors import ConfigError, TopicNotFound
+from .errors import ConfigError, PipelineFileError, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import ControlLog
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
@@ -65,7 +66,24 @@ def load_pipeline(path: str | Path) -> Pipeline:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"pipeline file {str(path)!r} does not exist")
-    namespace = runpy.run_path(str(path), run_name="eos_pipeline")
+    try:
+        namespace = runpy.run_path(str(path), run_name="eos_pipeline")
+    except SyntaxError as exc:
+        # The file (or a module it imports) does not compile: where the compiler stopped.
+        where = exc.filename or str(path)
+        line = exc.lineno
+        via = ""
+        if _same_file_key(Path(where)) != _same_file_key(path):
+            at = _line_in(path, exc.__traceback__)
+            via = f" (imported by {path}{f', line {at}' if at else ''})"
+        raise PipelineFileError(f"{where}{f', line {line}' if line else ''}: "
+                                f"{type(exc).__name__}: {exc.msg}{via}",
+                                path=str(where), line=line) from exc
+    except Exception as exc:
+        line = _line_in(path, exc.__traceback__)
+        raise PipelineFileError(f"{path}{f', line {line}' if line else ''}: {_one_line(exc)} "
+                                f"(raised while loading the pipeline file)",
+                                path=str(path), line=line) from exc
     found = [v for v in namespace.values() if isinstance(v, Pipeline)]
     chosen = namespace.get("pipeline")
     if isinstance(chosen, Pipeline):
@@ -74,6 +92,30 @@ def load_pipeline(path: str | Path) -> Pipeline:
         return found[0]
     raise ConfigError(f"{path} defines {len(found)} Pipeline objects; name the one to run "
                       f"`pipeline`")
+
+
+def _line_in(path: Path, tb: TracebackType | None) -> int | None:
+    """The line of ``path`` the traceback last passed through: the user's own line, even
+    when the exception came from a library their file called."""
+    target = _same_file_key(path)
+    line = None
+    while tb is not None:
+        if _same_file_key(Path(tb.tb_frame.f_code.co_filename)) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _same_file_key(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except OSError:
+        return str(path)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _task_entry(attempt) -> bytes:  # runs on a Spark worker

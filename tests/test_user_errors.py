@@ -83,3 +83,25 @@ def test_smoke_leaves_the_demo_directory_to_the_demo(tmp_path):
     p = eos("smoke", "--records", "10", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert not (tmp_path / ".eos" / "demo").exists()
+
+
+# --------------------------------------------------------------------------- a broken pipeline file
+
+@pytest.mark.parametrize("source, line, what", [
+    ('from eos_runtime import Pipeline\npipeline = Pipeline("x"\n', 2,
+     "SyntaxError: '(' was never closed"),
+    ('from eos_runtime import Pipeline\n\nTOPIC = "lines"\nraise ValueError("no config for TOPIC")\n', 4,
+     "ValueError: no config for TOPIC"),
+    ('import json\nimport no_such_module_for_eos_tests\n', 2,
+     "ModuleNotFoundError: No module named 'no_such_module_for_eos_tests'"),
+    # raised in a library the file calls: the user's line that called it is what to fix
+    ('import json\n\ndef settings():\n    return json.loads("{oops")\n\nCONFIG = settings()\n', 4,
+     "JSONDecodeError: Expecting property name enclosed in double quotes"),
+], ids=["syntax", "raise", "import", "in-a-library"])
+@pytest.mark.parametrize("command", ["run", "stop"])
+def test_a_broken_pipeline_file_is_one_error_line(tmp_path, command, source, line, what):
+    path = tmp_path / "my_pipeline.py"
+    path.write_text(source)
+    p = eos(command, str(path), "--data-dir", str(tmp_path / "data"))
+    err = error_line(p)
+    assert f"{path}, line {line}: " in err and what in err, err
