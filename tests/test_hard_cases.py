@@ -1,0 +1,187 @@
+"""The protocol's hard cases, each as an exact interleaving read by a real task.
+
+Each test writes a channel's records by hand (``scripted.py``): producers that restart
+several times, zombies writing late, markers that end a run. The task under test is the
+real one, on both transports; its committed output is compared with what the script
+says must count. A hang is a failure (``TaskHung``), not a stuck suite.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scripted import END, Data, Marker, Restore, ScriptedJob
+
+TRANSPORTS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
+
+
+@pytest.fixture
+def job_factory(tmp_path, request):
+    made = []
+
+    def make(kind: str, **options) -> ScriptedJob:
+        opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+                else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+        job = ScriptedJob(tmp_path, opts, **options)
+        made.append(job)
+        return job
+
+    yield make
+    for job in made:
+        job.close()
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_every_fence_a_producer_caused_still_applies_after_its_second_restart(kind, job_factory):
+    """Case 1: producer 0 restarts twice (generation 1 -> 2 -> 3) while producer 1 lags, so
+    version 2 is still open downstream when generation 3's restore (3, 2) arrives. A zombie of
+    generation 1 then writes version 2 late. Only the first restore, (2, 1), fences it:
+    keeping the last fence alone would count the zombie's record."""
+    job = job_factory(kind)
+    job.write(
+        Restore(0, 1, 0), Restore(1, 1, 0),
+        Data(0, 1, 1, "a"), Marker(0, 1, 1), Marker(1, 1, 1),     # version 1 aligns
+        Data(0, 1, 2, "b-gen1"),                                   # generation 1 dies in v2
+        Marker(0, 2, 1), Restore(0, 2, 1),                         # -> rewind, fence (2, 1)
+        Data(0, 2, 2, "b"), Marker(0, 2, 2),                       # v2 waits for producer 1
+        Data(0, 2, 3, "c-gen2"),                                   # generation 2 dies in v3
+        Marker(0, 3, 2), Restore(0, 3, 2),                         # fence (3, 2)
+        Data(0, 1, 2, "zombie"),                                   # generation 1, late
+        Data(0, 3, 3, "c"), Data(1, 1, 2, "p1"),
+        Marker(1, 1, END), Marker(0, 3, END))
+    stats = job.run_task()
+    assert stats["rewinds"] == 1            # generation 1's "b" was processed, then fenced
+    assert job.output() == sorted(["a", "b", "c", "p1"])
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_fences_survive_the_downstream_restart(kind, job_factory):
+    """Case 1, second form: the downstream task commits after the second restore, crashes,
+    and re-reads from its checkpoint a channel still holding generation 1's late record."""
+    job = job_factory(kind)
+    job.write(
+        Restore(0, 1, 0), Restore(1, 1, 0),
+        Data(0, 1, 1, "a"), Marker(0, 1, 1), Marker(1, 1, 1),
+        Data(0, 1, 3, "early-gen1"),                               # buffered: v3 not open
+        Marker(0, 2, 1), Restore(0, 2, 1),                         # fence (2, 1)
+        Data(0, 2, 2, "b"), Marker(0, 2, 2),
+        Marker(0, 3, 2), Restore(0, 3, 2),                         # fence (3, 2)
+        Data(0, 1, 3, "zombie-v3"), Data(0, 1, 2, "zombie-v2"),
+        Data(1, 1, 2, "p1"), Marker(1, 1, 2),                      # v2 commits here
+        Data(0, 3, 3, "c"), Marker(1, 1, END), Marker(0, 3, END))
+    # The first attempt dies right after committing version 2; the retry re-reads from it.
+    assert job.run_task(fault={"point": "task.checkpoint.after_commit", "hit": 2}) is None
+    job.run_task()
+    assert job.output() == sorted(["a", "b", "c", "p1"])
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+@pytest.mark.parametrize("point", ["task.checkpoint.after_commit",
+                                   "task.checkpoint.after_store"])
+def test_a_restart_after_the_last_markers_still_ends_the_run(kind, point, job_factory):
+    """Case 2: every end-of-run marker is in; the task commits the version they close and
+    dies before its run-end commit. On restart its lanes are aligned already, and no marker
+    will come again: it must check alignment before it waits for input."""
+    job = job_factory(kind)
+    job.write(Restore(0, 1, 0), Restore(1, 1, 0), Data(0, 1, 1, "a"), Data(1, 1, 1, "b"),
+              Marker(0, 1, END), Marker(1, 1, END))
+    assert job.run_task(fault={"point": point, "hit": 1}) is None
+    stats = job.run_task(timeout=60)
+    assert stats["checkpoints"] >= 1
+    assert job.output() == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_at_least_once_source_killed_after_its_final_commit_still_ends_the_run(kind, job_factory):
+    """Case 3, first form: an at-least-once source commits its run-end checkpoint and dies
+    before sending its end-of-run markers. Its retry finds the run finished; it must still
+    announce the end, or every downstream task waits for it forever."""
+    job = job_factory(kind, guarantee="at-least-once", producers=1, channels=2)
+    job.feed_source(0, "x", "y", "z")
+    assert job.run_task(task_id=0, fault={"point": "task.checkpoint.after_store", "hit": 1}) is None
+    job.run_task(task_id=0, timeout=60)
+    for channel in (0, 1):
+        ends = [r for r in job.channel_records(channel)
+                if type(r).__name__ == "Marker" and r.version == END]
+        assert ends, f"channel {channel} never got the source's end-of-run marker"
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_at_least_once_restart_remembers_end_markers_behind_its_checkpoint(kind, job_factory):
+    """Case 3, second form: an at-least-once task reads producer 0's end-of-run marker, a
+    timer checkpoint moves its offsets past it, and the task dies. Producer 1 ends later.
+    The retry re-reads only what follows the checkpoint: it must know from the checkpoint
+    that producer 0 already ended."""
+    job = job_factory(kind, guarantee="at-least-once", commit_every=1)
+    job.write(Marker(0, 1, END), Data(1, 1, 1, "b"))
+    assert job.run_task(fault={"point": "task.checkpoint.after_store", "hit": 1}) is None
+    job.write(Data(1, 1, 1, "c"), Marker(1, 1, END))
+    job.run_task(timeout=60)
+    assert set(job.output()) == {"b", "c"}
+
+
+def lagging_script(versions: range, per_version: int, size: int) -> list:
+    """Producer 0 runs ahead through ``versions`` while producer 1 gives no marker until the
+    end: everything producer 0 writes past version 1 arrives early."""
+    items: list = [Restore(0, 1, 0), Restore(1, 1, 0)]
+    for v in versions:
+        items += [Data(0, 1, v, f"v{v}-{i}-" + "x" * size) for i in range(per_version)]
+        items.append(Marker(0, 1, v))
+    items += [Data(1, 1, 1, "p1"), Marker(1, 1, END), Marker(0, 1, END)]
+    return items
+
+
+def expected_values(items: list) -> list[str]:
+    return sorted(i.value for i in items if isinstance(i, Data))
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_the_early_arrival_buffer_stays_within_its_bound_on_a_shared_channel(kind, job_factory):
+    """Case 6 (invariant 8): one producer lags on a channel every producer shares, so no
+    channel can be paused. The buffer must stop keeping early arrivals at its bound and read
+    them again later, losing and duplicating nothing."""
+    bound = 8 << 10
+    job = job_factory(kind, buffer_max_bytes=bound)
+    items = lagging_script(range(2, 30), per_version=20, size=200)
+    job.write(*items)
+    stats = job.run_task()
+    assert stats["max_buffer_bytes"] <= bound
+    assert stats["overflowed"] > 0           # the overflow path ran
+    assert job.output() == expected_values(items)
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_many_small_buffered_versions_use_few_open_files(kind, job_factory):
+    """Case 7: a lagging producer and many small versions once held one open file per
+    buffered version, and the task died of EMFILE."""
+    job = job_factory(kind)
+    items = lagging_script(range(2, 1200), per_version=1, size=10)
+    job.write(*items)
+    job.run_task(max_open_files=400)
+    assert job.output() == expected_values(items)
+
+
+def test_restarts_leave_no_stale_buffer_or_store_directories(job_factory):
+    """Case 8: buffer directories were named per process and only the current one wiped;
+    fallback RocksDB directories (made while a zombie holds the store's lock) were never
+    removed."""
+    from eos_runtime.state import TaskStore
+
+    job = job_factory("local")
+    items = lagging_script(range(2, 6), per_version=5, size=10)
+    job.write(*items[:-3])                   # producer 1 has not caught up: v2.. are buffered
+    assert job.run_task(fault={"point": "task.aligning", "hit": 3}) is None
+    base = job.state_dir()
+    stale = base / f"task-{job.task_id}.attempt-7-99999"
+    TaskStore(stale, ("step0",)).close()     # what a killed attempt beside a zombie leaves
+    zombie = TaskStore(base / f"task-{job.task_id}", ())   # holds the store's lock
+    try:
+        job.write(*items[-3:])
+        job.run_task()
+    finally:
+        zombie.close()
+    assert job.output() == expected_values(items)
+    left = sorted(p.name for p in base.iterdir()
+                  if p.name.startswith(("buffer", f"task-{job.task_id}.")) and
+                  (p.is_file() or any(p.iterdir())))
+    assert left == []
