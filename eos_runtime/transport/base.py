@@ -18,7 +18,7 @@ The contract (``tests/test_transport_contract.py`` runs it against both):
   survives the death of the producing process (SIGKILL included).
 * Records of one producer to one partition keep their order.
 * ``Consumer.poll`` returns records of the assigned, un-paused partitions in offset
-  order per partition, in batches.
+  order per partition, in batches. ``assign`` clears every pause; ``seek`` keeps it.
 * Transactions exist only where ``Transport.supports_transactions`` is true (Kafka).
   The exactly-once protocol never depends on them except for the Kafka sink.
 """
@@ -149,18 +149,27 @@ class Consumer(abc.ABC):
 
     @abc.abstractmethod
     def assign(self, positions: Mapping[TopicPartition, int]) -> None:
-        """Replace the assignment: read each partition from the given offset."""
+        """Replace the assignment: read each partition from the given offset.
+
+        Every pause is cleared, including those of partitions assigned again: after
+        ``assign`` all of ``positions`` are read, whatever was paused before."""
 
     @abc.abstractmethod
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Continue reading an assigned partition from ``offset``."""
+        """Continue reading an assigned partition from ``offset``. A paused partition
+        stays paused; after ``resume`` it is read from ``offset``."""
 
     @abc.abstractmethod
     def pause(self, tps: Iterable[TopicPartition]) -> None:
-        """Stop returning records of these partitions until resumed (backpressure)."""
+        """Stop returning records of these partitions until resumed (backpressure).
+        Only assigned partitions can be paused: any other raises ``TransportError``
+        and nothing is paused. Pausing a paused partition changes nothing."""
 
     @abc.abstractmethod
-    def resume(self, tps: Iterable[TopicPartition]) -> None: ...
+    def resume(self, tps: Iterable[TopicPartition]) -> None:
+        """Undo ``pause``; reading goes on from ``position``. Partitions that are not
+        assigned raise ``TransportError`` (nothing is resumed); resuming a partition
+        that is not paused changes nothing."""
 
     @abc.abstractmethod
     def poll(self, max_records: int = 10_000, timeout: float = 1.0) -> list[Record]:

@@ -487,25 +487,29 @@ class _LocalConsumer(Consumer):
             tp = TopicPartition(*tp)
             cursors[tp] = [offset, self._log._position_of(tp, offset)]
         self._cursor = cursors
-        self._paused &= set(cursors)
+        # The contract: a new assignment starts unpaused (callers re-position after
+        # backpressure and forget their pauses).
+        self._paused = set()
 
-    def seek(self, tp: TopicPartition, offset: int) -> None:
+    def _assigned(self, tp: TopicPartition | tuple[str, int]) -> TopicPartition:
         tp = TopicPartition(*tp)
         if tp not in self._cursor:
             raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned")
+        return tp
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        tp = self._assigned(tp)
         self._cursor[tp] = [offset, self._log._position_of(tp, offset)]
 
     def pause(self, tps: Iterable[TopicPartition]) -> None:
-        self._paused.update(TopicPartition(*tp) for tp in tps)
+        # All checked before any is paused, as on Kafka.
+        self._paused.update([self._assigned(tp) for tp in tps])
 
     def resume(self, tps: Iterable[TopicPartition]) -> None:
-        self._paused.difference_update(TopicPartition(*tp) for tp in tps)
+        self._paused.difference_update([self._assigned(tp) for tp in tps])
 
     def position(self, tp: TopicPartition) -> int:
-        try:
-            return self._cursor[TopicPartition(*tp)][0]
-        except KeyError:
-            raise TransportError(f"{tp[0]}[{tp[1]}] is not assigned") from None
+        return self._cursor[self._assigned(tp)][0]
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._cursor)
@@ -548,3 +552,4 @@ class _LocalConsumer(Consumer):
 
     def close(self) -> None:
         self._cursor.clear()
+        self._paused.clear()
