@@ -16,6 +16,7 @@ Results go to stdout, progress to stderr. User errors are ``EosError`` subclasse
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import random
@@ -87,6 +88,31 @@ def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> di
     if bootstrap_servers:
         return {"bootstrap_servers": bootstrap_servers}
     return {"data_dir": data_dir or DEFAULT_DATA_DIR}
+
+
+def _check_writable(opts: dict[str, str]) -> None:
+    """A command that writes to the local log fails here, naming the directory, instead
+    of over an OSError traceback halfway through."""
+    if "data_dir" in opts:
+        from .runner import check_writable_dir
+
+        root = Path(opts["data_dir"])
+        for d in (root, root / "topics"):
+            check_writable_dir(d, "data directory", "--data-dir")
+
+
+@contextlib.contextmanager
+def _reading_local_log(opts: dict[str, str]) -> Iterator[None]:
+    """Reading a read-only local log still fails in the log itself (it opens its files
+    read-write); say so in one line."""
+    try:
+        yield
+    except OSError as exc:
+        if "data_dir" not in opts or exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise ConfigError(f"cannot read the local log in {opts['data_dir']!r}: it is read-only "
+                          f"({exc.strerror}: {exc.filename!r}), and reading a read-only local log "
+                          f"is not supported yet") from None
 
 
 def _where(opts: dict[str, str]) -> str:
@@ -312,6 +338,7 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
 
         job = load_pipeline(job).name
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    _check_writable(opts)
     with open_transport(**opts) as transport:
         stop, earlier = ControlLog(transport, job).request_stop(f"eos stop (pid {os.getpid()})")
     again = " (it had been asked before)" if earlier is not None else ""
@@ -403,6 +430,7 @@ def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     if lines_from is not None and (count is not None or seed is not None):
         raise click.UsageError("--count and --seed go with --generate")
     opts = resolve_transport(bootstrap_servers, data_dir)
+    _check_writable(opts)
     started = time.monotonic()
     with open_transport(**opts) as transport:
         try:
@@ -468,7 +496,7 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     if as_json and only_count:
         raise click.UsageError("--json and --count exclude each other")
     opts = resolve_transport(bootstrap_servers, data_dir)
-    with open_transport(**opts) as transport:
+    with _reading_local_log(opts), open_transport(**opts) as transport:
         transport.describe(topic)  # TopicNotFound names the topic
         if not read_all and not transport.supports_transactions:
             if job is None:

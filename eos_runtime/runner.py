@@ -11,6 +11,7 @@ Each run of a job continues from the last one's checkpoints (``protocol/runs.py`
 
 from __future__ import annotations
 
+import os
 import runpy
 import time
 from dataclasses import dataclass, field
@@ -26,8 +27,8 @@ from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import ControlLog
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
-__all__ = ["PipelineRun", "RunSummary", "create_job_topics", "load_pipeline", "run_pipeline",
-           "start_pipeline", "task_configs"]
+__all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
+           "run_pipeline", "start_pipeline", "task_configs"]
 
 
 @dataclass
@@ -116,6 +117,45 @@ def _same_file_key(path: Path) -> str:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def check_writable_dir(path: str | Path, what: str, option: str) -> None:
+    """``ConfigError`` naming ``path`` unless this process can write in it (or, if it
+    does not exist yet, make it). ``what`` names the directory for the user ("data
+    directory"), ``option`` the option that chooses another."""
+    path = Path(path).absolute()
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        problem = ("is not a directory" if existing == path else
+                   f"cannot be made: {str(existing)!r} is not a directory")
+        raise ConfigError(f"{what} {str(path)!r} {problem}; choose another with {option}")
+    # os.access also answers for root, for whom it reports read-only mounts (EROFS)
+    # but not permission bits: exactly what stops root's writes.
+    if os.access(existing, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    reason = "a read-only file system" if read_only else "permission denied"
+    where = "" if existing == path else f"; it would be made in {str(existing)!r}"
+    raise ConfigError(f"{what} {str(path)!r} is not writable ({reason}{where}); "
+                      f"choose another with {option}")
+
+
+def _check_run_dirs(pipeline: Pipeline, transport_opts: dict[str, Any], state_dir: str) -> None:
+    """Refuse a run that could not write its topics or its tasks' state, before Spark starts
+    and before a run is recorded (else every task fails its attempts over a traceback)."""
+    if "data_dir" in transport_opts:
+        root = Path(transport_opts["data_dir"])
+        for d in (root, root / "topics"):
+            check_writable_dir(d, "data directory", "--data-dir")
+    for d in (Path(state_dir), Path(state_dir) / pipeline.name):
+        check_writable_dir(d, "state directory", "--state-dir")
 
 
 def _task_entry(attempt) -> bytes:  # runs on a Spark worker
@@ -214,6 +254,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         {"bootstrap_servers": bootstrap_servers} if bootstrap_servers
         else {"data_dir": str(Path(data_dir).absolute())})
     state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
+    _check_run_dirs(pipeline, transport_opts, state_dir)
     transport = open_transport(**transport_opts)
     try:
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,

@@ -4,6 +4,7 @@ and a mistake ends with one ``error: ...`` line and exit code 1, not a traceback
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,107 @@ def test_a_broken_pipeline_file_is_one_error_line(tmp_path, command, source, lin
     p = eos(command, str(path), "--data-dir", str(tmp_path / "data"))
     err = error_line(p)
     assert f"{path}, line {line}: " in err and what in err, err
+
+
+# --------------------------------------------------------------------------- read-only directories
+
+WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
+
+
+def _can_mount_privately() -> bool:
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind / /"], capture_output=True)
+    return probe.returncode == 0
+
+
+def eos_read_only(read_only: list[Path], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``eos`` with the ``read_only`` directories unwritable for it, the way a user meets them.
+
+    As root chmod does not stop writes, so the directories are bind-mounted read-only in
+    a private mount namespace of the child only (nothing outside it sees the mounts).
+    """
+    if os.geteuid() != 0:
+        modes = {d: d.stat().st_mode for d in read_only}
+        for d in read_only:
+            d.chmod(0o555)
+        try:
+            return eos(*args, timeout=timeout)
+        finally:
+            for d, mode in modes.items():
+                d.chmod(mode)
+    if shutil.which("unshare") is None or not _can_mount_privately():
+        pytest.skip("running as root, where chmod does not stop writes, and a private read-only "
+                    "bind mount (unshare -m, mount --bind) is not allowed here")
+    mounts = " && ".join(f'mount --bind "{d}" "{d}" && mount -o remount,ro,bind "{d}" "{d}"'
+                         for d in read_only)
+    env = {k: v for k, v in os.environ.items() if k != "EOS_BOOTSTRAP_SERVERS"}
+    p = subprocess.run(["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                        sys.executable, "-c", "from eos_runtime.cli import run; run()", *args],
+                       capture_output=True, env=env, timeout=timeout)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(),
+                                       p.stderr.decode(errors="replace"))
+
+
+@pytest.fixture
+def produced(tmp_path):
+    data = tmp_path / "data"
+    p = eos("produce", "lines", "--generate", "words", "--count", "50", "--data-dir", str(data))
+    assert p.returncode == 0, p.stderr
+    return data
+
+
+def test_run_on_a_read_only_data_dir_fails_before_it_starts(produced):
+    before = tree(produced)
+    p = eos_read_only([produced], "run", WORDCOUNT, "--data-dir", str(produced),
+                      "--state-dir", str(produced.parent / "state"), timeout=60)
+    err = error_line(p)
+    assert f"data directory '{produced}'" in err and "not writable" in err, err
+    assert "Spark" not in p.stderr and tree(produced) == before
+
+
+def test_run_with_a_read_only_state_dir_fails_before_it_starts(produced):
+    state = produced.parent / "state"
+    state.mkdir()
+    p = eos_read_only([state], "run", WORDCOUNT, "--data-dir", str(produced),
+                      "--state-dir", str(state), timeout=60)
+    err = error_line(p)
+    assert f"state directory '{state}'" in err and "not writable" in err, err
+    # refused before a run was recorded: the job's control topic was never made
+    assert not (produced / "topics" / "wordcount.control").exists()
+
+
+def test_produce_and_stop_on_a_read_only_data_dir_are_one_error_line(produced):
+    for args in (["produce", "lines", "--generate", "words", "--count", "5"], ["stop", "wordcount"]):
+        err = error_line(eos_read_only([produced], *args, "--data-dir", str(produced)))
+        assert f"data directory '{produced}'" in err and "not writable" in err, err
+
+
+def test_consume_reads_a_read_only_local_log(produced):
+    p = eos_read_only([produced], "consume", "lines", "--all", "--count", "--data-dir", str(produced))
+    if p.returncode != 0:
+        err = error_line(p)  # meanwhile: one line naming the directory, not a traceback
+        assert str(produced) in err and "read-only" in err, err
+        pytest.xfail("the local log opens partition files read-write even to read them: "
+                     "eos_runtime/transport/locallog.py must fall back to O_RDONLY (owner's fix)")
+    assert p.stdout.strip() == "50"
+
+
+def test_writable_dir_check_names_the_directory_and_the_reason(tmp_path, monkeypatch):
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.runner import check_writable_dir
+
+    missing = tmp_path / "a" / "b"           # made later by the run: its parent decides
+    check_writable_dir(missing, "state directory", "--state-dir")
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(ConfigError, match=f"state directory '{not_a_dir}' is not a directory"):
+        check_writable_dir(not_a_dir, "state directory", "--state-dir")
+    with pytest.raises(ConfigError, match=f"'{not_a_dir}' is not a directory"):
+        check_writable_dir(not_a_dir / "sub", "state directory", "--state-dir")
+
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (
+        False if Path(p) == tmp_path and mode & os.W_OK else real_access(p, mode, **kw)))
+    with pytest.raises(ConfigError, match=f"data directory '{tmp_path}' is not writable"):
+        check_writable_dir(tmp_path, "data directory", "--data-dir")
+    with pytest.raises(ConfigError, match=f"data directory '{missing}' is not writable"):
+        check_writable_dir(missing, "data directory", "--data-dir")   # nor can it be made
