@@ -186,6 +186,100 @@ def test_seek_far_into_a_long_partition_uses_the_index(log_dir):
         assert t.offset_for_timestamp(TP, 22_222) == 22_222
 
 
+def test_a_dead_writers_index_entry_never_sends_a_seek_into_the_middle_of_a_frame(log_dir):
+    """A writer killed after its frames and index entry, before its commit pointer, leaves
+    an index entry past the committed end. Later appends that pass that position without
+    adding an index entry of their own must not make it trusted: seeks at and past it
+    would land inside another writer's frame and fail with LogCorrupted on every retry."""
+    from eos_runtime.transport.locallog import _INDEX, INDEX_INTERVAL
+
+    idx = log_dir / "topics/t/0.idx"
+    base_ts = 10**13  # later than the dead writer's (wall clock) timestamps
+    values: list[bytes] = []
+
+    def produce(p, value: bytes) -> None:
+        p.produce("t", 0, value, key=b"k", timestamp=base_ts + len(values))
+        values.append(value)
+
+    with open_transport(data_dir=str(log_dir)) as t, t.producer() as p:
+        produce(p, b"first")  # the index entry at position 0, committed
+        p.flush()
+    # ~100 KB in one batch: it crosses INDEX_INTERVAL, so it adds an index entry.
+    proc = spawn_writer(log_dir, "dead", batches=1, batch_size=20, pad=5000,
+                        crash_at="locallog.append.after_data")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and out == ""
+    entries = list(_INDEX.iter_unpack(idx.read_bytes()))
+    assert len(entries) == 2, "the dead writer left its index entry"
+    stale_offset, stale_pos, _ = entries[1]
+    assert stale_pos >= INDEX_INTERVAL
+
+    with open_transport(data_dir=str(log_dir)) as t, t.producer() as p:
+        for batch in range(3):  # small batches: no index entry of their own
+            for i in range(10):
+                produce(p, b"small-%d-%d:" % (batch, i) + b"." * 100)
+            p.flush()
+        end = t._partition(TP).pointer().end
+        assert end < INDEX_INTERVAL
+        assert stale_offset < len(values), "the stale entry names a committed offset"
+        # One frame from below INDEX_INTERVAL to past the stale entry: the committed end
+        # passes it, yet no frame starts where an index entry is due.
+        produce(p, b"B" * (stale_pos - end + 1000))
+        p.flush()
+        assert t._partition(TP).pointer().end > stale_pos
+        for batch in range(5):
+            for i in range(40):
+                produce(p, b"later-%d-%d:" % (batch, i) + b"L" * 1000)
+            p.flush()
+
+    high = len(values)
+    with open_transport(data_dir=str(log_dir)) as t:
+        assert t.watermarks(TP) == (0, high)
+        with t.consumer() as c:
+            for target in range(stale_offset - 1, high + 1):
+                c.assign({TP: target})
+                got = []
+                while len(got) < high - target:
+                    batch = c.poll(100_000, 1.0)
+                    assert batch, f"nothing read from offset {target}"
+                    got.extend(batch)
+                assert [r.offset for r in got] == list(range(target, high))
+                assert [r.value for r in got] == values[target:], f"from offset {target}"
+        for target in range(stale_offset - 1, high):
+            assert t.offset_for_timestamp(TP, base_ts + target) == target
+
+
+def test_a_reader_racing_a_writer_that_cuts_the_index_uses_whole_entries_only(log_dir, monkeypatch):
+    """A reader sizes the index, then a writer cuts a dead writer's entries and starts
+    writing its own: the reader gets fewer bytes than it asked for, ending mid-entry."""
+    from eos_runtime.transport import locallog
+
+    with open_transport(data_dir=str(log_dir)) as t:
+        with t.producer() as p:
+            for i in range(3):
+                p.produce("t", 0, b"%d" % i)
+            p.flush()
+        idx = log_dir / "topics/t/0.idx"
+        whole = idx.stat().st_size
+        assert whole == locallog._INDEX.size
+        with open(idx, "ab") as f:
+            f.write(b"\x07" * 10)  # the first bytes of the next writer's entry
+        files = t._partition(TP)
+        real_fstat = os.fstat
+
+        def fstat_before_the_cut(fd):  # the size the reader saw before the writer's cut
+            st = real_fstat(fd)
+            if fd != files.idx:
+                return st
+            return os.stat_result((*st[:6], 3 * locallog._INDEX.size, *st[7:]))
+
+        monkeypatch.setattr(locallog.os, "fstat", fstat_before_the_cut)
+        with t.consumer() as c:
+            c.assign({TP: 1})
+            assert [r.value for r in c.poll(10, 1.0)] == [b"1", b"2"]
+        assert t.offset_for_timestamp(TP, 0) == 0
+
+
 def test_fsync_mode_appends_and_reads_back(tmp_path):
     with open_transport(data_dir=str(tmp_path), fsync=True) as t:
         t.create_topics([TopicSpec("t", 1)])

@@ -18,7 +18,9 @@ Rules that make it safe:
   acknowledged. Readers read the pointer first and never look past it, so a batch is
   visible whole or not at all.
 * **A torn tail repairs itself.** A writer killed mid-append leaves bytes past the
-  committed end; the next writer truncates them under the lock before appending.
+  committed end, and maybe index entries pointing there; the next writer truncates
+  both under the lock before appending, so a dead writer's index entry never ends up
+  below a committed end. Readers trust only index entries below the committed end.
 * **The pointer cannot tear.** It alternates between two slots, each with a sequence
   number and a CRC; a reader takes the valid slot with the higher sequence.
 * **Frames carry their offset and a CRC**, so damage below the committed end is
@@ -129,16 +131,28 @@ class _PartitionFiles:
         return _read_pointer(self.end)
 
     def index(self, committed_end: int) -> list[tuple[int, int, int]]:
-        """Index entries that point below the committed end (later ones are a dead writer's)."""
+        """The index entries a reader may trust: the leading run that points below the
+        committed end, in increasing order. Entries past the end belong to an append in
+        progress or to a dead writer (the next writer cuts those before it commits)."""
         size = os.fstat(self.idx).st_size
-        entries = list(_INDEX.iter_unpack(os.pread(self.idx, size - size % _INDEX.size, 0)))
-        while entries and entries[-1][1] >= committed_end:
-            entries.pop()
+        raw = os.pread(self.idx, size - size % _INDEX.size, 0)
+        # The file can shrink between fstat and pread (a writer cutting a dead writer's
+        # entries) and a concurrent append can be seen half done: whole entries only.
+        raw = raw[:len(raw) - len(raw) % _INDEX.size]
+        entries = []
+        last_offset = last_pos = -1
+        for entry in _INDEX.iter_unpack(raw):
+            offset, pos, _ = entry
+            if pos >= committed_end or offset <= last_offset or pos <= last_pos:
+                break
+            entries.append(entry)
+            last_offset, last_pos = offset, pos
         return entries
 
     def index_tail(self, committed_end: int) -> tuple[int, int | None]:
         """(valid index length in entries, position of the last valid entry) without
-        reading the whole index: appends need only its tail."""
+        reading the whole index: appends need only its tail. Only the tail can be past
+        the committed end, since every append cuts a dead writer's entries first."""
         count = os.fstat(self.idx).st_size // _INDEX.size
         while count:
             _, pos, _ = _INDEX.unpack(os.pread(self.idx, _INDEX.size, (count - 1) * _INDEX.size))
@@ -323,6 +337,11 @@ class LocalLogTransport(Transport):
                 os.ftruncate(files.log, pointer.end)  # a dead writer's uncommitted tail
             index_count, last_indexed = files.index_tail(pointer.end)
             index_size = index_count * _INDEX.size
+            if os.fstat(files.idx).st_size != index_size:
+                # A dead writer's entries point into the tail just cut. Left in place, they
+                # would fall below the committed end once this or a later append passes
+                # them without adding an entry, and send seeks into the middle of a frame.
+                os.ftruncate(files.idx, index_size)
             next_index_pos = 0 if last_indexed is None else last_indexed + INDEX_INTERVAL
             offset, pos, max_ts = pointer.next_offset, pointer.end, pointer.max_ts
             parts: list[bytes] = []
@@ -355,7 +374,6 @@ class LocalLogTransport(Transport):
                 crash_point("locallog.append.mid_data")
             _pwrite_all(files.log, data, pointer.end)
             if new_index:
-                os.ftruncate(files.idx, index_size)
                 _pwrite_all(files.idx, b"".join(new_index), index_size)
             if self.fsync:
                 os.fsync(files.log)
