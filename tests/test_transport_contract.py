@@ -188,15 +188,9 @@ def produce_to_both(transport, name, n=10):
         p.flush()
 
 
-def test_assign_clears_every_pause(transport, request):
+def test_assign_clears_every_pause(transport):
     """A task paused by backpressure re-positions with assign and then expects to read
     every assigned partition: a pause that outlived assign would hang it."""
-    if transport.name == "kafka":
-        # librdkafka keeps a partition paused across assign and even unassign; the
-        # wrapper forgets its own pause set but never tells librdkafka.
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="KafkaConsumer.assign must resume the new assignment in "
-                                "librdkafka (transport/kafka.py); drop this mark with that fix"))
     name = new_topic(transport, partitions=2)
     a, b = TopicPartition(name, 0), TopicPartition(name, 1)
     produce_to_both(transport, name)

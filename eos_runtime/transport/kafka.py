@@ -501,6 +501,9 @@ class KafkaConsumer(Consumer):
         try:
             if new:
                 c.assign([_CkTopicPartition(t, p, off) for (t, p), off in new.items()])
+                # librdkafka keeps a partition paused across assign (even across unassign):
+                # the contract says assign clears every pause, so resume them all here.
+                c.resume([_CkTopicPartition(t, p) for t, p in new])
             else:
                 c.unassign()
         except _KafkaException as exc:
