@@ -182,6 +182,6 @@ def test_restarts_leave_no_stale_buffer_or_store_directories(job_factory):
         zombie.close()
     assert job.output() == expected_values(items)
     left = sorted(p.name for p in base.iterdir()
-                  if p.name.startswith(("buffer", f"task-{job.task_id}.")) and
+                  if p.name.startswith(("buffer", f"task-{job.task_id}.attempt")) and
                   (p.is_file() or any(p.iterdir())))
     assert left == []

@@ -21,7 +21,9 @@ R2a (not in SEP-10) Versions nobody wrote are skipped: once checkpoint V is take
     end-of-run marker must close every version below it in one step, not one by one.
 R3  (invariant 6) A restore command (P, g, V) is remembered as a *fence*: from then on
     every message and marker of P from a generation below g with a version above V is
-    dropped. Fences are part of the checkpoint, so they survive the task's own restart.
+    dropped. Every fence a producer's restarts caused applies, not only the newest
+    (``protocol/fences.py``: a staircase per producer). Fences are part of the checkpoint,
+    so they survive the task's own restart.
 R4  (SEP-10 "Restoring Checkpoint Process 4.x") If the open version already processed a
     message the new fence invalidates, the task must rewind: discard its staged state and
     buffers, bump its own generation, forward a restore downstream and re-read its
@@ -36,7 +38,21 @@ R6  (SEP-10 "Checkpoint Process 3.5.1", ParentCheckpointMetadata) A checkpoint r
     preceding them were processed.
 R7  A restore to a version below the task's last checkpoint is impossible while producers
     only send marker V after committing V; it is reported as a ``ProtocolViolation``
-    instead of being guessed around.
+    instead of being guessed around (unless a newer fence makes it redundant: a restore
+    read again after the task's own restart, fences F3).
+R8  (invariant 8; SEP-10 solution 2 as the overflow of solution 3) The buffer is bounded.
+    An early arrival that does not fit (the caller says ``room=False``) is not kept: its
+    channel *overflows* from that offset, and every early arrival after it on that
+    channel is skipped too (OVERFLOW), while the channel is still read for markers and
+    for messages of the open version. A checkpoint's resume point on the channel is at
+    most the overflow offset, R2a stops at the lowest skipped version, and once that
+    version opens the channel is read again from the overflow offset (``rereads``):
+    what was processed meanwhile is then stale, what was skipped is read again. Nothing
+    is paused, so a lagging producer's marker always gets through; nothing is lost.
+R9  A restored or rewound task may already be aligned (every marker it needs was read
+    before its checkpoint's resume point, e.g. the run's last markers): the caller checks
+    ``aligned()`` before it waits for input, or no marker will ever come to trigger it.
+    R2a applies on restore too: the open version is the markers' floor.
 
 Illegal input (an unknown channel or producer, a checkpoint before alignment) raises
 ``ProtocolViolation`` and leaves the state unchanged.
@@ -50,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
 from ..errors import EosError
+from .fences import Fences
 from .wire import InputPosition, ParentCheckpoint, ProducerFence
 
 __all__ = [
@@ -72,6 +89,7 @@ class Decision(enum.IntEnum):
     BUFFER = 2    # keep it on disk until its version opens (R1)
     STALE = 3     # already inside a committed checkpoint: drop (R1)
     FENCED = 4    # from a generation a restore invalidated: drop (R3)
+    OVERFLOW = 5  # early, and the buffer is full: skip, it is read again later (R8)
 
 
 class RestoreOutcome(enum.IntEnum):
@@ -97,7 +115,8 @@ class _Lane:
     committed_marker: int = 0  # highest marker version below the resume point (R6)
     generation: int = 0        # highest generation read
     seq: int = -1              # last sequence number read
-    # (offset, version) of this lane's messages waiting in the buffer, in offset order
+    # (offset, version, generation) of this lane's messages waiting in the buffer, in
+    # offset order
     buffered: deque = field(default_factory=deque)
     # (offset, version) of markers read since the last checkpoint, to fold in at snapshot
     markers_read: list = field(default_factory=list)
@@ -119,8 +138,10 @@ class Aligner:
     def _restore(self, snap: Snapshot) -> None:
         self.committed_version = snap.version
         self._open = snap.version + 1
-        self._fences: dict[int, tuple[int, int]] = {
-            f.producer_id: (f.generation, f.version) for f in snap.fences}
+        self._fences = Fences(snap.fences)
+        # channel -> [first offset not kept, lowest version not kept] (R8)
+        self._overflow: dict[Channel, list[int]] = {}
+        self._rereads: dict[Channel, int] = {}
         self._lanes: dict[Channel, dict[int, _Lane]] = {
             c: {p: _Lane() for p in self._producers} for c in self._channels}
         self._read_pos: dict[Channel, int | None] = {c: None for c in self._channels}
@@ -137,6 +158,7 @@ class Aligner:
                 lane.seq = parent.seq
         # lowest generation of each producer whose messages the open version processed (R4)
         self._open_generations: dict[int, int] = {}
+        self._open = self._next_open(snap.version)   # R2a, R9
         self._snapshot = snap
 
     @property
@@ -154,8 +176,27 @@ class Aligner:
         position the job chose for a fresh task)."""
         return {c: self._resume[c] for c in self._channels}
 
+    def read_positions(self) -> dict[Channel, int | None]:
+        """Where reading each channel goes on (what the caller fed so far)."""
+        return dict(self._read_pos)
+
     def fence_of(self, producer: int) -> tuple[int, int] | None:
-        return self._fences.get(producer)
+        """The newest fence of ``producer`` (``fences_of`` gives them all)."""
+        stairs = self._fences.of(producer)
+        return stairs[-1] if stairs else None
+
+    def fences_of(self, producer: int) -> tuple[tuple[int, int], ...]:
+        return self._fences.of(producer)
+
+    def overflowing(self) -> dict[Channel, int]:
+        """Channels skipping early arrivals (R8), and from which offset."""
+        return {c: o[0] for c, o in self._overflow.items()}
+
+    def rereads(self) -> dict[Channel, int]:
+        """Channels to read again from the given offset, now that the lowest version they
+        skipped is open (R8); asking clears them, the caller must seek."""
+        out, self._rereads = self._rereads, {}
+        return out
 
     def _lane(self, channel: Channel, producer: int) -> _Lane:
         try:
@@ -167,14 +208,13 @@ class Aligner:
                                     f"(known: {self._producers})") from None
 
     def _fenced(self, producer: int, generation: int, version: int) -> bool:
-        fence = self._fences.get(producer)
-        return fence is not None and generation < fence[0] and version > fence[1]
+        return self._fences.fenced(producer, generation, version)
 
     # ------------------------------------------------------------------ events
 
     def on_data(self, channel: Channel, offset: int, producer: int, generation: int,
-                version: int, seq: int) -> Decision:
-        """A data message was read (R1, R3)."""
+                version: int, seq: int, room: bool = True) -> Decision:
+        """A data message was read (R1, R3, R8). ``room``: the buffer can keep it."""
         lane = self._lane(channel, producer)
         self._read_pos[channel] = offset + 1
         if self._fenced(producer, generation, version):
@@ -185,8 +225,15 @@ class Aligner:
         if version < self.version:
             return Decision.STALE
         if version > self.version:
-            lane.buffered.append((offset, version))
-            return Decision.BUFFER
+            skipped = self._overflow.get(channel)
+            if skipped is None and room:
+                lane.buffered.append((offset, version, generation))
+                return Decision.BUFFER
+            if skipped is None:
+                self._overflow[channel] = [offset, version]
+            elif version < skipped[1]:
+                skipped[1] = version
+            return Decision.OVERFLOW
         self._note_processed(producer, generation)
         return Decision.PROCESS
 
@@ -198,7 +245,7 @@ class Aligner:
             lane.buffered.popleft()
         else:  # fenced entries were dropped from the lane at the restore
             try:
-                lane.buffered.remove((offset, version))
+                lane.buffered.remove((offset, version, generation))
             except ValueError:
                 pass
         if self._fenced(producer, generation, version):
@@ -232,8 +279,8 @@ class Aligner:
                    version: int) -> RestoreOutcome:
         """A restore command was read (R3, R4, R5, R7)."""
         self._lane(channel, producer)
-        known = self._fences.get(producer)
-        if known is not None and known[0] >= generation:
+        probe = self._fences.copy()
+        if not probe.add(producer, generation, version, self.committed_version):
             self._read_pos[channel] = offset + 1
             return RestoreOutcome.DUPLICATE
         if version < self.committed_version:
@@ -241,12 +288,12 @@ class Aligner:
                 f"producer {producer} restored to version {version} but this task already "
                 f"committed version {self.committed_version} with that producer's markers")
         self._read_pos[channel] = offset + 1
-        self._fences[producer] = (generation, version)
+        self._fences = probe
         for lanes in self._lanes.values():  # buffered messages the fence voids never count
             lane = lanes[producer]
             if lane.buffered:
-                lane.buffered = deque(
-                    (o, v) for o, v in lane.buffered if v <= version)
+                lane.buffered = deque(e for e in lane.buffered
+                                      if not self._fenced(producer, e[2], e[1]))
             if lane.marker > version and lane.generation < generation:
                 lane.marker = max(version, lane.committed_marker)
         low = self._open_generations.get(producer)
@@ -282,10 +329,13 @@ class Aligner:
         for c in self._channels:
             parents = []
             resume_c = self._read_pos[c]
+            skipped = self._overflow.get(c)
             for p, lane in self._lanes[c].items():
                 resume = lane.buffered[0][0] if lane.buffered else self._read_pos[c]
                 if resume is None:
                     continue
+                if skipped is not None:
+                    resume = min(resume, skipped[0])
                 if lane.markers_read:
                     below = [v for o, v in lane.markers_read if o < resume]
                     if below:
@@ -297,11 +347,18 @@ class Aligner:
             self._resume[c] = resume_c
             if resume_c is not None:
                 inputs.append(InputPosition(c[0], c[1], resume_c, tuple(parents)))
-        fences = tuple(ProducerFence(p, g, v) for p, (g, v) in sorted(self._fences.items()))
         self.committed_version = version
+        self._fences.prune(version)
         self._open = self._next_open(version)
         self._open_generations = {}
-        self._snapshot = Snapshot(version, tuple(inputs), fences)
+        for c, (from_offset, lowest) in list(self._overflow.items()):
+            if lowest <= self._open:   # R8: the first version it skipped is open now
+                del self._overflow[c]
+                self._rereads[c] = self._read_pos[c] = from_offset
+                for lane in self._lanes[c].values():   # markers past it are read again
+                    lane.markers_read = [(o, v) for o, v in lane.markers_read if o < from_offset]
+                    lane.marker = max([lane.committed_marker] + [v for _, v in lane.markers_read])
+        self._snapshot = Snapshot(version, tuple(inputs), self._fences.as_wire())
         return self._snapshot
 
     def _next_open(self, committed: int) -> int:
@@ -309,19 +366,19 @@ class Aligner:
         floor = min(lane.marker for lanes in self._lanes.values() for lane in lanes.values())
         if floor <= committed + 1:
             return committed + 1
-        waiting = [v for lanes in self._lanes.values() for lane in lanes.values()
-                   for _, v in lane.buffered if committed < v <= floor]
+        waiting = [e[1] for lanes in self._lanes.values() for lane in lanes.values()
+                   for e in lane.buffered if committed < e[1] <= floor]
+        waiting += [o[1] for o in self._overflow.values() if committed < o[1] <= floor]
         return min(waiting, default=floor)
 
     def rewind(self) -> Snapshot:
         """Go back to the last checkpoint, keeping every fence learnt since (R4).
 
         Returns the snapshot whose resume offsets the caller re-reads from."""
-        fences = dict(self._fences)
+        fences = self._fences
         self._restore(self._snapshot)
-        self._fences.update(fences)
-        merged = tuple(ProducerFence(p, g, v) for p, (g, v) in sorted(self._fences.items()))
-        self._snapshot = Snapshot(self._snapshot.version, self._snapshot.inputs, merged)
+        self._fences = fences
+        self._snapshot = Snapshot(self._snapshot.version, self._snapshot.inputs, fences.as_wire())
         return self._snapshot
 
     def lanes_behind(self) -> list[tuple[Channel, int]]:

@@ -29,8 +29,8 @@ per millisecond gives a run 2**40 ms, about 34 years.
 
 from __future__ import annotations
 
-__all__ = ["RUN_BITS", "MAX_RUN", "first_version", "run_end", "run_of", "source_start_version",
-           "time_version"]
+__all__ = ["RUN_BITS", "MAX_RUN", "announcement", "finished_run", "first_version", "run_end",
+           "run_of", "source_start_version", "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
 RUN_BITS = 40
@@ -78,3 +78,28 @@ def time_version(run: int, started_ms: int, now_ms: int) -> int:
     since the run started, kept below the run's end (a clock running backwards gives the
     run's first version; the caller's ``max`` with its open version keeps order)."""
     return min(first_version(run) + max(0, now_ms - started_ms), run_end(run) - 1)
+
+
+def announcement(exactly_once: bool, restored: int, run: int) -> tuple[tuple[str, int], ...]:
+    """What a task with channels sends downstream when it (re)starts, in order.
+
+    Exactly-once (SEP-10 1.3-1.4): its last marker again (a crash may have cut the fan-out
+    short), then the restore command that fences its older generations. At-least-once
+    sends no restore; but a task restored at or past its run's end already finished the
+    run, and may have died before its end-of-run markers went out: it sends them again,
+    or downstream waits for them forever."""
+    if exactly_once:
+        return ((("marker", restored),) if restored else ()) + (("restore", restored),)
+    if restored >= run_end(run):
+        return (("marker", restored),)
+    return ()
+
+
+def finished_run(restored: int, run: int) -> bool:
+    """A task restored at or past ``run_end(run)`` has nothing more to do in run ``run``
+    than its announcement. Raises if the restored version belongs to a later run: the
+    job's control topic lost records."""
+    if run_of(restored) > run:
+        raise ValueError(f"restored version {restored} is of run {run_of(restored)}, but this "
+                         f"is run {run}: the job's control topic lost records")
+    return restored >= run_end(run)

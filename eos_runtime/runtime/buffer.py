@@ -5,7 +5,14 @@ disk until their version opens.
 The buffer is not durable state. After a restart the task re-reads its channels from
 the checkpoint's resume offsets, which lie before every buffered message (aligner rule
 R6), so the directory is wiped at open: a torn last record of a crashed run is never
-read. Records are appended per version to one file each and read back in append order.
+read.
+
+Bounded in bytes and in open files (invariant 8): one append file for every version,
+with an in-memory index of where each version's records lie; the file is truncated
+whenever the buffer empties. ``fits`` tells the caller whether a record stays within
+``max_bytes`` of file; the aligner's overflow rule (R8) handles the records that do not.
+Counting file bytes rather than live bytes keeps the disk bound true even while drained
+versions leave holes in the file.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["EarlyArrivalBuffer"]
 
@@ -23,70 +30,73 @@ _HEAD = struct.Struct("<iqi")
 
 
 class EarlyArrivalBuffer:
-    """Per-version append files under ``directory``; ``size`` counts the bytes held."""
+    """One append file under ``directory``; ``size`` is its length in bytes."""
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int) -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True)
-        self._files: dict[int, object] = {}
-        self._counts: dict[int, int] = {}
+        self._path = self.directory / "early-arrivals"
+        self._file = open(self._path, "w+b")  # noqa: SIM115 - held for the buffer's life
+        # version -> [(position, length)] of its records, in append order
+        self._index: dict[int, list[tuple[int, int]]] = {}
         self.size = 0
+        self.high_water = 0
 
     @property
     def full(self) -> bool:
         return self.size >= self.max_bytes
 
+    def fits(self, raw_length: int) -> bool:
+        return self.size + _HEAD.size + raw_length <= self.max_bytes
+
     def __len__(self) -> int:
-        return sum(self._counts.values())
+        return sum(len(v) for v in self._index.values())
 
     def versions(self) -> list[int]:
-        return sorted(self._counts)
+        return sorted(self._index)
 
     def append(self, version: int, channel: int, offset: int, raw: bytes) -> None:
-        f = self._files.get(version)
-        if f is None:
-            f = self._files[version] = open(self.directory / f"v{version}", "ab")
-            self._counts[version] = 0
-        f.write(_HEAD.pack(channel, offset, len(raw)))
-        f.write(raw)
-        self._counts[version] += 1
-        self.size += _HEAD.size + len(raw)
+        record = _HEAD.pack(channel, offset, len(raw)) + raw
+        self._file.seek(self.size)
+        self._file.write(record)
+        self._index.setdefault(version, []).append((self.size, len(record)))
+        self.size += len(record)
+        self.high_water = max(self.high_water, self.size)
 
     def drain_through(self, version: int) -> Iterator[tuple[int, int, bytes]]:
         """``drain`` every version up to ``version``, lowest first. Versions the aligner
         skipped (R2a) hold only fenced messages; they come out here to be dropped."""
-        for v in sorted(v for v in self._counts if v <= version):
+        for v in sorted(v for v in self._index if v <= version):
             yield from self.drain(v)
 
     def drain(self, version: int) -> Iterator[tuple[int, int, bytes]]:
         """Yield (channel, offset, raw) of ``version`` in append order, then forget them."""
-        f = self._files.pop(version, None)
-        if f is None:
+        spans = self._index.pop(version, None)
+        if not spans:
             return
-        f.close()
-        self._counts.pop(version)
-        path = self.directory / f"v{version}"
-        with open(path, "rb") as r:
-            data = r.read()
-        path.unlink()
-        self.size -= len(data)
-        at, unpack, head = 0, _HEAD.unpack_from, _HEAD.size
-        while at < len(data):
-            channel, offset, n = unpack(data, at)
-            at += head
-            yield channel, offset, data[at:at + n]
-            at += n
+        self._file.flush()
+        records = []
+        for position, length in spans:
+            self._file.seek(position)
+            records.append(self._file.read(length))
+        if not self._index:
+            self._truncate()
+        head = _HEAD.size
+        for record in records:
+            channel, offset, _ = _HEAD.unpack_from(record)
+            yield channel, offset, record[head:]
+
+    def _truncate(self) -> None:
+        self._file.seek(0)
+        self._file.truncate()
+        self.size = 0
 
     def clear(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
-        self._counts.clear()
-        self.size = 0
-        for p in self.directory.iterdir():
-            p.unlink()
+        self._index.clear()
+        self._truncate()
 
     def close(self) -> None:
-        self.clear()
+        self._file.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

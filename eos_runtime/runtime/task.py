@@ -28,6 +28,7 @@ align, commit the same version and pass the markers on.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,10 @@ from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Decision, RestoreOutcome, Snapshot
-from ..protocol.runs import run_end, run_of, source_start_version, time_version
+from ..protocol.runs import (
+    announcement, finished_run, run_end, source_start_version, time_version,
+)
+from ..protocol.tracker import Tracker
 from ..state import StateLocked, TaskStore
 from ..transport import TopicPartition, Transport, open_transport
 from .buffer import EarlyArrivalBuffer
@@ -85,6 +89,8 @@ class TaskStats:
     emitted: int = 0
     buffered: int = 0
     max_buffer_bytes: int = 0
+    overflowed: int = 0                  # early arrivals skipped past the buffer's bound (R8)
+    rereads: int = 0                     # channels read again from an overflow offset
     stale: int = 0
     fenced: int = 0
     dead_letters: int = 0                # records whose function raised, sent to dead letters
@@ -161,20 +167,25 @@ class _Task:
         of an earlier attempt still holds it, a fresh one rebuilt from the change log."""
         base = Path(self.c.state_dir) / self.plan.name / f"task-{self.id}"
         base.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_stores(base)
+        self._fallback_store: Path | None = None
         try:
             return TaskStore(base, self.stage.stores)
         except StateLocked:
-            return TaskStore(base.with_name(f"task-{self.id}.attempt-{attempt}-{os.getpid()}"),
-                             self.stage.stores)
+            self._fallback_store = base.with_name(f"task-{self.id}.attempt-{attempt}-{os.getpid()}")
+            return TaskStore(self._fallback_store, self.stage.stores)
 
     def close(self) -> None:
-        for thing in (self.consumer, self.stop, self.log, self.channels and self.channels.producer):
+        for thing in (self.consumer, self.stop, self.log, self.channels and self.channels.producer,
+                      getattr(self, "buffer", None)):
             if thing is not None:
                 try:
                     thing.close()
                 except EosError:
                     pass
         self.store.close()
+        if self._fallback_store is not None:  # rebuilt from the change log: nothing to keep
+            shutil.rmtree(self._fallback_store, ignore_errors=True)
 
     def _new_generation(self, generation: int, restored_version: int) -> int:
         """Register and write a new generation before anything else (invariant 5); from now
@@ -191,11 +202,14 @@ class _Task:
     def _announce(self, restored_version: int) -> None:
         """SEP-10 1.3-1.4: re-send the last marker, then the restore command, downstream."""
         faults.crash_point("task.recovery")
-        if self.channels is not None and self.eos:
-            gen = self.stats.generation
-            if restored_version:
-                self.channels.markers(gen, restored_version)
-            self.channels.restore(gen, restored_version)
+        if self.channels is None:
+            return
+        gen = self.stats.generation
+        for kind, version in announcement(self.eos, restored_version, self.c.run):
+            if kind == "marker":
+                self.channels.markers(gen, version)
+            else:
+                self.channels.restore(gen, version)
 
     # ------------------------------------------------------------------ run
 
@@ -224,12 +238,12 @@ class _Task:
             for o in commit.outputs:  # sequence numbers continue from the checkpoint
                 if o.topic == self.stage.output_topic and o.partition < len(self.channels.seq):
                     self.channels.seq[o.partition] = o.seq
+        try:
+            finished = finished_run(recovered.version, self.c.run)
+        except ValueError as exc:
+            raise EosError(f"task {self.id}: {exc}") from None
         self._announce(recovered.version)
-        if run_of(recovered.version) > self.c.run:
-            raise EosError(f"task {self.id} restored version {recovered.version} of run "
-                           f"{run_of(recovered.version)}, but this is run {self.c.run}: the "
-                           f"job's control topic lost records")
-        if recovered.version >= self.run_end:
+        if finished:
             return  # a retry after this run's final checkpoint: announcing it was all
         self.version = recovered.version + 1
         self.consumer = self.t.consumer(read_committed=True)
@@ -333,19 +347,20 @@ class _Task:
         producers = self.stage.upstream_task_ids
         if self.eos:
             self.aligner = Aligner(channels, producers, snapshot=snapshot)
-            self.buffer = EarlyArrivalBuffer(
-                Path(self.c.state_dir) / self.plan.name / f"buffer-{self.id}-{os.getpid()}",
-                self.c.buffer_max_bytes)
+            base = Path(self.c.state_dir) / self.plan.name
+            for stale in base.glob(f"buffer-{self.id}-*"):  # named per process before
+                shutil.rmtree(stale, ignore_errors=True)
+            # One directory per task, wiped at open: a zombie keeps writing to its unlinked
+            # file, never to its successor's.
+            self.buffer = EarlyArrivalBuffer(base / f"buffer-{self.id}", self.c.buffer_max_bytes)
             self._seek_all(self.aligner.resume_offsets())
             self.version = self.aligner.version
             self._run_aligned(channels)
         else:
-            offsets = {c: 0 for c in channels}
-            if commit is not None:
-                for pos in commit.inputs:
-                    offsets[(pos.topic, pos.partition)] = pos.offset
-            self._seek_all(offsets)
-            self._run_unaligned(channels, producers)
+            self.tracker = Tracker(channels, producers, self.run_end,
+                                   inputs=commit.inputs if commit is not None else ())
+            self._seek_all(self.tracker.resume_offsets())
+            self._run_unaligned()
 
     def _seek_all(self, offsets: dict) -> None:
         self.positions = {c: (0 if off is None else off) for c, off in offsets.items()}
@@ -353,7 +368,7 @@ class _Task:
 
     def _run_aligned(self, channels: list) -> None:
         al, buf = self.aligner, self.buffer
-        paused: set = set()
+        self._take_aligned_checkpoints()   # R9: a restart may find every marker in already
         while not al.reached(self.run_end):
             batch = self.consumer.poll(self.c.poll_records, 0.2)
             for r in batch:
@@ -361,51 +376,46 @@ class _Task:
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
                                           offset=r.offset)
                 if type(msg) is wire.Envelope:
-                    d = al.on_data(c, r.offset, msg.producer_id, msg.generation, msg.version, msg.seq)
+                    d = al.on_data(c, r.offset, msg.producer_id, msg.generation, msg.version,
+                                   msg.seq, room=buf.fits(len(r.value)))
                     if d == Decision.PROCESS:
                         self._process(msg, r.topic, r.partition, r.offset)
                     elif d == Decision.BUFFER:
                         buf.append(msg.version, self.channel_index[c], r.offset, r.value)
                         self.stats.buffered += 1
+                    elif d == Decision.OVERFLOW:
+                        self.stats.overflowed += 1
                     elif d == Decision.STALE:
                         self.stats.stale += 1
                     else:
                         self.stats.fenced += 1
                 elif type(msg) is wire.Marker:
                     if al.on_marker(c, r.offset, msg.producer_id, msg.generation, msg.version):
-                        self._take_aligned_checkpoints()
+                        if self._take_aligned_checkpoints():
+                            break  # channels are read again from where they overflowed (R8)
                     else:  # markers from some producers only; early arrivals may be buffered
                         faults.crash_point("task.aligning")
                 else:
                     outcome = al.on_restore(c, r.offset, msg.producer_id, msg.generation, msg.version)
                     if outcome == RestoreOutcome.REWIND:
                         self._rewind()
-                        paused = set()
                         break  # the rest of the batch is read again from the checkpoint
             if batch:
                 self._send_output()
                 faults.crash_point("task.mid_version")
-            self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes, buf.size)
-            paused = self._backpressure(paused)
+            self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes, buf.high_water)
 
-    def _backpressure(self, paused: set) -> set:
-        """Invariant 8: with the buffer full, stop reading channels that already gave every
-        marker of the open version; channels still owing one keep being read."""
-        want = set(self.aligner.channels_done()) if self.buffer.full else set()
-        if want != paused:
-            if paused - want:
-                self.consumer.resume([TopicPartition(*c) for c in paused - want])
-            if want - paused:
-                self.consumer.pause([TopicPartition(*c) for c in want - paused])
-        return want
-
-    def _take_aligned_checkpoints(self) -> None:
+    def _take_aligned_checkpoints(self) -> bool:
+        """Checkpoint while aligned; True if channels were re-positioned (R8), which makes
+        the rest of a polled batch stale reading."""
         al = self.aligner
+        reread: dict = {}
         while al.aligned():
             snap = al.checkpoint()
             self.version = snap.version
             self._checkpoint(snap.inputs, snap.fences)
             self.version = al.version   # R2a: the next version may skip unused ones
+            reread.update(al.rereads())
             for ci, offset, raw in self.buffer.drain_through(al.version):
                 msg = wire.decode_channel(raw)
                 topic, partition = self.channel_list[ci]
@@ -415,6 +425,11 @@ class _Task:
                     self._process(msg, topic, partition, offset)
                 else:
                     self.stats.fenced += 1
+        if not reread:
+            return False
+        self.stats.rereads += len(reread)
+        self._seek_all({**al.read_positions(), **reread})
+        return True
 
     def _rewind(self) -> None:
         """SEP-10 4.x: discard the open version, new generation, restore downstream, re-read."""
@@ -431,11 +446,11 @@ class _Task:
         self._announce(snap.version)
         self._seek_all(self.aligner.resume_offsets())
         self.version = self.aligner.version
+        self._take_aligned_checkpoints()   # R9
 
-    def _run_unaligned(self, channels: list, producers: tuple[int, ...]) -> None:
-        ended: set = set()
-        lanes = len(channels) * len(producers)
-        while len(ended) < lanes:
+    def _run_unaligned(self) -> None:
+        tracker = self.tracker
+        while not tracker.finished():
             batch = self.consumer.poll(self.c.poll_records, 0.2)
             for r in batch:
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
@@ -443,19 +458,18 @@ class _Task:
                 c = (r.topic, r.partition)
                 if type(msg) is wire.Envelope:
                     self._process(msg, r.topic, r.partition, r.offset)
-                elif type(msg) is wire.Marker and msg.version >= self.run_end:
-                    ended.add((c, msg.producer_id))
-                self.positions[c] = r.offset + 1
+                    tracker.on_data(c, r.offset)
+                elif type(msg) is wire.Marker:
+                    tracker.on_marker(c, r.offset, msg.producer_id, msg.version)
+                else:
+                    tracker.on_other(c, r.offset)
             self._since_commit += len(batch)
             if batch:
                 self._send_output()
                 faults.crash_point("task.mid_version")
             if self._commit_due():
-                self._checkpoint(self._channel_inputs(), ())
-        self._end_run(self._channel_inputs())
-
-    def _channel_inputs(self) -> tuple[wire.InputPosition, ...]:
-        return tuple(wire.InputPosition(t, p, off) for (t, p), off in sorted(self.positions.items()))
+                self._checkpoint(tracker.inputs(), ())
+        self._end_run(tracker.inputs())
 
     # ------------------------------------------------------------------ processing
 
@@ -571,3 +585,19 @@ def _safe_repr(raw: bytes | None) -> str | None:
         return repr(FORMATS["msgpack"][1](raw))
     except Exception:
         return repr(raw)
+
+
+def _sweep_stale_stores(base: Path) -> None:
+    """Remove fallback stores of attempts that died before removing their own (a killed
+    attempt beside a zombie): their LOCK is free once no process holds the store."""
+    import fcntl
+
+    for stale in base.parent.glob(f"{base.name}.attempt-*"):
+        try:
+            with open(stale / "LOCK", "a+b") as lock:
+                fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            continue  # still open in a live process
+        shutil.rmtree(stale, ignore_errors=True)

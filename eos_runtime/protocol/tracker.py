@@ -1,0 +1,94 @@
+"""The at-least-once input policy of a downstream task: positions and end of run. No I/O.
+
+At-least-once does not align (Flink's barrier *tracker*, beside the aligner's barrier
+*handler*): every message is processed as it is read, and a timer checkpoint records
+where each channel's reading goes on. Only the end of a run needs markers: the task
+ends its run once every producer's end-of-run marker came in on every channel.
+
+Rules:
+
+T1  A data message is processed when read; its channel's resume offset moves past it.
+T2  A marker of version >= ``run_end`` from producer P on channel C ends lane (C, P);
+    the run ends when every lane has ended.
+T3  End-of-run knowledge is part of the checkpoint: a checkpoint records each ended lane
+    as a parent of its channel's position (``ParentCheckpoint.version`` = the marker's
+    version), since its resume offset may lie past the marker, which a restarted task
+    then never reads again. A later run has a higher ``run_end``, so a parent from an
+    earlier run ends nothing.
+
+Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+
+from .aligner import ProtocolViolation
+from .wire import InputPosition, ParentCheckpoint
+
+__all__ = ["Tracker"]
+
+Channel = Hashable
+
+
+class Tracker:
+    def __init__(self, channels: Iterable[Channel], producers: Iterable[int], run_end: int, *,
+                 inputs: Iterable[InputPosition] = ()) -> None:
+        self._channels = list(dict.fromkeys(channels))
+        self._producers = sorted(set(producers))
+        if not self._channels or not self._producers:
+            raise ProtocolViolation("a tracked task needs at least one channel and one producer")
+        self.run_end = run_end
+        self._positions: dict[Channel, int] = {c: 0 for c in self._channels}
+        self._ended: dict[tuple[Channel, int], int] = {}
+        for pos in inputs:
+            c = (pos.topic, pos.partition)
+            self._check(c, None)
+            self._positions[c] = pos.offset
+            for parent in pos.parents:
+                self._check(c, parent.producer_id)
+                if parent.version >= run_end:   # T3
+                    self._ended[(c, parent.producer_id)] = parent.version
+
+    def _check(self, channel: Channel, producer: int | None) -> None:
+        if channel not in self._positions:
+            raise ProtocolViolation(f"channel {channel!r} is not an input of this task")
+        if producer is not None and producer not in self._producers:
+            raise ProtocolViolation(f"producer {producer} is not upstream of this task "
+                                    f"(known: {self._producers})")
+
+    def resume_offsets(self) -> dict[Channel, int]:
+        return dict(self._positions)
+
+    def on_data(self, channel: Channel, offset: int) -> None:
+        """T1."""
+        self._check(channel, None)
+        self._positions[channel] = offset + 1
+
+    def on_marker(self, channel: Channel, offset: int, producer: int, version: int) -> None:
+        """T2."""
+        self._check(channel, producer)
+        self._positions[channel] = offset + 1
+        if version >= self.run_end:
+            self._ended[(channel, producer)] = max(version, self._ended.get((channel, producer), 0))
+
+    def on_other(self, channel: Channel, offset: int) -> None:
+        """A restore command: nothing to do under at-least-once but move on."""
+        self.on_data(channel, offset)
+
+    def finished(self) -> bool:
+        return len(self._ended) == len(self._channels) * len(self._producers)
+
+    def lanes_behind(self) -> list[tuple[Channel, int]]:
+        return [(c, p) for c in self._channels for p in self._producers
+                if (c, p) not in self._ended]
+
+    def inputs(self) -> tuple[InputPosition, ...]:
+        """T3: the checkpoint's positions, with the ended lanes as parents."""
+        out = []
+        for c in self._channels:
+            topic, partition = c  # type: ignore[misc]
+            parents = tuple(ParentCheckpoint(p, 0, self._ended[(c, p)], 0, self._positions[c])
+                            for p in self._producers if (c, p) in self._ended)
+            out.append(InputPosition(topic, partition, self._positions[c], parents))
+        return tuple(out)
