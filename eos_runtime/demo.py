@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import ConfigError, EosError
+from .errors import ConfigError, DemoFailed
 from .runner import RunSummary, load_pipeline, run_pipeline
 from .runtime.committed import read_output
 from .transport import TopicSpec, open_transport
@@ -29,10 +29,6 @@ __all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MAR
 WORDCOUNT = Path(__file__).resolve().parent.parent / "examples" / "wordcount.py"
 #: The file that marks a directory as the demo's own, so the demo may clear it.
 DEMO_MARKER = ".eos-demo"
-
-
-class DemoFailed(EosError):
-    """The committed output differs from the oracle."""
 
 
 def prepare_demo_dir(data_dir: str | Path) -> Path:

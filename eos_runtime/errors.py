@@ -5,20 +5,35 @@ Every error the runtime raises on purpose is an ``EosError``. Backend errors
 the boundary where they occur, so callers never need to import a backend to
 catch a failure.
 
-    EosError
+Every subclass of ``EosError`` is defined here and nowhere else (the public-API test
+walks the subclasses to check it). The modules that raise them import them from here,
+and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
+``eos_runtime.engine.EngineError``, ``eos_runtime.protocol.aligner.ProtocolViolation``, ...).
+
+    EosError                     raised as itself for a task's own fatal condition
     ├── ConfigError              bad user input: options, pipeline definitions
     │   └── PipelineFileError    a pipeline file that does not compile or raises when run
     ├── SetupError               the machine lacks something (Java, Maven, jars)
     ├── BrokerError              the project's own Kafka broker would not start/stop
     ├── WireFormatError          a record that does not decode (names topic/partition/offset)
-    └── TransportError           anything that went wrong talking to a log
-        ├── TopicNotFound
-        ├── TopicExists
-        ├── OffsetOutOfRange
-        ├── DeliveryFailed       produced records were not acknowledged
-        ├── LogCorrupted         the local log's files do not hold what they must
-        └── TransactionError     carries retriable / requires_abort / fatal
-            └── ProducerFenced   a newer producer with the same transactional id exists
+    ├── TransportError           anything that went wrong talking to a log
+    │   ├── TopicNotFound        a topic or partition that does not exist was used
+    │   ├── TopicExists          a topic was created again with a different layout
+    │   ├── OffsetOutOfRange     an offset outside a partition's [low, high] was asked for
+    │   ├── DeliveryFailed       produced records were not acknowledged
+    │   ├── LogCorrupted         the local log's files do not hold what they must
+    │   └── TransactionError     carries retriable / requires_abort / fatal
+    │       └── ProducerFenced   a newer producer with the same transactional id exists
+    ├── StateError               a task's RocksDB state could not be opened, read or written
+    │   └── StateLocked          the state directory is open already (RocksDB LOCK held)
+    ├── ProtocolViolation        the aligner or tracker got input the protocol rules forbid
+    ├── RecoveryError            the change log does not hold what a task's recovery needs
+    ├── UserFunctionError        a user function (step or key_by) raised, or returned a bad key
+    ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
+    ├── EngineError              the Spark job failed: a task's last attempt, or Spark itself
+    │   └── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
+    ├── SmokeFailed              ``eos smoke`` read back something other than it wrote
+    └── DemoFailed               ``eos demo``'s committed output differs from its oracle
 """
 
 from __future__ import annotations
@@ -38,6 +53,16 @@ __all__ = [
     "LogCorrupted",
     "TransactionError",
     "ProducerFenced",
+    "StateError",
+    "StateLocked",
+    "ProtocolViolation",
+    "RecoveryError",
+    "UserFunctionError",
+    "TaskFailed",
+    "EngineError",
+    "JobCancelled",
+    "SmokeFailed",
+    "DemoFailed",
 ]
 
 
@@ -134,3 +159,64 @@ class ProducerFenced(TransactionError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, fatal=True)
+
+
+class StateError(EosError):
+    """The task's local state (RocksDB) could not be opened, read or written."""
+
+
+class StateLocked(StateError):
+    """The state directory is open already, by another process or another ``TaskStore``."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(f"task state at {path} is in use by another process or another open "
+                         f"TaskStore (RocksDB LOCK held): {detail}")
+
+
+class ProtocolViolation(EosError):
+    """Input the protocol rules say cannot happen: a bug or a broken job model."""
+
+
+class RecoveryError(EosError):
+    """The change log does not hold what recovery needs."""
+
+
+class UserFunctionError(EosError):
+    """A user function raised on a record."""
+
+
+class TaskFailed(EosError):
+    """A task stopped on a record: names topic, partition, offset and the cause."""
+
+
+class EngineError(EosError):
+    """The Spark job failed: a task failed on its last attempt, or Spark itself failed.
+
+    ``task_index`` is the failing task (``None`` when Spark failed as a whole),
+    ``attempts`` how many attempts that task had, ``reason`` the Python exception text
+    from the worker (``"ValueError: boom"``) or Spark's one-line reason (``"Python
+    worker exited unexpectedly (crashed)"``), ``python_traceback`` the worker's
+    traceback when there was one.
+    """
+
+    def __init__(self, message: str, *, task_index: int | None = None,
+                 attempts: int | None = None, reason: str | None = None,
+                 python_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.task_index = task_index
+        self.attempts = attempts
+        self.reason = reason if reason is not None else message
+        self.python_traceback = python_traceback
+
+
+class JobCancelled(EngineError):
+    """The job was cancelled (``RunningJob.cancel``, Ctrl-C in ``run_tasks``)."""
+
+
+class SmokeFailed(EosError):
+    """The smoke run read back something other than what it wrote."""
+
+
+class DemoFailed(EosError):
+    """The committed output differs from the oracle."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rich.progress import Progress
 
-from .errors import EosError
+from .errors import SmokeFailed
 from .protocol import wire
 from .transport import OLDEST, TopicPartition, TopicSpec, Transport, open_transport
 
@@ -32,10 +32,6 @@ class SmokeResult:
     def as_dict(self) -> dict[str, object]:
         return {"transport": self.transport, "records": self.records,
                 "seconds": round(self.seconds, 3), "checks": self.checks}
-
-
-class SmokeFailed(EosError):
-    """The smoke run read back something other than what it wrote."""
 
 
 def _read(transport: Transport, tp: TopicPartition, count: int, *, timeout: float = 30.0,

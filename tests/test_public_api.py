@@ -1,5 +1,9 @@
 """Pins the public API: a name leaving __all__ is a breaking change and must be deliberate."""
 
+import importlib
+import pkgutil
+import re
+
 import eos_runtime
 from eos_runtime import errors, faults, transport
 from eos_runtime.protocol import wire
@@ -17,11 +21,30 @@ def test_transport_api():
         "open_transport"])
 
 
-def test_every_error_is_an_eos_error_and_listed():
+def _subclasses(cls: type) -> set[type]:
+    found = set()
+    for sub in cls.__subclasses__():
+        found |= {sub} | _subclasses(sub)
+    return found
+
+
+def test_one_exception_tree_in_errors_py():
+    # Import every module that could define an error, then walk the classes themselves:
+    # a subclass defined anywhere but errors.py is found whether or not a list names it.
+    for mod in pkgutil.walk_packages(eos_runtime.__path__, "eos_runtime."):
+        importlib.import_module(mod.name)
+    tree = {errors.EosError} | _subclasses(errors.EosError)
+    ours = {cls for cls in tree if cls.__module__.startswith("eos_runtime")}
+    assert len(ours) > 20
+    for cls in sorted(ours, key=lambda c: c.__name__):
+        name = cls.__name__
+        assert cls.__module__ == "eos_runtime.errors", f"{name} is defined in {cls.__module__}"
+        assert getattr(errors, name) is cls
+        assert name in errors.__all__, f"{name} missing from errors.__all__"
+        assert re.search(rf"^ +[│├└─ ]*{name} ", errors.__doc__, re.M), \
+            f"{name} missing from the exception tree in errors.py's docstring"
     for name in errors.__all__:
-        cls = getattr(errors, name)
-        assert issubclass(cls, errors.EosError)
-        assert name in errors.__doc__, f"{name} missing from the exception tree in errors.py"
+        assert getattr(errors, name) in ours, f"errors.__all__ names {name}, not an EosError"
 
 
 def test_wire_api_names_exist():

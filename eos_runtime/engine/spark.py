@@ -38,7 +38,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError, EosError, SetupError
+from ..errors import ConfigError, EngineError, EosError, JobCancelled, SetupError
 
 __all__ = [
     "TaskAttempt",
@@ -91,30 +91,6 @@ class EngineConfig:
     conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     log_level: str = "ERROR"
-
-
-class EngineError(EosError):
-    """The Spark job failed: a task failed on its last attempt, or Spark itself failed.
-
-    ``task_index`` is the failing task (``None`` when Spark failed as a whole),
-    ``attempts`` how many attempts that task had, ``reason`` the Python exception text
-    from the worker (``"ValueError: boom"``) or Spark's one-line reason (``"Python
-    worker exited unexpectedly (crashed)"``), ``python_traceback`` the worker's
-    traceback when there was one.
-    """
-
-    def __init__(self, message: str, *, task_index: int | None = None,
-                 attempts: int | None = None, reason: str | None = None,
-                 python_traceback: str | None = None) -> None:
-        super().__init__(message)
-        self.task_index = task_index
-        self.attempts = attempts
-        self.reason = reason if reason is not None else message
-        self.python_traceback = python_traceback
-
-
-class JobCancelled(EngineError):
-    """The job was cancelled (``RunningJob.cancel``, Ctrl-C in ``run_tasks``)."""
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,7 @@ __all__ = [
 Channel = Hashable  # in the runtime: a (topic, partition) tuple
 
 
-class ProtocolViolation(EosError):
-    """Input the protocol rules say cannot happen: a bug or a broken job model."""
+from ..errors import ProtocolViolation
 
 
 class Decision(enum.IntEnum):

@@ -16,16 +16,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..errors import EosError
+from ..errors import EosError, RecoveryError
 from ..protocol import wire
 from ..state import TaskStore
 from ..transport import TopicPartition, Transport
 
 __all__ = ["Recovered", "recover", "catch_up", "last_commit", "ChangeLogWriter"]
-
-
-class RecoveryError(EosError):
-    """The change log does not hold what recovery needs."""
 
 
 @dataclass

@@ -12,14 +12,10 @@ from typing import Any
 import msgpack
 
 from ..api import State, Step
-from ..errors import EosError
+from ..errors import UserFunctionError
 from ..state import TaskStore
 
 __all__ = ["UserFunctionError", "Chain"]
-
-
-class UserFunctionError(EosError):
-    """A user function raised on a record."""
 
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack

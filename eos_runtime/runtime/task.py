@@ -57,8 +57,7 @@ from .outputs import ChannelWriter, SinkWriter
 __all__ = ["TaskConfig", "TaskFailed", "run_task", "run_task_payload"]
 
 
-class TaskFailed(EosError):
-    """A task stopped on a record: names topic, partition, offset and the cause."""
+from ..errors import TaskFailed
 
 
 @dataclass

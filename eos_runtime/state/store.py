@@ -40,7 +40,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import rocksdict
 
-from ..errors import ConfigError, EosError, WireFormatError
+from ..errors import ConfigError, EosError, StateError, StateLocked, WireFormatError
 from ..protocol.wire import CheckpointData, decode_checkpoint_data, encode
 
 __all__ = [
@@ -59,19 +59,6 @@ _DEFAULT_FAMILY = "default"         # RocksDB's own family; always there, never 
 
 _MISSING: Any = object()
 _CHUNK = 1024                       # keys per RocksDB iterator in items()
-
-
-class StateError(EosError):
-    """The task's local state (RocksDB) could not be opened, read or written."""
-
-
-class StateLocked(StateError):
-    """The state directory is open already, by another process or another ``TaskStore``."""
-
-    def __init__(self, path: str, detail: str) -> None:
-        self.path = path
-        super().__init__(f"task state at {path} is in use by another process or another open "
-                         f"TaskStore (RocksDB LOCK held): {detail}")
 
 
 class _Store:
