@@ -24,8 +24,9 @@ pipeline is a description that ``eos run`` (or ``eos_runtime.run``) plans and ex
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 
@@ -40,7 +41,8 @@ FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "bytes": (lambda v: v, lambda b: b),
     "utf8": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
     "json": (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads),
-    "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True), lambda b: msgpack.unpackb(b, raw=False)),
+    "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True),
+                lambda b: msgpack.unpackb(b, raw=False)),
 }
 
 
@@ -121,11 +123,11 @@ class _Segment:
 class Stream:
     """A stream of values inside a pipeline; each method adds a step and returns the stream."""
 
-    def __init__(self, pipeline: "Pipeline", segment: _Segment) -> None:
+    def __init__(self, pipeline: Pipeline, segment: _Segment) -> None:
         self._pipeline = pipeline
         self._segment = segment
 
-    def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> "Stream":
+    def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> Stream:
         if self._segment.end is not None:
             raise ConfigError("this stream already ends in a sink; start from the stream before it")
         if not callable(fn):
@@ -137,20 +139,20 @@ class Stream:
         self._segment.steps.append(Step(kind, fn, stateful, name))
         return self
 
-    def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+    def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Replace each value by ``fn(value)`` (or ``fn(value, state)``)."""
         return self._add("map", fn, stateful)
 
-    def flat_map(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+    def flat_map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Replace each value by every item of ``fn(value)`` (or ``fn(value, state)``)."""
         return self._add("flat_map", fn, stateful)
 
-    def filter(self, fn: Callable[..., Any], *, stateful: bool = False) -> "Stream":
+    def filter(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Keep the values for which ``fn(value)`` (or ``fn(value, state)``) is true."""
         return self._add("filter", fn, stateful)
 
     def key_by(self, key_fn: Callable[[Any], Any], *, parallelism: int | None = None,
-               partitions: int | None = None) -> "Stream":
+               partitions: int | None = None) -> Stream:
         """Repartition by ``key_fn(value)``: a new stage whose tasks each own some keys.
 
         Keys must be str, bytes or int. ``parallelism`` is the new stage's task count

@@ -29,15 +29,16 @@ main.add_command(stop_cmd)
 
 
 @main.command()
-@click.option("--data-dir", default=".eos/smoke", show_default=True, type=click.Path(file_okay=False),
-              help="Directory of the embedded local log.")
+@click.option("--data-dir", default=".eos/smoke", show_default=True,
+              type=click.Path(file_okay=False), help="Directory of the embedded local log.")
 @click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,
               help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
 @click.option("--records", default=20_000, show_default=True, type=click.IntRange(1),
               help="Envelopes per round trip.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
 def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
-    """Round trip of protocol records through the local log (and Kafka, with a transaction check)."""
+    """Round trip of protocol records through the local log (and Kafka, with a transaction
+    check)."""
     import json
 
     from . import smoke as smoke_run
@@ -55,9 +56,10 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
 
 
 @main.command()
-@click.option("--data-dir", default=".eos/demo", show_default=True, type=click.Path(file_okay=False),
-              help="Where the demo keeps its local log and state. Cleared first if the demo made it; "
-                   "a non-empty directory it did not make is refused.")
+@click.option("--data-dir", default=".eos/demo", show_default=True,
+              type=click.Path(file_okay=False),
+              help="Where the demo keeps its local log and state. Cleared first if the demo made "
+                   "it; a non-empty directory it did not make is refused.")
 @click.option("--bootstrap-servers", default=None, help="Run on this Kafka broker instead.")
 @click.option("--lines", "n_lines", default=20_000, show_default=True, type=click.IntRange(1),
               help="Text lines to count words in.")
@@ -74,9 +76,9 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
     if not bootstrap_servers:
         prepare_demo_dir(data_dir)  # a refused directory is the only line the user sees
     if not as_json:
-        click.echo(f"word count over {n_lines} generated lines, {guarantee}, on "
-                   f"{'Kafka ' + bootstrap_servers if bootstrap_servers else 'the embedded local log'}"
-                   f" ...", err=True)
+        where = f"Kafka {bootstrap_servers}" if bootstrap_servers else "the embedded local log"
+        click.echo(f"word count over {n_lines} generated lines, {guarantee}, on {where} ...",
+                   err=True)
     result = run_demo(data_dir=data_dir, bootstrap_servers=bootstrap_servers, lines=n_lines,
                       guarantee=guarantee)
     if as_json:

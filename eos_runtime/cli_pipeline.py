@@ -22,8 +22,9 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import click
 from click.core import ParameterSource

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError, DemoFailed
 from .runner import RunSummary, load_pipeline, run_pipeline

@@ -110,7 +110,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         src_spec = transport.describe(source.topic)
     except TopicNotFound:
         raise ConfigError(f"source topic {source.topic!r} does not exist on the {transport.name} "
-                          f"transport: create it (eos produce creates it) or fix the name") from None
+                          f"transport: create it (eos produce creates it) "
+                          f"or fix the name") from None
     sink = segments[-1].end
     try:
         sink_parts = transport.describe(sink.topic).partitions
@@ -131,11 +132,12 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
             assert isinstance(shuffle, Shuffle)
             par = shuffle.parallelism or default_par
             if par > input_parts:
-                raise ConfigError(f"stage {index} has {input_parts} channels but parallelism {par}: "
-                                  f"give key_by(partitions=>= {par})")
+                raise ConfigError(f"stage {index} has {input_parts} channels but parallelism "
+                                  f"{par}: give key_by(partitions=>= {par})")
         ids = tuple(range(len(tasks), len(tasks) + par))
         for i, task_id in enumerate(ids):
-            tasks.append(TaskPlan(task_id, index, tuple(p for p in range(input_parts) if p % par == i)))
+            channels = tuple(p for p in range(input_parts) if p % par == i)
+            tasks.append(TaskPlan(task_id, index, channels))
         end = seg.end
         if isinstance(end, Shuffle):
             nxt_par = end.parallelism or default_par
@@ -174,6 +176,7 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:
     """A plain description of the plan (for --json output and logs)."""
     return [{"stage": s.index, "input": s.input_topic, "tasks": list(s.task_ids),
-             "steps": [f"{st.kind}{'(stateful)' if st.stateful else ''}:{st.name}" for st in s.steps],
+             "steps": [f"{st.kind}{'(stateful)' if st.stateful else ''}:{st.name}"
+                       for st in s.steps],
              "output": s.output_topic, "output_partitions": s.output_partitions}
             for s in plan.stages]

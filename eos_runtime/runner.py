@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import runpy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
@@ -183,7 +184,8 @@ class PipelineRun:
         self._source_tps = [TopicPartition(src.input_topic, p) for p in range(src.input_partitions)]
         self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
         last = plan.stages[-1]
-        self._sink_tps = [TopicPartition(last.output_topic, p) for p in range(last.output_partitions)]
+        self._sink_tps = [TopicPartition(last.output_topic, p)
+                          for p in range(last.output_partitions)]
         self._sink_high0 = sum(transport.watermarks(tp, read_committed=False)[1]
                                for tp in self._sink_tps)
 

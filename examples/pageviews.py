@@ -11,8 +11,6 @@ Under exactly-once, a page viewed n times gets exactly the values with views 1..
 the last one's visitor count is the number of distinct users who viewed it.
 """
 
-import json
-
 from eos_runtime import Pipeline
 
 pipeline = Pipeline("pageviews", processing_guarantee="exactly-once", commit_interval=1.0,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 
 # --------------------------------------------------------------------------- Kafka
 

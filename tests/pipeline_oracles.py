@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
+from itertools import pairwise
 
 from eos_runtime.transport import TopicSpec, Transport
 
@@ -73,7 +74,7 @@ def check_pageviews_exactly_once(records, views: list[dict]) -> None:
         pairs = [tuple(map(int, x.split(":"))) for x in got[page]]
         assert [p[0] for p in pairs] == list(range(1, n + 1)), f"{page}: views {pairs[:10]}"
         assert pairs[-1][1] == len(visitors[page]), f"{page}: visitors {pairs[-1][1]}"
-        assert all(b >= a for a, b in zip([p[1] for p in pairs], [p[1] for p in pairs][1:]))
+        assert all(b >= a for a, b in pairwise(p[1] for p in pairs))
 
 
 def encode_lines(lines: list[str]) -> list[bytes]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.broker import kafka as broker_mod
 from eos_runtime.broker import KafkaBroker, find_running, free_port, stop_running
+from eos_runtime.broker import kafka as broker_mod
 from eos_runtime.errors import BrokerError, SetupError
 
 ck = pytest.importorskip("confluent_kafka")

@@ -59,7 +59,8 @@ def word_counts(data_dir: Path) -> Counter:
 
 def assert_exactly_once(data_dir: Path, expected: Counter) -> list[str]:
     """The committed ``counts`` of each word w are exactly "1".."n(w)", in offset order."""
-    lines = ok("consume", "counts", "--job", "wordcount", "--data-dir", str(data_dir)).stdout.splitlines()
+    out = ok("consume", "counts", "--job", "wordcount", "--data-dir", str(data_dir)).stdout
+    lines = out.splitlines()
     seen: dict[str, list[str]] = defaultdict(list)
     for line in lines:
         word, _, value = line.partition("\t")
@@ -188,7 +189,8 @@ def test_unbounded_runs_stop_with_eos_stop_and_with_ctrl_c(tmp_path):
 
 def test_stop_of_a_job_that_never_ran(tmp_path):
     p = eos("stop", "nosuchjob", "--data-dir", str(tmp_path / "data"))
-    assert error_line(p) == "error: job 'nosuchjob' has never run on this transport: nothing to stop"
+    assert error_line(p) == ("error: job 'nosuchjob' has never run on this transport: "
+                             "nothing to stop")
 
 
 # --------------------------------------------------------------------------- errors of eos run

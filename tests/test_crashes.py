@@ -13,8 +13,14 @@ from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import (
-    check_pageviews_exactly_once, check_wordcount_at_least_once, check_wordcount_exactly_once,
-    encode_lines, encode_views, page_views, produce, word_lines,
+    check_pageviews_exactly_once,
+    check_wordcount_at_least_once,
+    check_wordcount_exactly_once,
+    encode_lines,
+    encode_views,
+    page_views,
+    produce,
+    word_lines,
 )
 from test_pipelines import fresh_pipeline
 

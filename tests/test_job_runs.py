@@ -15,7 +15,10 @@ from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import (
-    check_wordcount_at_least_once, check_wordcount_exactly_once, encode_lines, produce,
+    check_wordcount_at_least_once,
+    check_wordcount_exactly_once,
+    encode_lines,
+    produce,
     word_lines,
 )
 from test_pipelines import KINDS, fresh_pipeline, transport_opts

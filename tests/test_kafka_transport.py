@@ -10,8 +10,13 @@ import uuid
 import pytest
 
 from eos_runtime.errors import (
-    ConfigError, DeliveryFailed, OffsetOutOfRange, ProducerFenced, TopicNotFound,
-    TransactionError, TransportError,
+    ConfigError,
+    DeliveryFailed,
+    OffsetOutOfRange,
+    ProducerFenced,
+    TopicNotFound,
+    TransactionError,
+    TransportError,
 )
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 from eos_runtime.transport.kafka import KafkaTransport

@@ -10,8 +10,8 @@ from eos_runtime.protocol import wire
 
 
 def test_top_level_api():
-    assert sorted(eos_runtime.__all__) == sorted(["EosError", "Pipeline", "State", "errors", "open_transport",
-                                                "__version__"])
+    assert sorted(eos_runtime.__all__) == sorted(["EosError", "Pipeline", "State", "errors",
+                                                  "open_transport", "__version__"])
 
 
 def test_transport_api():

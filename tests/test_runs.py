@@ -1,11 +1,17 @@
 """The version blocks of runs (protocol/runs.py): growing across runs, never overlapping."""
 
-from hypothesis import given, strategies as st
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.runs import (
-    MAX_RUN, first_version, run_end, run_of, source_start_version, time_version,
+    MAX_RUN,
+    first_version,
+    run_end,
+    run_of,
+    source_start_version,
+    time_version,
 )
 
 

@@ -26,10 +26,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from task_files import touch, wait_for
 
 from eos_runtime.engine import EngineConfig, EngineError, TaskAttempt, run_tasks, start_tasks
 from eos_runtime.engine.standalone import StandaloneCluster
+
+from task_files import touch, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

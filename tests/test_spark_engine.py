@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from task_files import touch, wait_for
 
 from eos_runtime.engine import (
     EngineConfig,
@@ -30,6 +29,8 @@ from eos_runtime.engine import (
     start_tasks,
 )
 from eos_runtime.errors import ConfigError, SetupError
+
+from task_files import touch, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -23,15 +23,24 @@ from pathlib import Path
 
 import pytest
 import rocksdict
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine, initialize, invariant, precondition, rule,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
 )
 
 from eos_runtime.errors import ConfigError, EosError
 from eos_runtime.protocol.wire import CheckpointData
 from eos_runtime.state import (
-    CHECKPOINT_KEY, META_FAMILY, StateError, StateLocked, TaskStore,
+    CHECKPOINT_KEY,
+    META_FAMILY,
+    StateError,
+    StateLocked,
+    TaskStore,
 )
 
 CP1 = CheckpointData(changelog_offset=10, generation=1, version=1)

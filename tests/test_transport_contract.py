@@ -10,7 +10,13 @@ import pytest
 
 from eos_runtime.errors import ConfigError, TopicExists, TopicNotFound, TransportError
 from eos_runtime.transport import (
-    OLDEST, UPCOMING, AtOffset, AtTimestamp, TopicPartition, TopicSpec, open_transport,
+    OLDEST,
+    UPCOMING,
+    AtOffset,
+    AtTimestamp,
+    TopicPartition,
+    TopicSpec,
+    open_transport,
 )
 
 
@@ -133,7 +139,7 @@ def test_assign_seek_and_position(transport):
 def test_poll_returns_at_most_max_records(transport):
     name = new_topic(transport)
     with transport.producer() as p:
-        for i in range(100):
+        for _ in range(100):
             p.produce(name, 0, b"x")
         p.flush()
     with transport.consumer() as c:
@@ -151,7 +157,7 @@ def test_pause_stops_a_partition_until_resume(transport):
     name = new_topic(transport, partitions=2)
     a, b = TopicPartition(name, 0), TopicPartition(name, 1)
     with transport.producer() as p:
-        for i in range(10):
+        for _ in range(10):
             p.produce(name, 0, b"a")
             p.produce(name, 1, b"b")
         p.flush()

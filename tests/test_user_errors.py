@@ -34,7 +34,8 @@ def error_line(p: subprocess.CompletedProcess) -> str:
 
 
 def tree(path: Path) -> dict[str, bytes]:
-    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+    return {str(f.relative_to(path)): f.read_bytes()
+            for f in sorted(path.rglob("*")) if f.is_file()}
 
 
 # --------------------------------------------------------------------------- eos demo keeps data
@@ -91,7 +92,8 @@ def test_smoke_leaves_the_demo_directory_to_the_demo(tmp_path):
 @pytest.mark.parametrize("source, line, what", [
     ('from eos_runtime import Pipeline\npipeline = Pipeline("x"\n', 2,
      "SyntaxError: '(' was never closed"),
-    ('from eos_runtime import Pipeline\n\nTOPIC = "lines"\nraise ValueError("no config for TOPIC")\n', 4,
+    ('from eos_runtime import Pipeline\n\nTOPIC = "lines"\n'
+     'raise ValueError("no config for TOPIC")\n', 4,
      "ValueError: no config for TOPIC"),
     ('import json\nimport no_such_module_for_eos_tests\n', 2,
      "ModuleNotFoundError: No module named 'no_such_module_for_eos_tests'"),
@@ -118,7 +120,8 @@ def _can_mount_privately() -> bool:
     return probe.returncode == 0
 
 
-def eos_read_only(read_only: list[Path], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def eos_read_only(read_only: list[Path], *args: str,
+                  timeout: float = 120) -> subprocess.CompletedProcess:
     """``eos`` with the ``read_only`` directories unwritable for it, the way a user meets them.
 
     As root chmod does not stop writes, so the directories are bind-mounted read-only in
@@ -175,13 +178,15 @@ def test_run_with_a_read_only_state_dir_fails_before_it_starts(produced):
 
 
 def test_produce_and_stop_on_a_read_only_data_dir_are_one_error_line(produced):
-    for args in (["produce", "lines", "--generate", "words", "--count", "5"], ["stop", "wordcount"]):
+    for args in (["produce", "lines", "--generate", "words", "--count", "5"],
+                 ["stop", "wordcount"]):
         err = error_line(eos_read_only([produced], *args, "--data-dir", str(produced)))
         assert f"data directory '{produced}'" in err and "not writable" in err, err
 
 
 def test_consume_reads_a_read_only_local_log(produced):
-    p = eos_read_only([produced], "consume", "lines", "--all", "--count", "--data-dir", str(produced))
+    p = eos_read_only([produced], "consume", "lines", "--all", "--count",
+                      "--data-dir", str(produced))
     if p.returncode != 0:
         err = error_line(p)  # meanwhile: one line naming the directory, not a traceback
         assert str(produced) in err and "read-only" in err, err

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eos_runtime.errors import WireFormatError
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.wire import (
-    ChangeLogAbort, ChangeLogCommit, ChangeLogData, CheckpointData, Envelope, InputPosition,
-    Marker, OutputRange, OutputSeq, ParentCheckpoint, ProducerFence, Restore, RunStart,
+    ChangeLogAbort,
+    ChangeLogCommit,
+    ChangeLogData,
+    CheckpointData,
+    Envelope,
+    InputPosition,
+    Marker,
+    OutputRange,
+    OutputSeq,
+    ParentCheckpoint,
+    ProducerFence,
+    Restore,
+    RunStart,
     StopRequest,
 )
 
@@ -30,7 +42,8 @@ outputs = st.builds(OutputSeq, text, i32, i64)
 fences = st.builds(ProducerFence, i32, i32, i64)
 ranges = st.builds(OutputRange, text, i32, i64, i64)
 commits = st.builds(ChangeLogCommit, i32, i64, st.lists(outputs, max_size=3).map(tuple),
-                    st.lists(inputs, max_size=3).map(tuple), st.lists(fences, max_size=3).map(tuple),
+                    st.lists(inputs, max_size=3).map(tuple),
+                    st.lists(fences, max_size=3).map(tuple),
                     st.lists(ranges, max_size=3).map(tuple))
 aborts = st.builds(ChangeLogAbort, i32, i64)
 checkpoint_data = st.builds(CheckpointData, i64, i32, i64)

@@ -6,8 +6,21 @@ See :mod:`eos_runtime.broker.kafka` and docs/broker.md.
 from __future__ import annotations
 
 from .kafka import (
-    DEFAULT_PORT, HOST, KAFKA_VERSION, BrokerState, KafkaBroker, cache_root, default_run_dir,
-    fetch, find_java, find_maven, find_running, free_port, libs_dir, port_is_free, stop_running,
+    DEFAULT_PORT,
+    HOST,
+    KAFKA_VERSION,
+    BrokerState,
+    KafkaBroker,
+    cache_root,
+    default_run_dir,
+    fetch,
+    find_java,
+    find_maven,
+    find_running,
+    free_port,
+    libs_dir,
+    port_is_free,
+    stop_running,
 )
 
 __all__ = [

@@ -79,8 +79,8 @@ def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: f
     running = _k.find_running(rd)
     if running is not None:
         if port is not None and running.port != port:
-            raise click.UsageError(f"the broker of {rd} runs at {running.bootstrap_servers}, not on "
-                                   f"port {port}; run `eos kafka down --dir {rd}` first")
+            raise click.UsageError(f"the broker of {rd} runs at {running.bootstrap_servers}, "
+                                   f"not on port {port}; run `eos kafka down --dir {rd}` first")
         click.echo(running.bootstrap_servers)
         return
     if fresh:

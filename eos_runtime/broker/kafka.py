@@ -47,10 +47,10 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import BrokerError, SetupError
 from ..processes import parent_death_signal_hook
@@ -200,7 +200,8 @@ def fetch(version: str = KAFKA_VERSION, *, force: bool = False) -> Path:
                               text=True)
         if proc.returncode != 0 or not _cache_complete(out, version):
             tail = _tail_text((proc.stdout + proc.stderr).replace("\x1b[0m", ""), 30)
-            raise SetupError(f"fetching Kafka {version} with Maven failed (exit {proc.returncode}); "
+            raise SetupError(f"fetching Kafka {version} with Maven failed "
+                             f"(exit {proc.returncode}); "
                              f"check that Maven Central is reachable and the version exists.\n"
                              f"{' '.join(cmd)}\n{tail}")
         (out / ".eos-complete").write_text(f"kafka {version}\n")
@@ -209,7 +210,8 @@ def fetch(version: str = KAFKA_VERSION, *, force: bool = False) -> Path:
         try:
             os.rename(out, libs)         # atomic: the cache is either whole or absent
         except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not _cache_complete(libs, version):
+            if (exc.errno not in (errno.ENOTEMPTY, errno.EEXIST)
+                    or not _cache_complete(libs, version)):
                 raise
             # A concurrent fetch won the race; its copy is as good as ours.
         log.info("fetched %d jars in %.1f s", len(list(libs.glob("*.jar"))), time.monotonic() - t0)
@@ -268,7 +270,7 @@ class BrokerState:
     started_at: float
 
     @classmethod
-    def load(cls, path: Path) -> "BrokerState | None":
+    def load(cls, path: Path) -> BrokerState | None:
         try:
             raw = json.loads(path.read_text())
             names = {f.name for f in dataclasses.fields(cls)}
@@ -368,7 +370,8 @@ def _terminate(pid: int, run_dir: Path, timeout: float,
         os.kill(pid, signal.SIGTERM)
     if _wait_gone(pid, run_dir, timeout, proc):
         return
-    log.warning("Kafka broker (pid %d) did not stop within %.0f s of SIGTERM; killing it", pid, timeout)
+    log.warning("Kafka broker (pid %d) did not stop within %.0f s of SIGTERM; killing it",
+                pid, timeout)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if not _wait_gone(pid, run_dir, 10.0, proc):
@@ -484,7 +487,7 @@ class KafkaBroker:
     def __repr__(self) -> str:
         return f"KafkaBroker({str(self.run_dir)!r}, bootstrap={self.bootstrap_servers!r})"
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         self.start()
         return self
 
@@ -578,8 +581,9 @@ class KafkaBroker:
                "--config", str(_server_properties(self.run_dir))]
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
+            output = _tail_text(proc.stdout + proc.stderr, 30)
             raise BrokerError(f"formatting the Kafka store in {self.data_dir} failed "
-                              f"(exit {proc.returncode}):\n{_tail_text(proc.stdout + proc.stderr, 30)}")
+                              f"(exit {proc.returncode}):\n{output}")
 
     def _launch(self, java: str, libs: Path, t0: float) -> str:
         port = self.port if self.port is not None else free_port()

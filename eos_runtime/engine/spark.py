@@ -33,9 +33,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, EngineError, EosError, JobCancelled, SetupError
@@ -148,7 +149,7 @@ def _plan(config: EngineConfig, tasks: int | None) -> _Plan:
     master = config.master.strip() if config.master is not None else None
     if master is None or master == "":
         if tasks is None:
-            return _Plan("local[N,%d]" % f, f, None, "one slot per task", True)
+            return _Plan(f"local[N,{f}]", f, None, "one slot per task", True)
         n = max(tasks, 1) * cpus
         return _Plan(f"local[{n},{f}]", f, max(tasks, 1), "one slot per task", True)
 

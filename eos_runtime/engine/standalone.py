@@ -167,7 +167,7 @@ class StandaloneCluster:
     def __repr__(self) -> str:
         return f"StandaloneCluster({str(self.directory)!r}, master_url={self.master_url!r})"
 
-    def __enter__(self) -> "StandaloneCluster":
+    def __enter__(self) -> StandaloneCluster:
         self.start()
         return self
 
@@ -303,7 +303,8 @@ class StandaloneCluster:
                 raise EngineError(
                     f"the Spark standalone worker did not register with the master within "
                     f"{self.startup_timeout:.0f} s ({last}); see {self.worker_log} and "
-                    f"{self.master_log}:\n{_tail(_log_end(self.worker_log, self._log_start.get(self.worker_log, 0)))}")
+                    f"{self.master_log}:\n"
+                    f"{_tail(_log_end(self.worker_log, self._log_start.get(self.worker_log, 0)))}")
             time.sleep(0.2)
 
     def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:

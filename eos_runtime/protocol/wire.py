@@ -21,8 +21,9 @@ No I/O happens here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 
@@ -95,7 +96,8 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """Checkpoint command: every message of ``producer_id`` before it is of version <= ``version``."""
+    """Checkpoint command: every message of ``producer_id`` before it is of version
+    <= ``version``."""
 
     producer_id: int
     generation: int
@@ -291,7 +293,8 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
         case ChangeLogData(generation, version, store, key, value):
             if not isinstance(store, str) or not isinstance(key, bytes) or not (
                     value is None or isinstance(value, bytes)):
-                raise ValueError("change-log data needs store: str, key: bytes, value: bytes | None")
+                raise ValueError("change-log data needs store: str, key: bytes, "
+                                 "value: bytes | None")
             fields = [_check(generation, INT32, "generation"), _check(version, INT64, "version"),
                       store, key, value]
             return _header(RecordType.CL_DATA) + _packb(fields)
@@ -353,7 +356,8 @@ class _Malformed(Exception):
 
 def _int(v: object, bounds: tuple[int, int], name: str) -> int:
     if type(v) is not int or not bounds[0] <= v <= bounds[1]:
-        raise _Malformed(f"field {name} is {v!r}, expected an integer in [{bounds[0]}, {bounds[1]}]")
+        raise _Malformed(f"field {name} is {v!r}, expected an integer in "
+                         f"[{bounds[0]}, {bounds[1]}]")
     return v
 
 
@@ -486,7 +490,8 @@ def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
         if len(raw) < 3:
             raise _Malformed(f"{len(raw)} bytes is too short for a record")
         if raw[0] != FORMAT_VERSION:
-            raise _Malformed(f"unknown format version {raw[0]} (this release reads {FORMAT_VERSION})")
+            raise _Malformed(f"unknown format version {raw[0]} "
+                             f"(this release reads {FORMAT_VERSION})")
         record_type = raw[1]
         if record_type not in allowed:
             known = "known" if record_type in _READERS else "unknown"
@@ -495,7 +500,8 @@ def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
             fields = msgpack.unpackb(memoryview(raw)[2:], raw=False, use_list=True,
                                      strict_map_key=True)
         except Exception as exc:  # msgpack raises a zoo of types; all mean "malformed"
-            raise _Malformed(f"msgpack body does not decode ({type(exc).__name__}: {exc})") from None
+            raise _Malformed(f"msgpack body does not decode "
+                             f"({type(exc).__name__}: {exc})") from None
         return _READERS[record_type](fields)
     except _Malformed as exc:
         raise WireFormatError(str(exc), topic=topic, partition=partition, offset=offset) from None

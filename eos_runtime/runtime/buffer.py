@@ -38,7 +38,7 @@ class EarlyArrivalBuffer:
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True)
         self._path = self.directory / "early-arrivals"
-        self._file = open(self._path, "w+b")  # noqa: SIM115 - held for the buffer's life
+        self._file = open(self._path, "w+b")  # held for the buffer's life
         # version -> [(position, length)] of its records, in append order
         self._index: dict[int, list[tuple[int, int]]] = {}
         self.size = 0

@@ -159,7 +159,8 @@ class ChangeLogWriter:
         topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
         gen = self.generation
         for store, key, value in staged:
-            produce(topic, partition, wire.encode(wire.ChangeLogData(gen, version, store, key, value)))
+            record = wire.ChangeLogData(gen, version, store, key, value)
+            produce(topic, partition, wire.encode(record))
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""

@@ -66,7 +66,8 @@ def read_output(transport: Transport, topic: str, *, job: str | None = None,
     if job is None:
         raise EosError(f"the local log has no transactions: reading {topic!r} as committed needs "
                        f"the job whose sink wrote it (--job)")
-    ranges = {p: sorted(rs) for p, rs in committed_ranges(transport, f"{job}.changelog", topic).items()}
+    found = committed_ranges(transport, f"{job}.changelog", topic)
+    ranges = {p: sorted(rs) for p, rs in found.items()}
     firsts = {p: [f for f, _ in rs] for p, rs in ranges.items()}
     keep = []
     for r in read_topic(transport, topic):

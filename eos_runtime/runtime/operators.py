@@ -24,7 +24,8 @@ _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 def encode_key(key: Any) -> bytes:
     """Keys travel and are stored msgpack-encoded: prefix-free, so state names cannot collide."""
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
-        raise UserFunctionError(f"keys must be str, bytes or int, not {type(key).__name__}: {key!r}")
+        raise UserFunctionError(f"keys must be str, bytes or int, "
+                                f"not {type(key).__name__}: {key!r}")
     return _pack(key)
 
 
@@ -50,7 +51,7 @@ class Chain:
 
     def run(self, key_bytes: bytes | None, value: Any) -> list[Any]:
         values = [value]
-        for step, state in zip(self._steps, self._states):
+        for step, state in zip(self._steps, self._states, strict=True):
             fn = step.fn
             try:
                 if state is not None:

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import rocksdict
 
@@ -315,7 +316,8 @@ class TaskStore:
 
     def _encode_checkpoint(self, checkpoint: CheckpointData) -> bytes:
         if not isinstance(checkpoint, CheckpointData):
-            raise ConfigError(f"checkpoint must be a CheckpointData, not {type(checkpoint).__name__}")
+            raise ConfigError(f"checkpoint must be a CheckpointData, "
+                              f"not {type(checkpoint).__name__}")
         try:
             return encode(checkpoint)
         except ValueError as exc:

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from .base import (
-    OLDEST, UPCOMING, AtOffset, AtTimestamp, Consumer, Oldest, Position, Producer,
-    Record, TopicPartition, TopicSpec, Transport, Upcoming,
+    OLDEST,
+    UPCOMING,
+    AtOffset,
+    AtTimestamp,
+    Consumer,
+    Oldest,
+    Position,
+    Producer,
+    Record,
+    TopicPartition,
+    TopicSpec,
+    Transport,
+    Upcoming,
 )
 
 __all__ = [

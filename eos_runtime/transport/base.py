@@ -26,8 +26,9 @@ The contract (``tests/test_transport_contract.py`` runs it against both):
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 __all__ = [
     "TopicSpec",
@@ -118,7 +119,7 @@ class Producer(abc.ABC):
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         """Wait for every enqueued record; return the last offset per partition written."""
 
-    def send(self) -> None:
+    def send(self) -> None:  # noqa: B027 - an optional hook: by default nothing to send
         """Hand what ``produce`` buffered to the log now, without waiting for
         acknowledgement (readers may see it before ``flush``). Kafka sends in the
         background anyway; the local log appends its buffered batches."""
@@ -137,7 +138,7 @@ class Producer(abc.ABC):
     def close(self) -> None:
         """Release resources. Records not flushed may be lost."""
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -185,7 +186,7 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -257,7 +258,7 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> "Transport":
+    def __enter__(self) -> Transport:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,7 +30,8 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer as _CkConsumer
 from confluent_kafka import KafkaError as _KafkaError
@@ -135,7 +136,8 @@ def _map_error(err: _KafkaError | None, context: str, *, transactional: bool = F
     return TransportError(text)
 
 
-def _map_exception(exc: BaseException, context: str, *, transactional: bool = False) -> TransportError:
+def _map_exception(exc: BaseException, context: str, *,
+                   transactional: bool = False) -> TransportError:
     return _map_error(_kafka_error(exc), context, transactional=transactional,
                       fallback=str(exc) or type(exc).__name__)
 
@@ -311,7 +313,8 @@ class KafkaProducer(Producer):
                              + (f"; and {more} more" if more > 0 else ""))
             if outstanding:
                 parts.append(f"{outstanding} record(s) still outstanding after {timeout:g}s")
-            exc = DeliveryFailed(_truncate("delivery failed: " + "; ".join(parts), _MAX_MESSAGE_CHARS))
+            exc = DeliveryFailed(_truncate("delivery failed: " + "; ".join(parts),
+                                           _MAX_MESSAGE_CHARS))
             exc.failures = failures          # type: ignore[attr-defined]
             exc.failure_count = count        # type: ignore[attr-defined]
             exc.outstanding = outstanding    # type: ignore[attr-defined]
@@ -534,7 +537,8 @@ class KafkaConsumer(Consumer):
             # _STATE: the partition's fetcher is not running yet (seek right after
             # assign) or stopped on an error; re-assigning the partition works then.
             if err is None or err.code() != _KafkaError._STATE:
-                raise _map_exception(exc, f"seek {key.topic}[{key.partition}] to {offset}") from None
+                where = f"seek {key.topic}[{key.partition}] to {offset}"
+                raise _map_exception(exc, where) from None
         try:
             c.incremental_unassign([_CkTopicPartition(key.topic, key.partition)])
             c.incremental_assign([ck])
@@ -626,7 +630,8 @@ class KafkaConsumer(Consumer):
         take librdkafka's position, which has moved past them, so that ``position``
         reaches the end offset of a partition that ends in a marker."""
         live = [_CkTopicPartition(t, p) for (t, p) in self._positions
-                if TopicPartition(t, p) not in self._paused and TopicPartition(t, p) not in self._stale]
+                if TopicPartition(t, p) not in self._paused
+                and TopicPartition(t, p) not in self._stale]
         if not live:
             return
         try:
@@ -697,7 +702,8 @@ class KafkaTransport(Transport):
         if unknown:
             raise ConfigError(f"unknown Kafka transport option(s): {', '.join(sorted(unknown))}")
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers must be a non-empty 'host:port[,host:port...]' string")
+            raise ConfigError("bootstrap_servers must be a non-empty "
+                              "'host:port[,host:port...]' string")
         if timeout <= 0 or topic_ready_timeout <= 0:
             raise ConfigError("timeouts must be positive")
         self.bootstrap_servers = bootstrap_servers
@@ -920,7 +926,8 @@ class KafkaTransport(Transport):
                              lambda t: qc.offsets_for_times([ck], timeout=t))
         found = res[0]
         if found.error is not None:
-            raise _map_error(found.error, f"offset for timestamp {timestamp} in {topic}[{partition}]")
+            raise _map_error(found.error,
+                             f"offset for timestamp {timestamp} in {topic}[{partition}]")
         return high if found.offset < 0 else int(found.offset)
 
     def close(self) -> None:

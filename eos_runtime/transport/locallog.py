@@ -45,14 +45,19 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
-from ..faults import crash_point, is_armed
 from ..errors import (
-    ConfigError, LogCorrupted, OffsetOutOfRange, ProducerFenced, TopicExists, TopicNotFound,
+    ConfigError,
+    LogCorrupted,
+    OffsetOutOfRange,
+    ProducerFenced,
+    TopicExists,
+    TopicNotFound,
     TransportError,
 )
+from ..faults import crash_point, is_armed
 from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
 
 __all__ = ["LocalLogTransport"]
@@ -181,9 +186,11 @@ class LocalLogTransport(Transport):
     def create_topics(self, specs: Iterable[TopicSpec]) -> None:
         for spec in specs:
             if not _TOPIC_NAME.match(spec.name) or spec.name in (".", ".."):
-                raise ConfigError(f"invalid topic name {spec.name!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+                raise ConfigError(f"invalid topic name {spec.name!r}: "
+                                  f"use 1-249 of A-Z a-z 0-9 . _ -")
             if spec.partitions < 1:
-                raise ConfigError(f"topic {spec.name!r}: partitions must be >= 1, not {spec.partitions}")
+                raise ConfigError(f"topic {spec.name!r}: partitions must be >= 1, "
+                                  f"not {spec.partitions}")
             try:
                 existing = self.describe(spec.name)
             except TopicNotFound:
@@ -206,8 +213,8 @@ class LocalLogTransport(Transport):
                     tmp.rmdir()
                 existing = self.describe(spec.name)
             if existing.partitions != spec.partitions:
-                raise TopicExists(f"topic {spec.name!r} exists with {existing.partitions} partitions, "
-                                  f"not {spec.partitions}")
+                raise TopicExists(f"topic {spec.name!r} exists with {existing.partitions} "
+                                  f"partitions, not {spec.partitions}")
 
     def describe(self, topic: str) -> TopicSpec:
         spec = self._specs.get(topic)
@@ -216,7 +223,8 @@ class LocalLogTransport(Transport):
         try:
             meta = json.loads((self.topics_dir / topic / "topic.json").read_text())
         except FileNotFoundError:
-            raise TopicNotFound(f"topic {topic!r} does not exist in local log {self.root}") from None
+            raise TopicNotFound(f"topic {topic!r} does not exist in "
+                                f"local log {self.root}") from None
         except (OSError, ValueError) as exc:
             raise LogCorrupted(f"topic {topic!r}: unreadable topic.json ({exc})") from None
         spec = TopicSpec(topic, int(meta["partitions"]), bool(meta.get("compacted", False)))
@@ -432,7 +440,8 @@ def _scan(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
 
 def _check_frame(files: _PartitionFiles, chunk: bytes, at: int, size: int, crc: int,
                  offset: int, expected_offset: int, position: int) -> None:
-    if zlib.crc32(memoryview(chunk)[at + _FRAME_BODY_START:at + size]) != crc or offset != expected_offset:
+    body = memoryview(chunk)[at + _FRAME_BODY_START:at + size]
+    if zlib.crc32(body) != crc or offset != expected_offset:
         raise LogCorrupted(f"{files.name}.log: damaged frame at position {position} "
                            f"(expected offset {expected_offset}, found {offset})")
 
