@@ -385,9 +385,3 @@ class Aligner:
         v = self.version
         return [(c, p) for c, lanes in self._lanes.items() for p, lane in lanes.items()
                 if lane.marker < v]
-
-    def channels_done(self) -> list[Channel]:
-        """Channels with every producer's marker for the open version in: reading them now
-        only fills the buffer, so they are the ones to pause under backpressure (invariant 8)."""
-        v = self.version
-        return [c for c, lanes in self._lanes.items() if all(l.marker >= v for l in lanes.values())]
