@@ -78,16 +78,18 @@ def test_fences_survive_the_downstream_restart(kind, job_factory):
 @pytest.mark.parametrize("kind", TRANSPORTS)
 @pytest.mark.parametrize("point", ["task.checkpoint.after_commit",
                                    "task.checkpoint.after_store"])
-def test_a_restart_after_the_last_markers_still_ends_the_run(kind, point, job_factory):
+@pytest.mark.parametrize("hit", [1, 2])
+def test_a_restart_after_the_last_markers_still_ends_the_run(kind, point, hit, job_factory):
     """Case 2: every end-of-run marker is in; the task commits the version they close and
-    dies before its run-end commit. On restart its lanes are aligned already, and no marker
-    will come again: it must check alignment before it waits for input."""
+    dies before its run-end commit (hit 1), or right after its run-end commit (hit 2). On
+    restart its lanes are aligned already, and no marker will come again: it must check
+    alignment before it waits for input, or see that its run is over."""
     job = job_factory(kind)
     job.write(Restore(0, 1, 0), Restore(1, 1, 0), Data(0, 1, 1, "a"), Data(1, 1, 1, "b"),
               Marker(0, 1, END), Marker(1, 1, END))
-    assert job.run_task(fault={"point": point, "hit": 1}) is None
+    assert job.run_task(fault={"point": point, "hit": hit}) is None
     stats = job.run_task(timeout=60)
-    assert stats["checkpoints"] >= 1
+    assert stats["checkpoints"] == (1 if hit == 1 else 0)
     assert job.output() == ["a", "b"]
 
 
@@ -185,3 +187,21 @@ def test_restarts_leave_no_stale_buffer_or_store_directories(job_factory):
                   if p.name.startswith(("buffer", f"task-{job.task_id}.attempt")) and
                   (p.is_file() or any(p.iterdir())))
     assert left == []
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_a_crash_in_the_middle_of_the_marker_fan_out_leaves_channels_apart(kind, job_factory):
+    """The fan-out crash point must leave some channels holding the marker and others not
+    (once it fired while every marker was still in the producer's memory). The retry
+    announces the marker again everywhere, and a downstream task still ends the run."""
+    job = job_factory(kind, producers=1, channels=4)
+    job.feed_source(0, "x", "y", "z")
+    assert job.run_task(task_id=0, fault={"point": "task.checkpoint.mid_marker_fanout"}) is None
+
+    def has_end(channel):
+        return any(type(r).__name__ == "Marker" and r.version == END
+                   for r in job.channel_records(channel))
+
+    assert [has_end(c) for c in range(4)] == [True, True, False, False]
+    job.run_task(task_id=0, timeout=60)
+    assert all(has_end(c) for c in range(4))
