@@ -46,10 +46,15 @@ FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
 }
 
 
-def _format(name: str | None, what: str) -> str | None:
-    if name is not None and name not in FORMATS:
+def _format(name: str, what: str) -> str:
+    if name not in FORMATS:
         raise ConfigError(f"{what}: unknown format {name!r}; use one of {', '.join(FORMATS)}")
     return name
+
+
+def _key_format(name: str | None, what: str) -> str | None:
+    """No key format (None): an unkeyed stream."""
+    return None if name is None else _format(name, what)
 
 
 class State:
@@ -179,7 +184,7 @@ class Stream:
             raise ConfigError(f"sink: topic must be a non-empty string, not {topic!r}")
         if key is not None and not self._segment.keyed:
             raise ConfigError(f"sink {topic!r}: a key format needs a keyed stream (key_by first)")
-        self._segment.end = Sink(topic, _format(key, f"sink {topic!r} key"),
+        self._segment.end = Sink(topic, _key_format(key, f"sink {topic!r} key"),
                                  _format(value, f"sink {topic!r} value"))
 
 
@@ -219,7 +224,7 @@ class Pipeline:
             raise ConfigError("a pipeline has one source (joins of several sources come later)")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
-        seg = _Segment(start=Source(topic, _format(key, f"source {topic!r} key"),
+        seg = _Segment(start=Source(topic, _key_format(key, f"source {topic!r} key"),
                                     _format(value, f"source {topic!r} value"), parallelism),
                        keyed=key is not None)
         self._segments.append(seg)
@@ -239,23 +244,31 @@ class Pipeline:
 
     @property
     def source_topic(self) -> str:
-        return self._segments[0].start.topic
+        start = self._segments[0].start if self._segments else None
+        if not isinstance(start, Source):
+            raise ConfigError(f"pipeline {self.name!r} has no source")
+        return start.topic
 
     @property
     def sink_topic(self) -> str:
-        return self._segments[-1].end.topic
+        end = self._segments[-1].end if self._segments else None
+        if not isinstance(end, Sink):
+            raise ConfigError(f"pipeline {self.name!r} has no sink")
+        return end.topic
 
     def rename(self, name: str, *, source: str | None = None, sink: str | None = None) -> None:
         """Another job name and, optionally, other source and sink topics: the same
         definition can then run several times side by side (on one broker, say)."""
         _check_name(name)
-        if not self._segments or not isinstance(self._segments[-1].end, Sink):
+        start = self._segments[0].start if self._segments else None
+        end = self._segments[-1].end if self._segments else None
+        if not isinstance(start, Source) or not isinstance(end, Sink):
             raise ConfigError(f"pipeline {self.name!r} needs a source and a sink to be renamed")
         self.name = name
         if source is not None:
-            self._segments[0].start = replace(self._segments[0].start, topic=source)
+            self._segments[0].start = replace(start, topic=source)
         if sink is not None:
-            self._segments[-1].end = replace(self._segments[-1].end, topic=sink)
+            self._segments[-1].end = replace(end, topic=sink)
 
 
 def _check_name(name: object) -> None:

@@ -169,7 +169,7 @@ def _stdout_to_stderr() -> Iterator[None]:
         try:
             sys.stderr.flush()
         finally:
-            if saved is not None:
+            if saved is not None and fd is not None:  # saved is None when fd is
                 os.dup2(saved, fd)
                 os.close(saved)
 

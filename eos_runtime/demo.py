@@ -107,6 +107,9 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
     want = Counter(w for line in text for w in line.split())
     got: dict[str, list[int]] = defaultdict(list)
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key is None or r.value is None:
+            raise DemoFailed(f"output record at partition {r.partition} offset {r.offset} "
+                             f"has no key or no value")
         got[r.key.decode()].append(int(r.value))
     for word, n in want.items():
         values = got.get(word, [])

@@ -144,6 +144,7 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
             out_parts = end.partitions or nxt_par
             out_topic = f"{pipeline.name}.shuffle-{index + 1}"
         else:
+            assert isinstance(end, Sink)  # the last segment's end, checked above
             out_parts = sink_parts
             out_topic = end.topic
         stages.append(StagePlan(

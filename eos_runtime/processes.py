@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 
 __all__ = ["parent_death_signal_hook"]
 
 
-def parent_death_signal_hook():  # type: ignore[no-untyped-def]
+def parent_death_signal_hook() -> Callable[[], None] | None:
     """A preexec_fn making the child get SIGTERM when its parent dies (Linux), or None."""
     if sys.platform != "linux":
         return None

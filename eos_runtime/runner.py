@@ -250,11 +250,12 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off)."""
     from .engine import EngineConfig, check_slots, start_tasks
 
-    if not bootstrap_servers and not data_dir:
-        data_dir = ".eos/data"
-    transport_opts: dict[str, Any] = (
-        {"bootstrap_servers": bootstrap_servers} if bootstrap_servers
-        else {"data_dir": str(Path(data_dir).absolute())})
+    transport_opts: dict[str, Any]
+    if bootstrap_servers:
+        transport_opts = {"bootstrap_servers": bootstrap_servers}
+    else:
+        data_dir = data_dir or ".eos/data"
+        transport_opts = {"data_dir": str(Path(data_dir).absolute())}
     state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
     _check_run_dirs(pipeline, transport_opts, state_dir)
     transport = open_transport(**transport_opts)

@@ -19,7 +19,7 @@ from rich.progress import Progress
 
 from .errors import SmokeFailed
 from .protocol import wire
-from .transport import OLDEST, TopicPartition, TopicSpec, Transport, open_transport
+from .transport import OLDEST, Record, TopicPartition, TopicSpec, Transport, open_transport
 
 
 @dataclass
@@ -35,9 +35,9 @@ class SmokeResult:
 
 
 def _read(transport: Transport, tp: TopicPartition, count: int, *, timeout: float = 30.0,
-          linger: float = 0.0):
+          linger: float = 0.0) -> list[Record]:
     """Read ``count`` records from the start, then keep reading ``linger`` s for any extra."""
-    out = []
+    out: list[Record] = []
     with transport.consumer(read_committed=True) as consumer:
         consumer.assign({tp: transport.resolve(tp, OLDEST)})
         deadline = time.monotonic() + timeout
@@ -70,19 +70,19 @@ def envelope_round_trip(transport: Transport, *, records: int = 20_000, producer
                 for pid_, client in enumerate(clients):
                     client.produce(topic, 0, wire.encode(wire.Marker(pid_, 1, 1 + i // 5_000, 0)))
                     client.flush()
-                if task is not None:
+                if progress is not None and task is not None:
                     progress.update(task, completed=i + 1)
         for client in clients:
             client.flush()
     finally:
         for client in clients:
             client.close()
-    if task is not None:
+    if progress is not None and task is not None:
         progress.update(task, completed=records)
 
     markers = producers * (records // 5_000)
     got = _read(transport, tp, records + markers, linger=0.2)
-    seen: dict[int, list[bytes]] = {pid: [] for pid in range(producers)}
+    seen: dict[int, list[bytes | None]] = {pid: [] for pid in range(producers)}
     marker_count = 0
     for rec in got:
         msg = wire.decode_channel(rec.value, topic=rec.topic, partition=rec.partition,
@@ -121,7 +121,8 @@ def kafka_transactions(transport: Transport) -> SmokeResult:
     want = [b"committed-%d" % i for i in range(100)]
     if got != want:
         raise SmokeFailed(f"read_committed saw {len(got)} records, "
-                          f"{sum(v.startswith(b'aborted') for v in got)} of them aborted")
+                          f"{sum(1 for v in got if v and v.startswith(b'aborted'))} of them "
+                          f"aborted")
     return SmokeResult(transport.name, 200, time.monotonic() - started,
                        ["read_committed sees the 100 committed records",
                         "the 100 aborted records stay invisible"])

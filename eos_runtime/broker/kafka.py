@@ -51,9 +51,13 @@ from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokerError, SetupError
 from ..processes import parent_death_signal_hook
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 __all__ = [
     "KAFKA_VERSION",
@@ -672,10 +676,12 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def _admin_client(bootstrap: str):  # type: ignore[no-untyped-def]
+def _admin_client(bootstrap: str) -> AdminClient:
     from confluent_kafka.admin import AdminClient
     quiet = logging.getLogger("eos_runtime.broker.librdkafka")
     quiet.propagate = False
     quiet.addHandler(logging.NullHandler())
-    return AdminClient({"bootstrap.servers": bootstrap, "logger": quiet,
-                        "socket.connection.setup.timeout.ms": 2000})
+    # Any: librdkafka takes a logging.Logger for "logger", the stubs only plain values
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet,
+                            "socket.connection.setup.timeout.ms": 2000}
+    return AdminClient(conf)

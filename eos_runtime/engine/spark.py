@@ -593,12 +593,12 @@ class RunningJob:
         try:
             from pyspark import SparkConf, SparkContext
 
-            if SparkContext._active_spark_context is not None:  # type: ignore[attr-defined]
+            if SparkContext._active_spark_context is not None:
                 raise EngineError("a SparkContext is already active in this process; the "
                                   "engine needs its own (stop the other one first)")
             level = self._config.log_level.upper()
             quiet = _LEVELS.index(level) >= _LEVELS.index("ERROR")
-            jvm_running = SparkContext._gateway is not None  # type: ignore[attr-defined]
+            jvm_running = SparkContext._gateway is not None
             if not jvm_running:
                 log4j = _log4j_file(level, quiet)
             conf = SparkConf(loadDefaults=False)
@@ -630,10 +630,10 @@ class RunningJob:
                                    reason="cancelled")
             sc.setJobGroup(self._group, f"eos_runtime: {self.tasks} tasks",
                            interruptOnCancel=True)
-            rdd = sc.parallelize(list(enumerate(self._payloads)), self.tasks)
-            rdd = rdd.mapPartitionsWithIndex(_PartitionTask(self._fn))
+            inputs = sc.parallelize(list(enumerate(self._payloads)), self.tasks)
+            results = inputs.mapPartitionsWithIndex(_PartitionTask(self._fn))
             self._started.set()
-            rows = rdd.collect()
+            rows = results.collect()
             if len(rows) != self.tasks:
                 raise EngineError(f"Spark returned {len(rows)} results for {self.tasks} tasks")
             self._result = list(rows)

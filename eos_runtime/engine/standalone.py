@@ -72,10 +72,10 @@ def _find_java() -> str:
         if not os.access(java, os.X_OK):
             raise SetupError(f"Spark needs Java 17 or 21, but JAVA_HOME={home} has no bin/java")
         return java
-    java = shutil.which("java")
-    if java is None:
+    on_path = shutil.which("java")
+    if on_path is None:
         raise SetupError("Spark needs Java 17 or 21: no java on PATH and JAVA_HOME is not set")
-    return java
+    return on_path
 
 
 def _free_ports(n: int) -> list[int]:

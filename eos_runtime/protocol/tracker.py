@@ -22,8 +22,9 @@ Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from typing import cast
 
-from .aligner import ProtocolViolation
+from ..errors import ProtocolViolation
 from .wire import InputPosition, ParentCheckpoint
 
 __all__ = ["Tracker"]
@@ -87,7 +88,7 @@ class Tracker:
         """T3: the checkpoint's positions, with the ended lanes as parents."""
         out = []
         for c in self._channels:
-            topic, partition = c  # type: ignore[misc]
+            topic, partition = cast(tuple[str, int], c)  # a channel is (topic, partition)
             parents = tuple(ParentCheckpoint(p, 0, self._ended[(c, p)], 0, self._positions[c])
                             for p in self._producers if (c, p) in self._ended)
             out.append(InputPosition(topic, partition, self._positions[c], parents))

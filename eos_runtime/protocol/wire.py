@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -240,6 +240,7 @@ class StopRequest:
 ChannelRecord = Envelope | Marker | Restore
 ControlRecord = RunStart | StopRequest
 ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort
+_AnyRecord = ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord
 
 
 # --------------------------------------------------------------------------- encoding
@@ -282,9 +283,9 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
             return encode_data(record.producer_id, record.generation, record.version,
                                record.seq, record.key, record.value, record.timestamp)
         case Marker(producer_id, generation, version, seq):
-            fields = [_check(producer_id, INT32, "producer_id"),
-                      _check(generation, INT32, "generation"),
-                      _check(version, INT64, "version"), _check(seq, INT64, "seq")]
+            fields: list[Any] = [_check(producer_id, INT32, "producer_id"),
+                                 _check(generation, INT32, "generation"),
+                                 _check(version, INT64, "version"), _check(seq, INT64, "seq")]
             return _header(RecordType.MARKER) + _packb(fields)
         case Restore(producer_id, generation, version):
             fields = [_check(producer_id, INT32, "producer_id"),
@@ -464,7 +465,7 @@ def _read_stop(f: list[Any]) -> StopRequest:
                        _str(f[2], "reason"))
 
 
-_READERS: dict[int, Callable[[list[Any]], Any]] = {
+_READERS: dict[int, Callable[[list[Any]], _AnyRecord]] = {
     RecordType.DATA: _read_data,
     RecordType.MARKER: _read_marker,
     RecordType.RESTORE: _read_restore,
@@ -483,7 +484,9 @@ _CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP))
 
 
 def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
-            partition: int | None, offset: int | None) -> Any:
+            partition: int | None, offset: int | None) -> _AnyRecord:
+    """The record ``raw`` holds, of one of the ``allowed`` types (the callers' casts rely on
+    that), or ``WireFormatError`` (for a record without a value, ``raw=None``, too)."""
     try:
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raise _Malformed(f"expected bytes, got {type(raw).__name__}")
@@ -510,33 +513,35 @@ def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
                               offset=offset) from None
 
 
-def decode_channel(raw: bytes, *, topic: str | None = None, partition: int | None = None,
+def decode_channel(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                    offset: int | None = None) -> ChannelRecord:
     """A record read from a channel: a data ``Envelope``, a ``Marker`` or a ``Restore``."""
-    return _decode(raw, _CHANNEL_TYPES, "channel", topic, partition, offset)
+    return cast(ChannelRecord, _decode(raw, _CHANNEL_TYPES, "channel", topic, partition, offset))
 
 
-def decode_changelog(raw: bytes, *, topic: str | None = None, partition: int | None = None,
+def decode_changelog(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                      offset: int | None = None) -> ChangeLogRecord:
     """A record read from a change log: data, commit or abort."""
-    return _decode(raw, _CHANGELOG_TYPES, "change-log", topic, partition, offset)
+    return cast(ChangeLogRecord,
+                _decode(raw, _CHANGELOG_TYPES, "change-log", topic, partition, offset))
 
 
 def decode_checkpoint_data(raw: bytes) -> CheckpointData:
     """The checkpoint data value kept in RocksDB."""
-    return _decode(raw, _CHECKPOINT_TYPES, "checkpoint-data", None, None, None)
+    return cast(CheckpointData,
+                _decode(raw, _CHECKPOINT_TYPES, "checkpoint-data", None, None, None))
 
 
-def decode_control(raw: bytes, *, topic: str | None = None, partition: int | None = None,
+def decode_control(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                    offset: int | None = None) -> ControlRecord:
     """A record read from a job's control topic: a ``RunStart`` or a ``StopRequest``."""
-    return _decode(raw, _CONTROL_TYPES, "control", topic, partition, offset)
+    return cast(ControlRecord, _decode(raw, _CONTROL_TYPES, "control", topic, partition, offset))
 
 
 _ALL_TYPES = frozenset(_READERS)
 
 
-def decode(raw: bytes, *, topic: str | None = None, partition: int | None = None,
-           offset: int | None = None) -> ChannelRecord | ChangeLogRecord | CheckpointData:
+def decode(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
+           offset: int | None = None) -> _AnyRecord:
     """Any protocol record, whatever its type."""
     return _decode(raw, _ALL_TYPES, "protocol", topic, partition, offset)

@@ -7,6 +7,7 @@ store (``step<i>`` in the task's RocksDB). A user function that raises becomes
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -43,9 +44,8 @@ class Chain:
             if step.stateful:
                 name = f"step{i}"
                 assert store is not None
-                self._states.append(State(lambda k, n=name: store.get(n, k),
-                                          lambda k, v, n=name: store.put(n, k, v),
-                                          lambda k, n=name: store.delete(n, k)))
+                self._states.append(State(partial(store.get, name), partial(store.put, name),
+                                          partial(store.delete, name)))
             else:
                 self._states.append(None)
 

@@ -264,8 +264,10 @@ class TaskStore:
         if value is _MISSING:
             if not isinstance(key, bytes):
                 raise self._not_bytes(store, "key", key)
-            return s.cf.get(key)
-        return value
+            committed: bytes | None = s.cf.get(key)
+            return committed
+        staged: bytes | None = value
+        return staged
 
     def put(self, store: str, key: bytes, value: bytes) -> None:
         self._stage(store, key, value, put=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import (
     OLDEST,
     UPCOMING,
@@ -26,7 +28,7 @@ __all__ = [
 
 
 def open_transport(*, bootstrap_servers: str | None = None, data_dir: str | None = None,
-                   **options: object) -> Transport:
+                   **options: Any) -> Transport:
     """Kafka when ``bootstrap_servers`` is given, else the embedded local log in ``data_dir``."""
     from ..errors import ConfigError
 

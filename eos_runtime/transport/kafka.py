@@ -604,14 +604,16 @@ class KafkaConsumer(Consumer):
                 continue
             topic = m.topic()
             partition = m.partition()
+            offset = m.offset()
+            if topic is None or partition is None or offset is None:
+                continue                  # only error events lack them (handled above)
             key = (topic, partition)
             if key not in positions:
                 continue                  # left over from an earlier assignment
             if paused and key in paused:
                 self._stale.add(TopicPartition(topic, partition))
                 continue
-            offset = m.offset()
-            positions[key] = offset + 1   # type: ignore[index]
+            positions[key] = offset + 1
             append(Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1]))
         if not msgs and positions:
             self._skip_control_records(c)
@@ -636,9 +638,9 @@ class KafkaConsumer(Consumer):
             return
         try:
             for tp in c.position(live):
-                key = (tp.topic, tp.partition)
+                key = TopicPartition(tp.topic, tp.partition)
                 if tp.error is None and tp.offset > self._positions.get(key, tp.offset):
-                    self._positions[key] = tp.offset  # type: ignore[index]
+                    self._positions[key] = tp.offset
         except (_KafkaException, RuntimeError) as exc:
             log.debug("Kafka consumer position: %s", exc)
 
@@ -779,7 +781,7 @@ class KafkaTransport(Transport):
             except _KafkaException as exc:
                 err = _kafka_error(exc)
                 transient = err is not None and (err.retriable() or err.code() in _LEADERSHIP_CODES)
-                if (not transient or err.code() in _NOT_FOUND_CODES
+                if (not transient or err is None or err.code() in _NOT_FOUND_CODES
                         or time.monotonic() + delay >= deadline):
                     raise _map_exception(exc, context) from None
                 log.debug("%s: %s; retrying", context, _describe(err))
