@@ -16,14 +16,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from eos_runtime.protocol import aligner, fences, tracker
+
 import test_aligner
 import test_tracker
-from eos_runtime.protocol import aligner, fences, tracker
 
 # (name, module, original text, mutated text, which model)
 MUTATIONS = [
     ("keep only the last fence per producer", fences,
-     "        stairs[:] = sorted([(g, v) for g, v in stairs if not (g <= generation and v >= version)]\n"
+     "        stairs[:] = sorted([(g, v) for g, v in stairs "
+     "if not (g <= generation and v >= version)]\n"
      "                           + [(generation, version)])",
      "        stairs[:] = [(generation, version)]", "aligned"),
     ("no alignment check after restart", None, None, None, "aligned-no-r9"),
@@ -40,7 +42,8 @@ MUTATIONS = [
      "                self._rereads[c] = self._read_pos[c] = from_offset",
      "                pass", "aligned"),
     ("keep markers read past the overflow point", aligner,
-     "                    lane.marker = max([lane.committed_marker] + [v for _, v in lane.markers_read])",
+     "                    lane.marker = max([lane.committed_marker] "
+     "+ [v for _, v in lane.markers_read])",
      "                    pass", "aligned"),
     ("never rewind on a restore", aligner,
      "            return RestoreOutcome.REWIND",
