@@ -3,10 +3,13 @@ and a mistake ends with one ``error: ...`` line and exit code 1, not a traceback
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +218,85 @@ def test_writable_dir_check_names_the_directory_and_the_reason(tmp_path, monkeyp
         check_writable_dir(tmp_path, "data directory", "--data-dir")
     with pytest.raises(ConfigError, match=f"data directory '{missing}' is not writable"):
         check_writable_dir(missing, "data directory", "--data-dir")   # nor can it be made
+
+
+# --------------------------------------------------------------------------- an unreachable broker
+
+@pytest.fixture
+def closed_port():
+    """A loopback port nothing listens on: bound (so nobody else takes it), never listening."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args", [
+    ["produce", "lines", "--generate", "words", "--count", "5"],
+    ["consume", "lines", "--all"],
+    ["stop", "wordcount"],
+    ["run", WORDCOUNT],
+], ids=["produce", "consume", "stop", "run"])
+def test_an_unreachable_broker_fails_fast_in_one_line(tmp_path, closed_port, args):
+    started = time.monotonic()
+    p = eos(*args, "--bootstrap-servers", f"127.0.0.1:{closed_port}", cwd=tmp_path, timeout=60)
+    seconds = time.monotonic() - started
+    err = error_line(p)   # and no librdkafka line of its own on the terminal
+    assert f"cannot reach Kafka at 127.0.0.1:{closed_port}" in err, err
+    assert seconds < 10, f"took {seconds:.1f} s"
+
+
+def test_a_port_that_never_answers_fails_within_seconds(tmp_path):
+    # the kernel completes the handshake, nobody ever reads or answers
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        port = s.getsockname()[1]
+        started = time.monotonic()
+        p = eos("consume", "lines", "--all", "--bootstrap-servers", f"127.0.0.1:{port}",
+                cwd=tmp_path, timeout=60)
+        seconds = time.monotonic() - started
+    err = error_line(p)
+    assert f"cannot reach Kafka at 127.0.0.1:{port} (no answer within 5 s)" in err, err
+    assert seconds < 10, f"took {seconds:.1f} s"
+
+
+@pytest.mark.parametrize("servers, bad", [
+    ("nonsense", "nonsense"),
+    ("127.0.0.1", "127.0.0.1"),
+    ("127.0.0.1:port", "127.0.0.1:port"),
+    ("127.0.0.1:70000", "127.0.0.1:70000"),
+    (":9092", ":9092"),
+    ("127.0.0.1:9092,,127.0.0.1:9093", "''"),
+    ("127.0.0.1:9092 127.0.0.1:9093", "127.0.0.1:9092 127.0.0.1:9093"),
+])
+def test_bootstrap_servers_must_be_host_port(tmp_path, servers, bad):
+    started = time.monotonic()
+    for via_env in (False, True):
+        args = ["consume", "lines", "--all"]
+        p = (eos(*args, env={"EOS_BOOTSTRAP_SERVERS": servers}, cwd=tmp_path) if via_env else
+             eos(*args, "--bootstrap-servers", servers, cwd=tmp_path))
+        err = error_line(p)
+        assert "HOST:PORT" in err and bad in err, err
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("servers", [
+    "127.0.0.1:9092", "localhost:9092,broker-2.example:19092", "[::1]:9092",
+    "PLAINTEXT://127.0.0.1:9092", " 127.0.0.1:9092 "])
+def test_valid_bootstrap_servers_pass_the_syntax_check(servers):
+    from eos_runtime.transport.kafka import check_bootstrap_servers
+
+    check_bootstrap_servers(servers)
+
+
+def test_librdkafka_logs_go_through_python_logging(closed_port, caplog):
+    from eos_runtime.errors import TransportError
+    from eos_runtime.transport.kafka import KafkaTransport
+
+    caplog.set_level(logging.DEBUG, logger="eos_runtime.transport.kafka.librdkafka")
+    started = time.monotonic()
+    with pytest.raises(TransportError, match=f"cannot reach Kafka at 127.0.0.1:{closed_port}"):
+        KafkaTransport(f"127.0.0.1:{closed_port}")
+    assert time.monotonic() - started < 10
+    assert any("Connection refused" in r.getMessage() for r in caplog.records
+               if r.name == "eos_runtime.transport.kafka.librdkafka")

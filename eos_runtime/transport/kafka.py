@@ -26,6 +26,7 @@ Design notes (``docs/transports-kafka.md`` has the user-facing version):
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -55,11 +56,15 @@ from ..errors import (
 )
 from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
 
-__all__ = ["KafkaTransport", "KafkaProducer", "KafkaConsumer"]
+__all__ = ["KafkaTransport", "KafkaProducer", "KafkaConsumer", "check_bootstrap_servers"]
 
 log = logging.getLogger(__name__)
 #: librdkafka's own log lines are routed here (instead of stderr).
 rdkafka_log = logging.getLogger(__name__ + ".librdkafka")
+# Without a handler anywhere, Python's last-resort handler would print librdkafka's
+# ERROR lines (a FAIL per refused connection) on the terminal next to our own error.
+# An application that configures logging still gets them through propagation.
+rdkafka_log.addHandler(logging.NullHandler())
 
 _T = TypeVar("_T")
 
@@ -156,6 +161,62 @@ def _make_client(factory: Callable[[dict], _T], conf: dict, what: str) -> _T:
         raise _map_exception(exc, f"creating the Kafka {what}") from None
     except (TypeError, ValueError) as exc:   # confluent's own config checks
         raise ConfigError(f"invalid Kafka client setting for the {what}: {exc}") from None
+
+
+_SERVER = re.compile(
+    r"^(?:[A-Za-z_]+://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
+
+
+def check_bootstrap_servers(servers: str) -> None:
+    """``ConfigError`` unless ``servers`` is ``HOST:PORT[,HOST:PORT...]``: a typo is
+    named at once instead of surfacing as a connection failure."""
+    if not isinstance(servers, str) or not servers.strip():
+        raise ConfigError("bootstrap servers must be HOST:PORT[,HOST:PORT...], "
+                          "e.g. 127.0.0.1:9092")
+    for entry in servers.strip().split(","):
+        m = _SERVER.match(entry.strip())
+        if m is None or not 1 <= int(m["port"]) <= 65535:
+            raise ConfigError(f"bootstrap servers {servers!r}: {entry.strip()!r} is not "
+                              f"HOST:PORT (give HOST:PORT[,HOST:PORT...], e.g. 127.0.0.1:9092)")
+
+
+_CONNECT_CODES = frozenset({
+    _KafkaError._TRANSPORT, _KafkaError._TIMED_OUT, _KafkaError._ALL_BROKERS_DOWN,
+    _KafkaError._RESOLVE,
+})
+
+
+def _connect_reason(text: str) -> str:
+    """'Connection refused' out of librdkafka's '<broker>/bootstrap: Connect to ipv4#...
+    failed: Connection refused (after 0ms in state CONNECT)'."""
+    text = re.sub(r"\s*\(after [^)]*\)\s*$", "", text)
+    if "Invalid response size" in text:   # e.g. an HTTP server on that port
+        return "it answered, but not as a Kafka broker"
+    if "failed: " in text:
+        return text.rsplit("failed: ", 1)[1]
+    head, sep, rest = text.partition(": ")
+    return rest if sep and "/" in head else text
+
+
+class _ConnectWatch:
+    """The admin client's error callback, watched while the transport opens.
+
+    librdkafka reports ``_ALL_BROKERS_DOWN`` as soon as every bootstrap address has
+    refused or failed to resolve, while its metadata calls would only time out (30 s)."""
+
+    __slots__ = ("all_down", "reason")
+
+    def __init__(self) -> None:
+        self.all_down = False
+        self.reason: str | None = None
+
+    def on_error(self, err: _KafkaError) -> None:
+        code = err.code()
+        if code == _KafkaError._ALL_BROKERS_DOWN:
+            self.all_down = True
+        else:
+            self.reason = _connect_reason(err.str())
+        _log_client_error(err)
 
 
 def _log_client_error(err: _KafkaError) -> None:
@@ -689,8 +750,13 @@ class KafkaTransport(Transport):
     ``producer_config`` / ``consumer_config`` (for one kind only, applied after
     ``client_config``), ``timeout`` (seconds for admin and metadata requests,
     ``init_transactions`` and offset look-ups; default 30), ``topic_ready_timeout``
-    (how long ``create_topics`` waits for leaders; default 30) and ``linger_ms``
-    (producer batching delay; default 5).
+    (how long ``create_topics`` waits for leaders; default 30), ``linger_ms``
+    (producer batching delay; default 5) and ``connect_timeout`` (how long opening
+    the transport waits for the brokers to answer at all; default 5).
+
+    Opening the transport checks that the brokers answer: an unreachable address is a
+    ``TransportError`` "cannot reach Kafka at ..." within ``connect_timeout`` seconds
+    (at once for a refused connection or an unknown host).
     """
 
     name = "kafka"
@@ -700,13 +766,13 @@ class KafkaTransport(Transport):
                  producer_config: Mapping[str, Any] | None = None,
                  consumer_config: Mapping[str, Any] | None = None,
                  timeout: float = 30.0, topic_ready_timeout: float = 30.0,
-                 linger_ms: float = 5, **unknown: object) -> None:
+                 linger_ms: float = 5, connect_timeout: float = 5.0,
+                 **unknown: object) -> None:
         if unknown:
             raise ConfigError(f"unknown Kafka transport option(s): {', '.join(sorted(unknown))}")
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise ConfigError("bootstrap_servers must be a non-empty "
-                              "'host:port[,host:port...]' string")
-        if timeout <= 0 or topic_ready_timeout <= 0:
+        check_bootstrap_servers(bootstrap_servers)
+        bootstrap_servers = bootstrap_servers.strip()
+        if timeout <= 0 or topic_ready_timeout <= 0 or connect_timeout <= 0:
             raise ConfigError("timeouts must be positive")
         self.bootstrap_servers = bootstrap_servers
         self.timeout = float(timeout)
@@ -737,12 +803,41 @@ class KafkaTransport(Transport):
             "fetch.queue.backoff.ms": 20,
             **(consumer_config or {}),
         }
+        watch = _ConnectWatch()
         admin_conf = dict(self._base)
-        admin_conf["error_cb"] = _log_client_error
+        admin_conf["error_cb"] = watch.on_error
         self._admin: _AdminClient | None = _make_client(_AdminClient, admin_conf, "admin client")
         self._lock = threading.Lock()
         self._query: dict[bool, _CkConsumer] = {}
         self._children: weakref.WeakSet[KafkaProducer | KafkaConsumer] = weakref.WeakSet()
+        try:
+            self._check_reachable(self._admin, watch, float(connect_timeout))
+        except BaseException:
+            self._admin = None
+            raise
+
+    def _check_reachable(self, admin: _AdminClient, watch: _ConnectWatch, seconds: float) -> None:
+        """Return once the brokers answer a metadata request; else fail within ``seconds``
+        (an unreachable broker would otherwise show as a metadata time-out 30 s later)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                # Short slices: the error callback that says "all brokers down" is only
+                # served between calls.
+                admin.list_topics(timeout=min(0.25, max(remaining, 0.01)))
+                return
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is None or err.code() not in _CONNECT_CODES:
+                    raise _map_exception(
+                        exc, f"connecting to Kafka at {self.bootstrap_servers}") from None
+            admin.poll(0)
+            if watch.all_down or time.monotonic() >= deadline:
+                why = watch.reason or ("the connection failed" if watch.all_down
+                                       else f"no answer within {seconds:g} s")
+                raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers} ({why}); "
+                                     f"is a broker running there? (`eos kafka up` starts one)")
 
     # -- helpers
 
