@@ -73,8 +73,13 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
 
     from .demo import prepare_demo_dir, run_demo
 
-    if not bootstrap_servers:
-        prepare_demo_dir(data_dir)  # a refused directory is the only line the user sees
+    # A refused directory or an unreachable broker is the only line the user sees.
+    if bootstrap_servers:
+        from .transport import open_transport
+
+        open_transport(bootstrap_servers=bootstrap_servers).close()
+    else:
+        prepare_demo_dir(data_dir)
     if not as_json:
         where = f"Kafka {bootstrap_servers}" if bootstrap_servers else "the embedded local log"
         click.echo(f"word count over {n_lines} generated lines, {guarantee}, on {where} ...",

@@ -235,7 +235,9 @@ def closed_port():
     ["consume", "lines", "--all"],
     ["stop", "wordcount"],
     ["run", WORDCOUNT],
-], ids=["produce", "consume", "stop", "run"])
+    ["demo", "--lines", "10"],
+    ["smoke", "--records", "10"],
+], ids=["produce", "consume", "stop", "run", "demo", "smoke"])
 def test_an_unreachable_broker_fails_fast_in_one_line(tmp_path, closed_port, args):
     started = time.monotonic()
     p = eos(*args, "--bootstrap-servers", f"127.0.0.1:{closed_port}", cwd=tmp_path, timeout=60)
