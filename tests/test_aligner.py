@@ -12,10 +12,15 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eos_runtime.protocol.aligner import (
-    Aligner, Decision, ProtocolViolation, RestoreOutcome, Snapshot,
+    Aligner,
+    Decision,
+    ProtocolViolation,
+    RestoreOutcome,
+    Snapshot,
 )
 from eos_runtime.protocol.runs import first_version, run_end
 
@@ -284,9 +289,11 @@ class Downstream:
                 self.pos[c] = off
             held = [e for v in sorted(self.buffer) if v <= al.version for e in self.buffer.pop(v)]
             for c, off, it in held:
-                if al.on_release(c, off, it.producer, it.generation, it.version) == Decision.PROCESS:
+                d = al.on_release(c, off, it.producer, it.generation, it.version)
+                if d == Decision.PROCESS:
                     self.open_set.append(it.uid)
-            if self.crashes < 20 and self.draw(st.integers(0, 7), label="crash in checkpoints?") == 0:
+            crash = self.draw(st.integers(0, 7), label="crash in checkpoints?") == 0
+            if self.crashes < 20 and crash:
                 self.restart()  # between two checkpoints (e.g. after the last markers)
                 return
 
@@ -304,7 +311,8 @@ class Downstream:
             if al.on_marker(c, off, it.producer, it.generation, it.version):
                 self.take_checkpoints()
         else:
-            if al.on_restore(c, off, it.producer, it.generation, it.version) == RestoreOutcome.REWIND:
+            outcome = al.on_restore(c, off, it.producer, it.generation, it.version)
+            if outcome == RestoreOutcome.REWIND:
                 al.rewind()
                 self.seek_to_resume()
                 self.take_checkpoints()   # R9

@@ -62,10 +62,11 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
+from typing import cast
 
-from ..errors import EosError
+from ..errors import ProtocolViolation
 from .fences import Fences
 from .wire import InputPosition, ParentCheckpoint, ProducerFence
 
@@ -78,9 +79,6 @@ __all__ = [
 ]
 
 Channel = Hashable  # in the runtime: a (topic, partition) tuple
-
-
-from ..errors import ProtocolViolation
 
 
 class Decision(enum.IntEnum):
@@ -116,9 +114,9 @@ class _Lane:
     seq: int = -1              # last sequence number read
     # (offset, version, generation) of this lane's messages waiting in the buffer, in
     # offset order
-    buffered: deque = field(default_factory=deque)
+    buffered: deque[tuple[int, int, int]] = field(default_factory=deque)
     # (offset, version) of markers read since the last checkpoint, to fold in at snapshot
-    markers_read: list = field(default_factory=list)
+    markers_read: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Aligner:
@@ -202,7 +200,8 @@ class Aligner:
             return self._lanes[channel][producer]
         except KeyError:
             if channel not in self._lanes:
-                raise ProtocolViolation(f"channel {channel!r} is not an input of this task") from None
+                raise ProtocolViolation(
+                    f"channel {channel!r} is not an input of this task") from None
             raise ProtocolViolation(f"producer {producer} is not upstream of this task "
                                     f"(known: {self._producers})") from None
 
@@ -345,7 +344,8 @@ class Aligner:
                 resume_c = resume if resume_c is None else min(resume_c, resume)
             self._resume[c] = resume_c
             if resume_c is not None:
-                inputs.append(InputPosition(c[0], c[1], resume_c, tuple(parents)))
+                topic, partition = cast(tuple[str, int], c)
+                inputs.append(InputPosition(topic, partition, resume_c, tuple(parents)))
         self.committed_version = version
         self._fences.prune(version)
         self._open = self._next_open(version)

@@ -29,8 +29,8 @@ per millisecond gives a run 2**40 ms, about 34 years.
 
 from __future__ import annotations
 
-__all__ = ["RUN_BITS", "MAX_RUN", "announcement", "finished_run", "first_version", "run_end",
-           "run_of", "source_start_version", "time_version"]
+__all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "finished_run",
+           "first_version", "run_end", "run_of", "source_start_version", "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
 RUN_BITS = 40
@@ -103,3 +103,35 @@ def finished_run(restored: int, run: int) -> bool:
         raise ValueError(f"restored version {restored} is of run {run_of(restored)}, but this "
                          f"is run {run}: the job's control topic lost records")
     return restored >= run_end(run)
+
+
+class SourceVersions:
+    """The open version of a source task: the one owner of it (no I/O; ``now_ms`` is given).
+
+    S1  The first open version of run ``run`` after restoring ``restored`` is
+        ``source_start_version`` (above anything committed, at least the run's first).
+    S2  A checkpoint inside the run takes ``max(open, time_version(...))`` where the run's
+        start time is known, else the open version; never ``run_end(run)`` or later,
+        which only the run's last checkpoint uses (it ends the run for every task).
+    S3  After checkpoint V the open version is V + 1.
+    """
+
+    def __init__(self, restored: int, run: int, started_ms: int | None) -> None:
+        self.run = run
+        self.started_ms = started_ms
+        self.open = source_start_version(restored, run)   # S1
+        self.end = run_end(run)
+
+    def for_checkpoint(self, now_ms: int) -> int:
+        """S2: the version of a checkpoint taken now; raises once the run's versions are
+        used up (2**40 of them: a millisecond each for 34 years, or a bug)."""
+        version = self.open
+        if self.started_ms is not None:
+            version = max(version, time_version(self.run, self.started_ms, now_ms))
+        if version >= self.end:
+            raise ValueError(f"the versions of run {self.run} are used up")
+        return version
+
+    def committed(self, version: int) -> None:
+        """S3."""
+        self.open = version + 1

@@ -6,39 +6,28 @@ generation), state changes of each version, and the commit record that makes the
 version's checkpoint true (the task's one commit point, invariant 4).
 
 Writes go through a *fenced* producer (``Transport.fenced_producer``): once a newer
-generation of the task registered, a zombie's write fails with ``ProducerFenced``. So
-every commit record found in the log was written by the newest generation of its time,
-and recovery can take the last commit record as the truth without further checks.
+generation of the task registered, a zombie's write fails with ``ProducerFenced``. What
+recovery trusts is decided by the pure fold in ``protocol/recovery.py``; this module
+reads the log and applies what the fold hands back.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import EosError, RecoveryError
 from ..protocol import wire
+from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
-from ..transport import TopicPartition, Transport
+from ..transport import Record, TopicPartition, Transport
 
 __all__ = ["Recovered", "recover", "catch_up", "last_commit", "ChangeLogWriter"]
 
 
-@dataclass
-class Recovered:
-    generation: int = 0                         # highest generation found
-    commit: wire.ChangeLogCommit | None = None  # the last commit record
-    commit_offset: int = -1
-    replayed: int = 0                           # change records applied to the store
-    rebuilt: bool = False                       # the local store was wiped and rebuilt
-    read_to: int = 0                            # the log was read up to here
-
-    @property
-    def version(self) -> int:
-        return self.commit.version if self.commit else 0
-
-
-def _read(transport: Transport, tp: TopicPartition, start: int, end: int):
+def _read(transport: Transport, tp: TopicPartition, start: int,
+          end: int) -> Iterator[Record]:
     with transport.consumer(read_committed=True) as consumer:
         consumer.assign({tp: start})
         deadline = time.monotonic() + 120
@@ -53,55 +42,70 @@ def _read(transport: Transport, tp: TopicPartition, start: int, end: int):
                 yield r
 
 
-def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recovered:
-    """Bring ``store`` to the last commit in the change log; report what was found.
+@dataclass
+class Recovered:
+    """What recovery found: the fold's result, and how it was reached."""
 
-    Same-host restart: a local store whose checkpoint data points at a commit record of
-    the log replays only the log after it. A store that is empty, or points anywhere
-    else, is wiped and rebuilt from the whole log. ``Recovered.read_to`` is where reading
-    stopped: after registering its new generation the task calls ``catch_up`` to read what
-    a zombie may have committed in between.
+    fold: RecoveryFold
+    rebuilt: bool = False                       # the local store was wiped and rebuilt
+    read_to: int = 0                            # the log was read up to here
+
+    @property
+    def generation(self) -> int:
+        return self.fold.generation
+
+    @property
+    def commit(self) -> wire.ChangeLogCommit | None:
+        return self.fold.commit
+
+    @property
+    def version(self) -> int:
+        return self.fold.version
+
+    @property
+    def replayed(self) -> int:
+        return self.fold.replayed
+
+
+def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recovered:
+    """Bring ``store`` to the last commit in the change log (``protocol/recovery.py``).
+
+    A local store the log vouches for (C4) replays only the log after its commit; any
+    other is wiped and rebuilt from the whole log. ``Recovered.read_to`` is where reading
+    stopped: after registering its new generation the task calls ``catch_up`` to read
+    what a zombie may have committed in between.
     """
-    result = Recovered()
+    result = Recovered(RecoveryFold())
     low, high = transport.watermarks(tp)
     start = low
     local = store.checkpoint_data()
     if local is not None:
-        result.generation = local.generation
         found = None
         if low <= local.changelog_offset < high:
             for r in _read(transport, tp, local.changelog_offset, local.changelog_offset + 1):
                 found = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
                                               offset=r.offset)
-        if (isinstance(found, wire.ChangeLogCommit) and found.generation == local.generation
-                and found.version == local.version):
+        if trusts_local_store(local, found):
+            assert isinstance(found, wire.ChangeLogCommit)
+            result.fold.resume_from(local, found)
             start = local.changelog_offset + 1
-            result.commit, result.commit_offset = found, local.changelog_offset
         else:
             store.wipe()
             result.rebuilt = True
-            result.generation = 0
     catch_up(transport, tp, store, result, start, high)
     return result
 
 
 def catch_up(transport: Transport, tp: TopicPartition, store: TaskStore, result: Recovered,
              start: int, end: int) -> None:
-    """Apply the change log's [start, end) to ``store``: every commit's changes in one batch."""
-    pending: list[tuple[str, bytes, bytes | None]] = []
+    """Feed the change log's [start, end) to the fold; apply each batch it hands back."""
+    fold = result.fold
     for r in _read(transport, tp, start, end):
-        rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition, offset=r.offset)
-        if rec.generation > result.generation:
-            result.generation = rec.generation
-        if isinstance(rec, wire.ChangeLogData):
-            pending.append((rec.store, rec.key, rec.value))
-        elif isinstance(rec, wire.ChangeLogCommit):
-            store.restore(pending, wire.CheckpointData(r.offset, rec.generation, rec.version))
-            result.replayed += len(pending)
-            pending = []
-            result.commit, result.commit_offset = rec, r.offset
-        else:  # abort: the changes since the last commit never counted
-            pending = []
+        batch = fold.feed(r.offset, wire.decode_changelog(r.value, topic=r.topic,
+                                                          partition=r.partition,
+                                                          offset=r.offset))
+        if batch is not None:
+            store.restore(list(batch.changes), batch.checkpoint)
     result.read_to = max(result.read_to, end)
 
 

@@ -18,7 +18,8 @@ from ..protocol import wire
 from ..protocol.runs import MAX_RUN
 from ..transport import TopicPartition, TopicSpec, Transport
 
-__all__ = ["ControlLog", "RunInfo", "StopWatcher", "control_topic", "job_layout"]
+__all__ = ["ControlLog", "RunInfo", "StopWatcher", "control_topic", "job_layout",
+           "layout_guarantee"]
 
 
 def control_topic(job: str) -> str:
@@ -36,6 +37,14 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
                      f"output {st.output_topic} x{st.output_partitions}")
     lines.append(f"guarantee {plan.guarantee}")
     return tuple(lines)
+
+
+def layout_guarantee(layout: tuple[str, ...]) -> str | None:
+    """The processing guarantee a layout from ``job_layout`` records (None: it names none)."""
+    for line in layout:
+        if line.startswith("guarantee "):
+            return line[len("guarantee "):]
+    return None
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,13 @@ class ControlLog:
             elif info is not None and rec.run == info.start.run and info.stopped is None:
                 info = RunInfo(info.start, info.offset, rec)
         return info
+
+    def guarantee(self) -> str | None:
+        """The job's processing guarantee, from its last run's layout (None: it never ran
+        on this transport). A run with another guarantee is refused, so the last run's is
+        the job's."""
+        last = self.last_run()
+        return None if last is None else layout_guarantee(last.start.layout)
 
     def start_run(self, plan: JobPlan, *, bounded: bool) -> RunInfo:
         """Append the next run's start record; refuse a job whose layout changed."""

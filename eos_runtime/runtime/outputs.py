@@ -38,6 +38,7 @@ class ChannelWriter:
         self.partitions = partitions
         self.producer_id = producer_id
         self.seq = [0] * partitions
+        self.generation = 0      # set by the committer whenever a generation starts
         self._rr = 0
 
     def write(self, generation: int, version: int, key_bytes: bytes | None, values: list[Any],

@@ -1,0 +1,148 @@
+"""The committer: the one owner of a task's checkpoint steps, generation, store and writers.
+
+It recovers the task (``changelog.recover`` over the pure fold), makes each new
+generation durable before anything is emitted (invariant 5), announces it downstream
+(``runs.announcement``), takes checkpoints in their fixed order, and rewinds. It decides
+nothing about *when*: the input policy or the source side says that, the loop asks.
+
+Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.md):
+
+    1. flush output (channels), or write held sink output (local log) / keep it in the
+       open transaction (Kafka)
+    2. change-log records of the staged state changes
+    3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
+    4. the RocksDB batch: staged state + checkpoint data
+    5. marker fan-out to every channel (exactly-once only; at-least-once sends only the
+       end-of-run markers)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import faults
+from ..plan import JobPlan, StagePlan
+from ..protocol import wire
+from ..protocol.recovery import continued_seqs
+from ..protocol.runs import announcement, run_end
+from ..state import TaskStore
+from ..transport import TopicPartition, Transport
+from .changelog import ChangeLogWriter, Recovered, catch_up, recover
+from .outputs import ChannelWriter, SinkWriter
+
+__all__ = ["Committer"]
+
+
+class Committer:
+    def __init__(self, transport: Transport, plan: JobPlan, stage: StagePlan, task_id: int,
+                 run: int, store: TaskStore, channels: ChannelWriter | None,
+                 sink: SinkWriter | None, dead: SinkWriter | None, stats: Any) -> None:
+        self.t, self.plan, self.stage, self.run = transport, plan, stage, run
+        self.store, self.channels, self.stats = store, channels, stats
+        self.held = [w for w in (sink, dead) if w is not None]
+        self.exactly_once = plan.exactly_once
+        self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
+        self.fence_id = f"{plan.name}.task-{task_id}"
+        self.log: ChangeLogWriter | None = None
+        self.generation = 0
+
+    # ------------------------------------------------------------------ start
+
+    def recover(self) -> Recovered:
+        """Recover, register a new generation, read what a zombie committed meanwhile, and
+        continue the output sequences from the last commit."""
+        recovered = recover(self.t, self.changelog_tp, self.store)
+        start = self._new_generation(recovered.generation + 1, recovered.version)
+        catch_up(self.t, self.changelog_tp, self.store, recovered, recovered.read_to, start)
+        self.stats.replayed_changes = recovered.replayed
+        self.stats.rebuilt_store = recovered.rebuilt
+        self.stats.restored_version = recovered.version
+        if self.channels is not None:
+            self.channels.seq = continued_seqs(recovered.commit, self.channels.topic,
+                                               self.channels.partitions)
+        return recovered
+
+    def _new_generation(self, generation: int, restored_version: int) -> int:
+        """Register and write a new generation before anything else (invariant 5); from now
+        on a zombie of an older one cannot write to the change log. Returns the offset of
+        the generation-start record."""
+        if self.log is not None:
+            self.log.close()
+        self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
+                                   fenced=self.exactly_once)
+        offset = self.log.start_generation(restored_version)
+        self.generation = self.stats.generation = generation
+        if self.channels is not None:
+            self.channels.generation = generation
+        return offset
+
+    def announce(self, restored_version: int) -> None:
+        """What a (re)started generation tells downstream, in order (``runs.announcement``)."""
+        faults.crash_point("task.recovery")
+        if self.channels is None:
+            return
+        for kind, version in announcement(self.exactly_once, restored_version, self.run):
+            if kind == "marker":
+                self.channels.markers(self.generation, version)
+            else:
+                self.channels.restore(self.generation, version)
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
+                   fences: tuple[wire.ProducerFence, ...] = ()) -> None:
+        log = self.log
+        assert log is not None
+        ranges: tuple[wire.OutputRange, ...] = ()
+        # 1. flush output
+        if self.channels is not None:
+            self.channels.flush()
+        if self.held:  # into the change log's transaction (Kafka), or appended now (local log)
+            counts = [(w.topic, w.produce_into(log.producer)) for w in self.held]
+            if not log.transactional and any(c for _, c in counts):
+                report = log.producer.flush()
+                ranges = tuple(wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
+                               for topic, c in counts for p, n in sorted(c.items())
+                               for tp in [TopicPartition(topic, p)])
+        faults.crash_point("task.checkpoint.after_output_flush")
+        # 2. change-log records of the staged state
+        log.changes(version, self.store.staged())
+        faults.crash_point("task.checkpoint.before_commit")
+        # 3. the commit record: the commit point
+        outputs = self.channels.output_seqs() if self.channels is not None else ()
+        offset, _ = log.commit(wire.ChangeLogCommit(self.generation, version, outputs, inputs,
+                                                    fences, ranges))
+        faults.crash_point("task.checkpoint.after_commit")
+        # 4. the RocksDB batch with the checkpoint data
+        self.store.commit(wire.CheckpointData(offset, self.generation, version))
+        faults.crash_point("task.checkpoint.after_store")
+        # 5. markers downstream
+        if self.channels is not None and self.exactly_once:
+            self.channels.markers(self.generation, version)
+        self.stats.checkpoints += 1
+
+    def end_run(self, inputs: tuple[wire.InputPosition, ...]) -> None:
+        """The run's last checkpoint, of version ``run_end``. Exactly-once sends its
+        markers at step 5 like any checkpoint; at-least-once sends only these."""
+        end = run_end(self.run)
+        self.checkpoint(end, inputs)
+        if self.channels is not None and not self.exactly_once:
+            self.channels.markers(self.generation, end)
+
+    # ------------------------------------------------------------------ rewind
+
+    def rewind(self, version: int) -> None:
+        """SEP-10 4.x: discard the open version, new generation, restore downstream."""
+        assert self.log is not None
+        self.stats.rewinds += 1
+        self.store.discard()
+        for held in self.held:
+            held.discard()
+        self.log.abort_open()
+        faults.crash_point("task.rewind")
+        self._new_generation(self.generation + 1, version)
+        self.announce(version)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,212 @@
+"""A channel task's input policy: exactly-once (``Aligned``) or at-least-once (``Unaligned``).
+
+Two policies behind one interface, as Flink's barrier handler and barrier tracker. The
+loop hands every record it reads to ``on_record`` and carries out the step it gets back;
+a policy never calls the committer or the consumer. The rules themselves are pure, in
+``protocol/aligner.py`` and ``protocol/tracker.py``; a policy adds what needs I/O or a
+clock: the early-arrival buffer (exactly-once) and the commit timer (at-least-once).
+
+The interface:
+
+- ``resume_offsets()``: where to read each channel from now (after a start or a rewind);
+- ``on_record(channel, offset, msg, raw)`` -> ``Step``;
+- ``checkpoints(now)``: the checkpoints due now, each as ``(version, inputs, fences)``;
+  after each one is taken, ``released()`` yields the messages it let through;
+- ``seeks()``: channels to read again from an offset (exactly-once overflow, R8);
+- ``rewind()``: back to the last checkpoint, returns its version (exactly-once, R4);
+- ``finished()``: the run is over for this task;
+- ``end_inputs()``: the inputs of the run-end checkpoint the loop takes itself, or
+  None when the policy's own checkpoints end the run.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from ..protocol import wire
+from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
+from ..protocol.tracker import Tracker
+from .buffer import EarlyArrivalBuffer
+
+__all__ = ["Step", "Aligned", "Unaligned", "CommitTimer", "Checkpoint"]
+
+Checkpoint = tuple[int, tuple[wire.InputPosition, ...], tuple[wire.ProducerFence, ...]]
+Released = tuple[wire.Envelope, str, int, int]
+
+
+class Step(enum.Enum):
+    PROCESS = 1     # run the record through the steps now
+    NOTHING = 2     # kept, dropped or noted: read on
+    ALIGNING = 3    # a marker came in, not every producer's yet (a crash point)
+    CHECKPOINT = 4  # checkpoints are due: ask ``checkpoints``
+    REWIND = 5      # the open version holds invalid work: rewind, re-read
+
+
+class CommitTimer:
+    """When a timer checkpoint is due: every ``interval`` seconds or ``every`` records."""
+
+    def __init__(self, interval: float, every: int) -> None:
+        self.interval, self.every = interval, every
+        self.since = 0
+        self.last = time.monotonic()
+
+    def count(self, n: int) -> None:
+        self.since += n
+
+    def due(self, now: float) -> bool:
+        return bool(self.every and self.since >= self.every) or now - self.last >= self.interval
+
+    def reset(self, now: float) -> None:
+        self.since, self.last = 0, now
+
+
+class Aligned:
+    """Exactly-once: the aligner and its early-arrival buffer."""
+
+    def __init__(self, channels: Sequence[Channel], producers: tuple[int, ...], run_end: int,
+                 commit: wire.ChangeLogCommit | None, buffer_dir: Path, buffer_max_bytes: int,
+                 stats: Any) -> None:
+        snapshot = (Snapshot(commit.version, commit.inputs, commit.fences)
+                    if commit is not None else None)
+        self.aligner = Aligner(channels, producers, snapshot=snapshot)
+        self.buffer = EarlyArrivalBuffer(buffer_dir, buffer_max_bytes)
+        self.channels = list(channels)
+        self.index = {c: i for i, c in enumerate(channels)}
+        self.run_end = run_end
+        self.stats = stats
+        self._seeks: dict[Channel, int] = {}
+
+    @property
+    def version(self) -> int:
+        return self.aligner.version
+
+    def resume_offsets(self) -> dict[Channel, int | None]:
+        return self.aligner.resume_offsets()
+
+    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes) -> Step:
+        al = self.aligner
+        if type(msg) is wire.Envelope:
+            d = al.on_data(c, offset, msg.producer_id, msg.generation, msg.version, msg.seq,
+                           room=self.buffer.fits(len(raw)))
+            if d == Decision.PROCESS:
+                return Step.PROCESS
+            if d == Decision.BUFFER:
+                self.buffer.append(msg.version, self.index[c], offset, raw)
+                self.stats.buffered += 1
+                self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes,
+                                                  self.buffer.high_water)
+            elif d == Decision.OVERFLOW:
+                self.stats.overflowed += 1
+            elif d == Decision.STALE:
+                self.stats.stale += 1
+            else:
+                self.stats.fenced += 1
+            return Step.NOTHING
+        if type(msg) is wire.Marker:
+            if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version):
+                return Step.CHECKPOINT
+            return Step.ALIGNING
+        assert type(msg) is wire.Restore
+        outcome = al.on_restore(c, offset, msg.producer_id, msg.generation, msg.version)
+        return Step.REWIND if outcome == RestoreOutcome.REWIND else Step.NOTHING
+
+    def checkpoints(self, now: float) -> Iterator[Checkpoint]:
+        """Every checkpoint alignment allows now (R2, R2a, R9): the caller takes each one,
+        then processes ``released()`` before asking for the next."""
+        al = self.aligner
+        while al.aligned():
+            snap = al.checkpoint()
+            yield snap.version, snap.inputs, snap.fences
+            self._seeks.update(al.rereads())
+
+    def released(self) -> Iterator[Released]:
+        """Buffered messages of the versions now open, to process (or drop: fenced)."""
+        al = self.aligner
+        for ci, offset, raw in self.buffer.drain_through(al.version):
+            msg = wire.decode_channel(raw)
+            assert type(msg) is wire.Envelope
+            topic, partition = cast(tuple[str, int], self.channels[ci])
+            d = al.on_release((topic, partition), offset, msg.producer_id, msg.generation,
+                              msg.version)
+            if d == Decision.PROCESS:
+                yield msg, topic, partition, offset
+            else:
+                self.stats.fenced += 1
+
+    def seeks(self) -> dict[Channel, int | None] | None:
+        """R8: where every channel must be read from, if some must be read again."""
+        if not self._seeks:
+            return None
+        self.stats.rereads += len(self._seeks)
+        out: dict[Channel, int | None] = {**self.aligner.read_positions(), **self._seeks}
+        self._seeks = {}
+        return out
+
+    def rewind(self) -> int:
+        self.buffer.clear()
+        self._seeks = {}
+        return self.aligner.rewind().version
+
+    def finished(self) -> bool:
+        return self.aligner.reached(self.run_end)
+
+    def end_inputs(self) -> tuple[wire.InputPosition, ...] | None:
+        return None   # the aligned checkpoint of run_end ended the run already
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
+class Unaligned:
+    """At-least-once: the tracker and the commit timer."""
+
+    def __init__(self, channels: Sequence[Channel], producers: tuple[int, ...], run_end: int,
+                 commit: wire.ChangeLogCommit | None, timer: CommitTimer,
+                 first_version: int) -> None:
+        self.tracker = Tracker(channels, producers, run_end,
+                               inputs=commit.inputs if commit is not None else ())
+        self.timer = timer
+        self.version = first_version
+
+    def resume_offsets(self) -> dict[Channel, int | None]:
+        return dict(self.tracker.resume_offsets())
+
+    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes) -> Step:
+        self.timer.count(1)
+        if type(msg) is wire.Envelope:
+            self.tracker.on_data(c, offset)
+            return Step.PROCESS
+        if type(msg) is wire.Marker:
+            self.tracker.on_marker(c, offset, msg.producer_id, msg.version)
+        else:
+            self.tracker.on_other(c, offset)
+        return Step.NOTHING
+
+    def checkpoints(self, now: float) -> Iterator[Checkpoint]:
+        if self.timer.due(now) and not self.tracker.finished():
+            version = self.version
+            self.timer.reset(now)
+            yield version, self.tracker.inputs(), ()
+            self.version = version + 1
+
+    def released(self) -> Iterator[Released]:
+        return iter(())
+
+    def seeks(self) -> dict[Channel, int | None] | None:
+        return None
+
+    def rewind(self) -> int:
+        raise AssertionError("at-least-once never rewinds")
+
+    def finished(self) -> bool:
+        return self.tracker.finished()
+
+    def end_inputs(self) -> tuple[wire.InputPosition, ...] | None:
+        return self.tracker.inputs()
+
+    def close(self) -> None:
+        pass

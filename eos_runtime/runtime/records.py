@@ -1,0 +1,120 @@
+"""The record path: decode -> the stage's steps against staged state -> emit -> dead letters.
+
+One record at a time, for sources (a raw input record) and channel tasks (a data
+envelope). Output goes to the next stage's channels (``ChannelWriter``: stamped with the
+writer's generation and the version the caller gives) or is held for the sink
+(``SinkWriter``) until the checkpoint writes it. A user function that raises stops the
+task naming the record, or with dead letters on, records the record and the error as
+output of the open version and goes on. No protocol rule lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from ..api import FORMATS
+from ..errors import EosError, TaskFailed, UserFunctionError
+from ..plan import StagePlan
+from ..protocol import wire
+from ..transport import Record
+from .operators import Chain, decode_key, encode_key
+from .outputs import ChannelWriter, SinkWriter
+
+__all__ = ["RecordPath"]
+
+_unpack = FORMATS["msgpack"][1]
+
+
+class RecordPath:
+    def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
+                 channels: ChannelWriter | None, sink: SinkWriter | None,
+                 dead: SinkWriter | None, stats: Any) -> None:
+        self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
+        self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
+        if stage.source is not None:
+            src = stage.source
+            self._src_key = FORMATS[src.key_format][1] if src.key_format else None
+            self._src_value = FORMATS[src.value_format][1]
+
+    def source_record(self, r: Record, version: int) -> None:
+        """A raw input record of a source task, processed in ``version``."""
+        key_de = self._src_key
+        try:
+            key = key_de(r.key) if key_de is not None and r.key is not None else None
+            kb = encode_key(key) if key is not None else None
+            # A null value reaches the format, which names it as the record's error.
+            value = self._src_value(cast(bytes, r.value))
+            self._emit(key, kb, self.chain.run(kb, value), r.timestamp, version)
+        except Exception as exc:
+            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                raise  # the runtime's own failure, not the user's function
+            self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key), _text(r.value),
+                             r.timestamp)
+
+    def envelope(self, msg: wire.Envelope, topic: str, partition: int, offset: int,
+                 version: int) -> None:
+        """A data envelope read from a channel, processed in ``version``."""
+        try:
+            outs = self.chain.run(msg.key, _unpack(cast(bytes, msg.value)))
+            if outs:
+                key = decode_key(msg.key) if self.sink is not None else None  # sinks only
+                self._emit(key, msg.key, outs, msg.timestamp, version)
+        except Exception as exc:
+            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                raise
+            self._user_error(exc, topic, partition, offset,
+                             None if msg.key is None else repr(decode_key(msg.key)),
+                             _safe_repr(msg.value), msg.timestamp)
+        self.stats.processed += 1
+
+    def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int,
+              version: int) -> None:
+        if not outs:
+            return
+        self.stats.emitted += len(outs)
+        if self.channels is not None:
+            self._shuffle(outs, timestamp, version)
+        elif self.sink is not None:
+            self.sink.write(key, key_bytes, outs, timestamp)
+
+    def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
+        assert self.stage.shuffle is not None and self.channels is not None
+        key_fn = self.stage.shuffle.key_fn
+        gen, write = self.channels.generation, self.channels.write
+        try:  # every key first: a record whose key_by raises sends nothing downstream
+            keys = [encode_key(key_fn(value)) for value in outs]
+        except Exception as exc:
+            raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+        for kb, value in zip(keys, outs, strict=True):
+            write(gen, version, kb, [value], timestamp)
+
+    def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
+                    key: str | None, value: str | None, timestamp: int) -> None:
+        if self.dead is None:
+            cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
+                f"{type(exc).__name__}: {exc}")
+            raise TaskFailed(f"task {self.task_id} stopped at topic={topic!r} "
+                             f"partition={partition} offset={offset}: {cause}; nothing past "
+                             f"this record was committed") from exc
+        why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
+                              and exc.__cause__ else exc)
+        self.dead.write(None, None, [{
+            "job": self.job, "task": self.task_id, "topic": topic, "partition": partition,
+            "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
+            "value": value}], timestamp)
+        self.stats.dead_letters += 1
+
+
+def _text(data: bytes | None) -> str | None:
+    """Raw bytes for a dead letter: UTF-8 where they are, escapes where not."""
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _safe_repr(raw: bytes | None) -> str | None:
+    """A channel value as Python shows it (it was msgpack between stages)."""
+    if raw is None:
+        return None
+    try:
+        return repr(_unpack(raw))
+    except Exception:
+        return repr(raw)

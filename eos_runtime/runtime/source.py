@@ -1,0 +1,95 @@
+"""The source side of a task: input positions, end offsets, the stop watch, versions.
+
+A source reads its input partitions from its last checkpoint (or the oldest offset of a
+fresh job) up to the end offsets the driver took at the run's start (a bounded run), or
+until a stop request names the run (``runtime/control.py``). Its open version is owned by
+``protocol/runs.SourceVersions``; its checkpoints are due on the commit timer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..plan import JobPlan, StagePlan
+from ..protocol import wire
+from ..protocol.runs import SourceVersions
+from ..transport import Consumer, Record, TopicPartition, Transport
+from .control import StopWatcher
+from .policy import CommitTimer
+
+__all__ = ["SourceSide"]
+
+
+class SourceSide:
+    def __init__(self, transport: Transport, consumer: Consumer, plan: JobPlan,
+                 stage: StagePlan, task_id: int, config: Any,
+                 commit: wire.ChangeLogCommit | None, restored_version: int) -> None:
+        self.topic = stage.input_topic
+        parts = plan.tasks[task_id].partitions
+        start = dict.fromkeys(parts, 0)
+        if commit is not None:
+            for pos in commit.inputs:
+                if pos.topic == self.topic and pos.partition in start:
+                    start[pos.partition] = pos.offset
+        else:
+            for p in parts:
+                start[p] = transport.watermarks(TopicPartition(self.topic, p))[0]
+        self.positions = dict(start)
+        self.ends = {p: config.end_offsets.get(p) for p in parts}
+        self.tps = {p: TopicPartition(self.topic, p) for p in parts}
+        self.consumer = consumer
+        consumer.assign({self.tps[p]: start[p] for p in parts})
+        self.done = {p for p in parts if self.ends[p] is not None and start[p] >= self.ends[p]}
+        consumer.pause([self.tps[p] for p in self.done])
+        self.parts = parts
+        self.bounded = config.bounded
+        self.stop: StopWatcher | None = None
+        if config.control_offset is not None:
+            self.stop = StopWatcher(transport, plan.name, config.run, config.control_offset)
+        self.versions = SourceVersions(restored_version, config.run, config.run_started_ms)
+        self.timer = CommitTimer(plan.commit_interval, plan.commit_every)
+        self.stopped = False
+
+    def finished(self) -> bool:
+        """The run is over: input read to its end (bounded), or a stop request."""
+        if self.bounded and len(self.done) == len(self.parts):
+            return True
+        if self.stop is not None and self.stop.requested():
+            self.stopped = True
+            return True
+        return False
+
+    def poll(self, max_records: int, timeout: float) -> list[Record]:
+        """The next records below the end offsets; the positions move past them."""
+        batch = self.consumer.poll(max_records, timeout)
+        out = []
+        for r in batch:
+            end = self.ends[r.partition]
+            if end is not None and r.offset >= end:
+                continue
+            out.append(r)
+            self.positions[r.partition] = r.offset + 1
+            if end is not None and r.offset + 1 >= end:
+                self.done.add(r.partition)
+                self.consumer.pause([self.tps[r.partition]])
+        self.timer.count(len(out))
+        return out
+
+    def checkpoint_due(self) -> int | None:
+        """The version of the checkpoint due now, or None (runs S2)."""
+        if not self.timer.due(time.monotonic()):
+            return None
+        return self.versions.for_checkpoint(int(time.time() * 1000))
+
+    def committed(self, version: int) -> None:
+        self.versions.committed(version)
+        self.timer.reset(time.monotonic())
+
+    def inputs(self) -> tuple[wire.InputPosition, ...]:
+        return tuple(wire.InputPosition(self.topic, p, off)
+                     for p, off in sorted(self.positions.items()))
+
+    def close(self) -> None:
+        if self.stop is not None:
+            self.stop.close()
