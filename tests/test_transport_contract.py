@@ -186,20 +186,21 @@ def poll_until(consumer, expect, timeout=20.0):
     return got
 
 
-def produce_to_both(transport, name, n=10):
+def two_filled_partitions(transport, n=10):
+    """A new two-partition topic holding a0..a(n-1) and b0..b(n-1); its two partitions."""
+    name = new_topic(transport, partitions=2)
     with transport.producer() as p:
         for i in range(n):
             p.produce(name, 0, b"a%d" % i)
             p.produce(name, 1, b"b%d" % i)
         p.flush()
+    return TopicPartition(name, 0), TopicPartition(name, 1)
 
 
 def test_assign_clears_every_pause(transport):
     """A task paused by backpressure re-positions with assign and then expects to read
     every assigned partition: a pause that outlived assign would hang it."""
-    name = new_topic(transport, partitions=2)
-    a, b = TopicPartition(name, 0), TopicPartition(name, 1)
-    produce_to_both(transport, name)
+    a, b = two_filled_partitions(transport)
     with transport.consumer() as c:
         c.assign({a: 0, b: 0})
         c.pause([a])
@@ -216,9 +217,7 @@ def test_assign_clears_every_pause(transport):
 
 
 def test_seek_keeps_a_pause(transport):
-    name = new_topic(transport, partitions=2)
-    a, b = TopicPartition(name, 0), TopicPartition(name, 1)
-    produce_to_both(transport, name)
+    a, b = two_filled_partitions(transport)
     with transport.consumer() as c:
         c.assign({a: 0, b: 0})
         c.pause([a])
@@ -234,9 +233,7 @@ def test_seek_keeps_a_pause(transport):
 def test_pause_and_resume_refuse_partitions_that_are_not_assigned(transport):
     """Refused, not remembered: a pause taken before assign would silence the partition
     once it is assigned."""
-    name = new_topic(transport, partitions=2)
-    a, b = TopicPartition(name, 0), TopicPartition(name, 1)
-    produce_to_both(transport, name)
+    a, b = two_filled_partitions(transport)
     with transport.consumer() as c:
         for call in (c.pause, c.resume):
             with pytest.raises(TransportError, match="not assigned"):
