@@ -28,7 +28,8 @@ CRASH_POINTS: dict[str, str] = {
     "task.checkpoint.before_commit": "checkpoint step 2 done: change-log records produced",
     "task.checkpoint.after_commit": "checkpoint step 3 done: commit record sealed, RocksDB not yet",
     "task.checkpoint.after_store": "checkpoint step 4 done: RocksDB written, markers not yet sent",
-    "task.checkpoint.mid_marker_fanout": "checkpoint step 5: markers sent to half the channels",
+    "task.checkpoint.mid_marker_fanout": ("checkpoint step 5: markers flushed to the first half "
+                                          "of the channels (with one channel: none), not the rest"),
     "task.recovery": "recovery: new generation written, restore commands not yet sent",
     "task.rewind": "handling a restore: state discarded, new generation not yet written",
 }
