@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 from eos_runtime.transport import TopicSpec, Transport
 
@@ -63,18 +63,35 @@ def check_wordcount_at_least_once(records, lines: list[str]) -> int:
 
 
 def check_pageviews_exactly_once(records, views: list[dict]) -> None:
-    """Per page: views 1..n in order; the last record's visitors = distinct users of the page."""
-    count = Counter(v["page"] for v in views)
-    visitors = defaultdict(set)
+    """Per page: views 1..n in order, and every record's visitor count one that the page's
+    views give in some order.
+
+    The exact visitor counts are not a function of the input: the last stage merges its
+    producers' records in the order they arrive. What every order keeps, record by
+    record: a user's first view of a page reaches the page's task before the user's other
+    views of it (one task handles the user, one channel carries the page), so the count
+    starts at 1, grows by 0 or 1 per view, ends at the page's distinct users, and after k
+    views with v visitors the k - v repeat views fit those v users: at most the repeats
+    of the v users who viewed the page most."""
+    users: dict[str, Counter] = defaultdict(Counter)
     for v in views:
-        visitors[v["page"]].add(v["user"])
+        users[v["page"]][v["user"]] += 1
     got = by_key_in_offset_order(records)
-    assert set(got) == set(count)
-    for page, n in count.items():
+    assert set(got) == set(users), f"pages differ: {set(got) ^ set(users)}"
+    for page, seen in users.items():
+        n = sum(seen.values())
         pairs = [tuple(map(int, x.split(":"))) for x in got[page]]
         assert [p[0] for p in pairs] == list(range(1, n + 1)), f"{page}: views {pairs[:10]}"
-        assert pairs[-1][1] == len(visitors[page]), f"{page}: visitors {pairs[-1][1]}"
-        assert all(b >= a for a, b in pairwise(p[1] for p in pairs))
+        counts = [0] + [p[1] for p in pairs]
+        # most repeat views v visitors can have made: v = 0, 1, ..., distinct users
+        repeats = list(accumulate(sorted((c - 1 for c in seen.values()), reverse=True),
+                                  initial=0))
+        for k, (before, after) in enumerate(pairwise(counts), 1):
+            assert after - before in (0, 1), f"{page}: visitors {before} -> {after} at view {k}"
+            assert k - after <= repeats[min(after, len(seen))], (
+                f"{page}: {after} visitors after {k} views, but those can have made at most "
+                f"{repeats[min(after, len(seen))]} repeat views")
+        assert counts[-1] == len(seen), f"{page}: {counts[-1]} visitors, expected {len(seen)}"
 
 
 def encode_lines(lines: list[str]) -> list[bytes]:

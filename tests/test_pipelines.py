@@ -83,6 +83,39 @@ def test_three_stage_pageviews_matches_the_oracle(kind, tmp_path, request):
         check_pageviews_exactly_once(read_output(t, sink, job=pipeline.name), views)
 
 
+def _page_totals(page: str, first_visits: list[bool]):
+    """The sink records of one page whose views counted, in this order, as first visits
+    or not (what pageviews' last stage writes)."""
+    from eos_runtime.transport import Record
+
+    visitors = 0
+    out = []
+    for views, first in enumerate(first_visits, 1):
+        visitors += first
+        out.append(Record("page-totals", 0, views - 1, page.encode(),
+                          f"{views}:{visitors}".encode(), 0))
+    return out
+
+
+# /a: u1 and u2 twice each, u3 and u4 once: 6 views, 4 visitors.
+SIX_VIEWS = [{"user": u, "page": "/a"} for u in ("u1", "u1", "u2", "u2", "u3", "u4")]
+
+
+@pytest.mark.parametrize("first_visits", [
+    # u2's first view lost (its second counts as a repeat), u4's counted twice
+    [True, False, False, True, True, True],
+    # u1's first view lost (its other view, read first, counts as a repeat), u3's counted twice
+    [False, True, True, True, True, False],
+])
+def test_the_pageviews_check_catches_a_lost_first_visit_made_up_by_a_duplicate(first_visits):
+    """Views still run 1..6 and the last record still has 4 visitors: only the records
+    before it show that a first visit was lost and another counted twice."""
+    check_pageviews_exactly_once(_page_totals("/a", [True, False, True, False, True, True]),
+                                 SIX_VIEWS)   # the views in input order: a true output
+    with pytest.raises(AssertionError):
+        check_pageviews_exactly_once(_page_totals("/a", first_visits), SIX_VIEWS)
+
+
 def test_user_errors_are_refused_before_anything_starts(tmp_path):
     from eos_runtime import Pipeline
     from eos_runtime.errors import ConfigError
