@@ -168,9 +168,9 @@ def test_python_api_keep_data_and_restart(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_a_broker_that_dies_while_starting_is_a_broker_error_with_its_log(tmp_path: Path) -> None:
-    run_dir = tmp_path / "kafka"
-    (run_dir / "data").mkdir(parents=True)
-    # A store of another node: the broker refuses it and exits.
+    run_dir = broker_mod.claim_run_dir(tmp_path / "kafka")
+    (run_dir / "data").mkdir()
+    # A kept store of another node: the broker refuses it and exits.
     (run_dir / "data" / "meta.properties").write_text(
         "version=1\nnode.id=7\ncluster.id=eos-runtime-kafka-0001\n")
     with pytest.raises(BrokerError) as info:
@@ -306,3 +306,116 @@ def test_cluster_ids_never_look_like_an_option():
     ids = [_new_cluster_id() for _ in range(5000)]
     assert not any(i.startswith("-") for i in ids)
     assert len(set(ids)) == len(ids) and all(len(i) == 22 for i in ids)
+
+
+# ------------------------------------------------------- a run dir is the broker's (issue 11)
+
+def tree(path: Path) -> dict[str, bytes | None]:
+    """Every entry under ``path`` (files with their bytes, directories as None)."""
+    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(path.rglob("*"))}
+
+
+def users_dir(tmp_path: Path) -> Path:
+    """A directory no broker ever ran from, holding a user's files (one in ``data/``)."""
+    d = tmp_path / "mine"
+    (d / "data").mkdir(parents=True)
+    (d / "data" / "thesis.tex").write_text("the user's only copy")
+    (d / "notes.txt").write_text("keep me")
+    return d
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("EOS_KAFKA_DIR", "JAVA_HOME")}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("how", ["--dir", "EOS_KAFKA_DIR"])
+def test_down_never_deletes_a_directory_no_broker_ran_from(tmp_path: Path, how: str) -> None:
+    d = users_dir(tmp_path)
+    before = tree(d)
+    if how == "--dir":
+        r = eos("kafka", "down", "--dir", str(d), env=cli_env())
+    else:
+        r = eos("kafka", "down", env=cli_env(EOS_KAFKA_DIR=str(d)))
+    assert tree(d) == before                      # the user's file, and no .lock left behind
+    assert r.returncode in (0, 1), r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no Kafka broker" in lines[0] and str(d) in lines[0], r.stderr
+    assert "not a broker run dir" in lines[0], r.stderr
+    assert stop_running(d) is False and tree(d) == before
+
+
+def fake_java(tmp_path: Path) -> tuple[Path, Path]:
+    """A ``java`` on PATH that only records that it was started (then says nothing)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    started = tmp_path / "java-was-started"
+    java = bin_dir / "java"
+    java.write_text(f"#!/bin/sh\necho \"$@\" >> '{started}'\n")
+    java.chmod(0o755)
+    return bin_dir, started
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["up", "up-fresh"])
+def test_up_refuses_a_foreign_non_empty_data_dir_before_starting_java(tmp_path: Path,
+                                                                      fresh: bool) -> None:
+    d = users_dir(tmp_path)
+    before = tree(d)
+    bin_dir, started = fake_java(tmp_path)
+    env = cli_env(PATH=f"{bin_dir}:{os.environ['PATH']}", EOS_CACHE_DIR=str(tmp_path / "cache"))
+    r = eos("kafka", "up", "--dir", str(d), *(["--fresh"] if fresh else []), env=env)
+    assert not started.exists(), "Java was started"
+    assert tree(d) == before
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert f"{d / 'data'}" in lines[0] and "not empty" in lines[0], lines[0]
+
+
+def test_a_run_dir_is_the_brokers_by_its_marker_or_its_own_server_properties(
+        tmp_path: Path) -> None:
+    assert not broker_mod.is_run_dir(tmp_path / "missing")
+    assert not broker_mod.is_run_dir(users_dir(tmp_path))
+
+    # Someone else's Kafka config is not ours either.
+    theirs = tmp_path / "theirs"
+    (theirs / "data").mkdir(parents=True)
+    (theirs / "server.properties").write_text("log.dirs=/var/lib/kafka\n")
+    assert not broker_mod.is_run_dir(theirs)
+    r = eos("kafka", "down", "--dir", str(theirs), env=cli_env())
+    assert (theirs / "data").is_dir() and (theirs / "server.properties").exists(), r.stderr
+
+    # A run dir made before the marker existed: its server.properties names its data dir.
+    legacy = tmp_path / "legacy"
+    (legacy / "data").mkdir(parents=True)
+    (legacy / "data" / "meta.properties").write_text("node.id=1\n")
+    (legacy / "server.properties").write_text(f"node.id=1\nlog.dirs={legacy / 'data'}\n")
+    assert broker_mod.is_run_dir(legacy)
+    r = eos("kafka", "down", "--dir", str(legacy), env=cli_env())
+    assert r.returncode == 0, r.stderr
+    assert not (legacy / "data").exists() and (legacy / "server.properties").exists()
+
+    # The marker the broker writes when it takes a directory.
+    ours = tmp_path / "ours"
+    broker_mod.claim_run_dir(ours)
+    assert broker_mod.is_run_dir(ours)
+    (ours / "data").mkdir()
+    (ours / "data" / "meta.properties").write_text("node.id=1\n")
+    r = eos("kafka", "down", "--dir", str(ours), "--keep-data", env=cli_env())
+    assert r.returncode == 0 and (ours / "data" / "meta.properties").exists(), r.stderr
+    r = eos("kafka", "down", "--dir", str(ours), env=cli_env())
+    assert r.returncode == 0 and not (ours / "data").exists(), r.stderr
+    assert "no Kafka broker was running" in r.stderr
+
+    # A new or empty directory becomes the broker's; a foreign store in it does not.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    broker_mod.claim_run_dir(empty)
+    assert broker_mod.is_run_dir(empty)
+    mine = users_dir(tmp_path / "x")
+    with pytest.raises(BrokerError, match=f"{mine / 'data'}.*not empty"):
+        broker_mod.claim_run_dir(mine)
+    assert not broker_mod.is_run_dir(mine)

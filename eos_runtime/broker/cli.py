@@ -97,9 +97,17 @@ def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: f
 @click.option("--timeout", type=float, default=30.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL.")
 def down_cmd(run_dir: str | None, keep_data: bool, timeout: float) -> None:
-    """Stop the broker and delete its data (unless --keep-data). Logs stay in <dir>/logs."""
+    """Stop the broker and delete its data (unless --keep-data). Logs stay in <dir>/logs.
+
+    A directory no broker ever ran from (no run dir of `eos kafka up`) is left untouched.
+    """
     _progress_to_stderr()
     rd = _run_dir(run_dir)
+    if rd.exists() and not _k.is_run_dir(rd):
+        # No broker ever ran from it: nothing in it is the broker's to stop or delete.
+        click.echo(f"no Kafka broker runs from {rd}: it is not a broker run dir (`eos kafka up` "
+                   f"never ran there), so nothing in it was touched", err=True)
+        return
     if _k.stop_running(rd, timeout=timeout, keep_data=keep_data):
         click.echo(f"stopped the Kafka broker of {rd}", err=True)
     else:

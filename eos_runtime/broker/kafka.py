@@ -13,6 +13,12 @@ A broker lives in a *run dir*::
     <run dir>/logs/server.log     the broker's log (log4j2)
     <run dir>/logs/stdout.log     the JVM's own stdout/stderr (crashes, log4j status)
     <run dir>/state.json          pid, bootstrap address, ports and dirs of the running broker
+    <run dir>/.eos-kafka-run-dir  the marker: this directory is the broker's
+
+A directory becomes a run dir when :meth:`KafkaBroker.start` takes it (a new or empty
+one, or one whose ``data/`` is missing or empty; see :func:`claim_run_dir`). Only a run
+dir is ever locked, cleaned or deleted from (:func:`is_run_dir`): ``eos kafka down`` on
+any other directory touches nothing in it.
 
 The broker is one JVM (``process.roles=broker,controller``) listening on
 ``127.0.0.1:<port>`` (PLAINTEXT) and ``127.0.0.1:<controller port>`` (CONTROLLER), with
@@ -66,6 +72,8 @@ __all__ = [
     "BrokerState",
     "KafkaBroker",
     "default_run_dir",
+    "is_run_dir",
+    "claim_run_dir",
     "cache_root",
     "libs_dir",
     "fetch",
@@ -94,6 +102,12 @@ _JAVA_HINT = "install OpenJDK 17 (apt-get install openjdk-17-jre-headless) or se
 _MAVEN_HINT = "install Maven 3.6+ (apt-get install maven)"
 _STATE_FILE = "state.json"
 _LOCK_FILE = ".lock"
+#: Written into a run dir when the broker takes it; only such a directory is cleaned.
+_MARKER = ".eos-kafka-run-dir"
+#: What the broker writes into its run dir besides ``data/``; a directory that holds one
+#: and is not a run dir is refused rather than overwritten.
+_OWN_FILES = ("server.properties", "log4j2.xml", _STATE_FILE, "logs/server.log",
+              "logs/stdout.log")
 _BROKER_MAIN = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
 _ENV_RUN_DIR = "EOS_KAFKA_DIR"
@@ -342,11 +356,59 @@ def find_running(run_dir: str | os.PathLike[str] | None = None) -> BrokerState |
     return state
 
 
+def is_run_dir(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``run_dir`` is a broker's run dir: it holds the marker the broker writes
+    when it takes a directory, or (a run dir made before the marker existed) the broker's
+    own ``server.properties``, whose ``log.dirs`` is this directory's ``data``."""
+    rd = Path(run_dir).absolute()
+    if (rd / _MARKER).is_file():
+        return True
+    try:
+        text = _server_properties(rd).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "log.dirs":
+            return value.strip() == str(rd / "data")
+    return False
+
+
+def claim_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """Make ``run_dir`` the broker's (create it, write the marker) and return it.
+
+    A run dir already is. Any other directory is taken only if nothing in it would be
+    overwritten or later deleted by ``eos kafka down``: a non-empty ``data/`` or one of
+    the broker's own file names there is a :class:`BrokerError` naming it. A user's other
+    files are left alone (nothing but ``data/`` and ``state.json`` is ever deleted).
+    """
+    rd = Path(run_dir).absolute()
+    if not is_run_dir(rd):
+        data = rd / "data"
+        if (data.is_dir() and any(data.iterdir())) or (data.exists() and not data.is_dir()):
+            raise BrokerError(
+                f"{data} is not empty and no Kafka broker of eos made it (no {_MARKER} in "
+                f"{rd}): refusing to format a Kafka store into it (and `eos kafka down` would "
+                f"delete it); use another --dir (a new or empty directory)")
+        for name in _OWN_FILES:
+            if (rd / name).exists():
+                raise BrokerError(
+                    f"{rd / name} exists and no Kafka broker of eos wrote it (no {_MARKER} in "
+                    f"{rd}): refusing to overwrite it; use another --dir (a new or empty "
+                    f"directory)")
+    if not (rd / _MARKER).is_file():
+        rd.mkdir(parents=True, exist_ok=True)
+        (rd / _MARKER).write_text("the run dir of an eos_runtime Kafka broker (eos kafka up); "
+                                  "`eos kafka down` deletes data/ here\n")
+    return rd
+
+
 @contextlib.contextmanager
 def _locked(run_dir: Path) -> Iterator[None]:
-    """Serialise up/down on one run dir across processes."""
+    """Serialise up/down on one run dir across processes. Only for a run dir
+    (:func:`is_run_dir`, :func:`claim_run_dir`): the lock file is created in it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / _LOCK_FILE, "w") as fh:
+    with open(run_dir / _LOCK_FILE, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -383,6 +445,8 @@ def _terminate(pid: int, run_dir: Path, timeout: float,
 
 
 def _clean_run_dir(run_dir: Path, keep_data: bool) -> None:
+    if not is_run_dir(run_dir):
+        return                          # never delete from a directory the broker did not take
     with contextlib.suppress(FileNotFoundError):
         (run_dir / _STATE_FILE).unlink()
     if not keep_data:
@@ -395,9 +459,11 @@ def stop_running(run_dir: str | os.PathLike[str] | None = None, *, timeout: floa
 
     Returns whether a broker was running. Data (``<run dir>/data``) is removed even when
     none was (a crashed broker's store) unless ``keep_data``; logs stay in ``<run dir>/logs``.
+    A directory that is not a run dir (:func:`is_run_dir`) is left untouched: no broker
+    ever ran from it, so nothing in it is the broker's to delete.
     """
     rd = Path(run_dir).absolute() if run_dir is not None else default_run_dir()
-    if not rd.exists():
+    if not is_run_dir(rd):
         return False
     with _locked(rd):
         state = find_running(rd)
@@ -437,10 +503,12 @@ class KafkaBroker:
     """A single-node KRaft Kafka broker on 127.0.0.1, run from ``run_dir``.
 
     ``port=None`` takes any free port (``eos kafka up`` prefers 9092); the controller
-    port is always a free one. :meth:`start` formats the store if ``run_dir/data`` is not
-    formatted yet (a kept store is reused), starts the JVM detached in its own session,
-    waits until it answers a metadata request and returns the bootstrap address. If a
-    broker of ``run_dir`` is running already, :meth:`start` adopts it.
+    port is always a free one. :meth:`start` takes ``run_dir`` (:func:`claim_run_dir`:
+    a directory with a non-empty ``data/`` the broker did not make is refused), formats
+    the store if ``run_dir/data`` is not formatted yet (a kept store is reused), starts
+    the JVM detached in its own session, waits until it answers a metadata request and
+    returns the bootstrap address. If a broker of ``run_dir`` is running already,
+    :meth:`start` adopts it.
 
     ``die_with_parent=True`` (Linux) makes the JVM receive SIGTERM when the process that
     started it dies, even by SIGKILL: for test fixtures. The CLI leaves it off so the
@@ -509,6 +577,7 @@ class KafkaBroker:
         if self.running:
             assert self.state is not None
             return self.state.bootstrap_servers
+        claim_run_dir(self.run_dir)         # before anything is written, or Java started
         with _locked(self.run_dir):
             existing = find_running(self.run_dir)
             if existing is not None:
