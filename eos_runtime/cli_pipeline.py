@@ -487,7 +487,8 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
 
     By default only committed records are shown: on Kafka through read_committed, on
     the local log (which has no transactions) through the commit records of the job
-    named by --job. On the local log give --job or --all.
+    named by --job (an at-least-once job's output is all committed, as on Kafka). On the
+    local log give --job or --all.
     """
     from .runtime.committed import read_output
     from .transport import open_transport

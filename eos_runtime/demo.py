@@ -103,7 +103,7 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
     summary = run_pipeline(pipeline, guarantee=guarantee, on_progress=on_progress, **opts,
                            **run_options)
     with open_transport(**opts) as t:
-        records = read_output(t, sink, job=pipeline.name, committed=guarantee == "exactly-once")
+        records = read_output(t, sink, job=pipeline.name)
     want = Counter(w for line in text for w in line.split())
     got: dict[str, list[int]] = defaultdict(list)
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):

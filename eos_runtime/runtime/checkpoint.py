@@ -101,9 +101,13 @@ class Committer:
             counts = [(w.topic, w.produce_into(log.producer)) for w in self.held]
             if not log.transactional and any(c for _, c in counts):
                 report = log.producer.flush()
-                ranges = tuple(wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
-                               for topic, c in counts for p, n in sorted(c.items())
-                               for tp in [TopicPartition(topic, p)])
+                # One append per partition per flush holds only for the fenced producer;
+                # an at-least-once job's committed view is all its output anyway.
+                if self.exactly_once:
+                    ranges = tuple(
+                        wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
+                        for topic, c in counts for p, n in sorted(c.items())
+                        for tp in [TopicPartition(topic, p)])
         faults.crash_point("task.checkpoint.after_output_flush")
         # 2. change-log records of the staged state
         log.changes(version, self.store.staged())
