@@ -3,6 +3,8 @@ acknowledged record lost or torn when a writer is SIGKILLed, wherever it dies.""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import random
 import signal
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.errors import ConfigError, LogCorrupted
+from eos_runtime.errors import ConfigError, LogCorrupted, TopicNotFound, TransportError
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 
 TP = TopicPartition("t", 0)
@@ -313,3 +315,103 @@ def test_a_fenced_producer_of_an_older_generation_cannot_even_start(log_dir):
         with t.fenced_producer("task-1", 6) as same:
             same.produce("t", 0, b"x")
             assert same.flush() == {TP: 0}
+
+
+# --------------------------------------------------------------------------- a read-only log
+
+def read_only_fs(monkeypatch, root: Path, err: int = errno.EROFS,
+                 only: str | None = None) -> None:
+    """Make ``root`` act, for this process, like a read-only file system (``err`` EROFS) or
+    one the user may not write (EACCES): an open for writing or a mkdir under it fails.
+    With ``only``, just files whose name ends so fail, and for reading too."""
+    real_open, real_mkdir = os.open, os.mkdir
+    writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    root = root.absolute()
+
+    def under(path) -> bool:
+        return Path(os.fsdecode(path)).absolute().is_relative_to(root)
+
+    def fake_open(path, flags, mode=0o777, *, dir_fd=None):
+        if under(path) and (os.fsdecode(path).endswith(only) if only else flags & writing):
+            raise OSError(err, os.strerror(err), os.fsdecode(path))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    def fake_mkdir(path, mode=0o777, *, dir_fd=None):
+        if under(path) and not only:
+            if Path(path).exists():
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(path))
+            raise OSError(err, os.strerror(err), os.fsdecode(path))
+        return real_mkdir(path, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "mkdir", fake_mkdir)
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*"))
+            if f.is_file()}
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES], ids=["EROFS", "EACCES"])
+def test_a_read_only_log_is_read_and_every_write_is_one_error_naming_it(tmp_path, monkeypatch,
+                                                                          err):
+    data = tmp_path / "log"
+    with open_transport(data_dir=str(data)) as t:
+        t.create_topics([TopicSpec("t", 2)])
+        with t.producer() as p:
+            for i in range(300):
+                p.produce("t", i % 2, f"v{i}".encode(), key=b"k", timestamp=1000 + i)
+            p.flush()
+    before = files_of(data)
+    # A writer of the log (elsewhere) holds the partition lock: a reader does not need it.
+    holder = os.open(data / "topics" / "t" / "0.end", os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    read_only_fs(monkeypatch, data, err)
+    try:
+        with open_transport(data_dir=str(data)) as t:
+            assert t.list_topics() == ["t"] and t.describe("t").partitions == 2
+            tps = [TopicPartition("t", 0), TopicPartition("t", 1)]
+            assert [t.watermarks(tp) for tp in tps] == [(0, 150), (0, 150)]
+            assert t.offset_for_timestamp(tps[1], 1101) == 50
+            got = []
+            with t.consumer() as c:
+                c.assign({tp: 0 for tp in tps})
+                deadline = time.monotonic() + 10
+                while len(got) < 300 and time.monotonic() < deadline:
+                    got.extend(c.poll(1000, 0.1))
+            assert sorted(r.value for r in got) == sorted(f"v{i}".encode() for i in range(300))
+
+            t.create_topics([TopicSpec("t", 2)])         # exists as asked: nothing to write
+            for write in (lambda: t.producer().produce("t", 0, b"x"),
+                          lambda: t.create_topics([TopicSpec("new", 1)]),
+                          lambda: t.fenced_producer("task-0", 1)):
+                with pytest.raises(TransportError) as info:
+                    write()
+                assert f"local log {data} is read-only" in str(info.value), info.value
+                assert "\n" not in str(info.value)
+            with pytest.raises(TransportError, match="read-only"):
+                t._append(tps[0], [(None, b"x", 0)])
+    finally:
+        os.close(holder)
+    assert files_of(data) == before
+
+    # A read-only directory that holds no log yet: it has no topics.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    read_only_fs(monkeypatch, empty, err)
+    with open_transport(data_dir=str(empty)) as t:
+        assert t.list_topics() == []
+        with pytest.raises(TopicNotFound):
+            t.describe("t")
+    assert list(empty.iterdir()) == []
+
+
+def test_a_partition_whose_files_fail_to_open_halfway_leaves_no_descriptor_open(log_dir,
+                                                                                monkeypatch):
+    fds = sorted(os.listdir("/proc/self/fd"))
+    read_only_fs(monkeypatch, log_dir, errno.EACCES, only="0.idx")   # .log, .end open first
+    with open_transport(data_dir=str(log_dir)) as t:
+        for _ in range(3):
+            with pytest.raises(TransportError, match=r"0\.idx"):
+                t.watermarks(TP)
+    assert sorted(os.listdir("/proc/self/fd")) == fds

@@ -26,6 +26,12 @@ Rules that make it safe:
 * **Frames carry their offset and a CRC**, so damage below the committed end is
   detected (``LogCorrupted``) instead of being read as data.
 
+**Reading needs no write access.** A partition whose files cannot be opened for
+writing (a read-only file system, or files or directories the user may not write) is
+opened read-only; reading it works as usual (readers never lock), and any attempt to
+write to it, or to create a topic or register a fence in such a log, is one
+``TransportError`` naming the data directory.
+
 Durability: an acknowledged record survives the death of any process (SIGKILL
 included) since the kernel holds the written pages. With ``fsync=True`` each
 append is also fsynced and survives a machine crash.
@@ -37,6 +43,7 @@ topic keeps every record, which readers of a compacted topic must tolerate anywa
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -75,6 +82,9 @@ _NO_TS = -(2**63)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _READ_CHUNK = 1 << 20
 _FENCE = struct.Struct("<q")
+#: What opening a file for writing fails with where only reading is allowed: a read-only
+#: file system, permissions, an immutable file.
+_READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _now_ms() -> int:
@@ -118,15 +128,36 @@ def _write_pointer(fd: int, p: _Pointer) -> None:
 
 
 class _PartitionFiles:
-    """Open file descriptors of one partition, shared by this process's readers/writers."""
+    """Open file descriptors of one partition, shared by this process's readers/writers.
+
+    Opened read-write; where that is not allowed (``_READ_ONLY_ERRNOS``), read-only, with
+    the reason in ``read_only``: such a partition can be read but not appended to.
+    """
 
     def __init__(self, directory: Path, partition: int) -> None:
         base = directory / str(partition)
-        flags = os.O_RDWR | os.O_CREAT
-        self.log = os.open(f"{base}.log", flags, 0o644)
-        self.end = os.open(f"{base}.end", flags, 0o644)
-        self.idx = os.open(f"{base}.idx", flags, 0o644)
         self.name = str(base)
+        #: why the files are open read-only (None: they are open read-write)
+        self.read_only: str | None = None
+        try:
+            self.log, self.end, self.idx = self._open(os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno not in _READ_ONLY_ERRNOS:
+                raise
+            self.read_only = f"{exc.strerror}: {exc.filename}"
+            self.log, self.end, self.idx = self._open(os.O_RDONLY)
+
+    def _open(self, flags: int) -> tuple[int, int, int]:
+        """The .log, .end and .idx files opened with ``flags``: all three or none."""
+        fds: list[int] = []
+        try:
+            for suffix in (".log", ".end", ".idx"):
+                fds.append(os.open(f"{self.name}{suffix}", flags, 0o644))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds[0], fds[1], fds[2]
 
     def close(self) -> None:
         for fd in (self.log, self.end, self.idx):
@@ -176,7 +207,13 @@ class LocalLogTransport(Transport):
     def __init__(self, data_dir: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.root = Path(data_dir)
         self.topics_dir = self.root / "topics"
-        self.topics_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.topics_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if exc.errno not in _READ_ONLY_ERRNOS:
+                raise
+            # A read-only directory without a log in it: it has no topics to read, and
+            # creating one is an error naming it (create_topics).
         self.fsync = fsync
         self._specs: dict[str, TopicSpec] = {}
         self._files: dict[TopicPartition, _PartitionFiles] = {}
@@ -199,7 +236,10 @@ class LocalLogTransport(Transport):
                 # Build the topic aside and rename it in: atomic, so concurrent creators
                 # cannot leave a half-made topic, and the loser of the race just checks.
                 tmp = self.topics_dir / f".creating-{uuid.uuid4().hex}"
-                tmp.mkdir()
+                try:
+                    tmp.mkdir(parents=True)
+                except OSError as exc:
+                    raise self._not_writable(f"cannot create topic {spec.name!r}", exc) from None
                 meta = {"format": 1, "partitions": spec.partitions, "compacted": spec.compacted}
                 (tmp / "topic.json").write_text(json.dumps(meta))
                 for p in range(spec.partitions):
@@ -232,6 +272,8 @@ class LocalLogTransport(Transport):
         return spec
 
     def list_topics(self) -> list[str]:
+        if not self.topics_dir.is_dir():
+            return []                    # a read-only directory that holds no log yet
         return sorted(p.name for p in self.topics_dir.iterdir()
                       if not p.name.startswith(".") and (p / "topic.json").exists())
 
@@ -242,7 +284,30 @@ class LocalLogTransport(Transport):
             if not 0 <= tp.partition < spec.partitions:
                 raise TopicNotFound(f"topic {tp.topic!r} has no partition {tp.partition} "
                                     f"(it has {spec.partitions})")
-            files = self._files[tp] = _PartitionFiles(self.topics_dir / tp.topic, tp.partition)
+            try:
+                files = _PartitionFiles(self.topics_dir / tp.topic, tp.partition)
+            except FileNotFoundError as exc:
+                raise LogCorrupted(f"topic {tp.topic!r} in local log {self.root}: partition "
+                                   f"file {exc.filename} is missing") from None
+            except OSError as exc:
+                raise TransportError(f"local log {self.root}: cannot open the files of "
+                                     f"{tp.topic}[{tp.partition}] ({exc.strerror}: "
+                                     f"{exc.filename})") from None
+            self._files[tp] = files
+        return files
+
+    def _not_writable(self, what: str, exc: OSError | str) -> TransportError:
+        """The one error of any write to a log this process may only read."""
+        why = exc if isinstance(exc, str) else f"{exc.strerror}: {exc.filename}"
+        if isinstance(exc, OSError) and exc.errno not in _READ_ONLY_ERRNOS:
+            return TransportError(f"local log {self.root}: {what} ({why})")
+        return TransportError(f"local log {self.root} is read-only: {what} ({why})")
+
+    def _writable_partition(self, tp: TopicPartition) -> _PartitionFiles:
+        files = self._partition(tp)
+        if files.read_only is not None:
+            raise self._not_writable(f"cannot write to {tp.topic}[{tp.partition}]",
+                                     files.read_only)
         return files
 
     # ------------------------------------------------------------------ positions
@@ -300,8 +365,11 @@ class LocalLogTransport(Transport):
         if not _TOPIC_NAME.match(fence_id):
             raise ConfigError(f"invalid fence id {fence_id!r}: use 1-249 of A-Z a-z 0-9 . _ -")
         fences = self.root / "fences"
-        fences.mkdir(exist_ok=True)
-        fd = os.open(fences / fence_id, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fences.mkdir(exist_ok=True)
+            fd = os.open(fences / fence_id, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._not_writable(f"cannot register fence {fence_id!r}", exc) from None
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             raw = os.pread(fd, _FENCE.size, 0)
@@ -332,7 +400,7 @@ class LocalLogTransport(Transport):
         (fd, id, generation), refuse once a newer generation registered that id: the check
         runs under the partition lock, so an append that passed it precedes, in this
         partition, every append of the newer generation."""
-        files = self._partition(tp)
+        files = self._writable_partition(tp)
         fcntl.flock(files.end, fcntl.LOCK_EX)
         try:
             if fence is not None:
@@ -463,7 +531,8 @@ class _LocalProducer(Producer):
         tp = TopicPartition(topic, partition)
         batch = self._pending.get(tp)
         if batch is None:
-            self._log._partition(tp)  # unknown topic or partition fails here, not at flush
+            # An unknown topic or partition, or a read-only log, fails here, not at flush.
+            self._log._writable_partition(tp)
             batch = self._pending[tp] = []
         if key is not None and type(key) is not bytes:
             key = bytes(key)
