@@ -17,12 +17,20 @@
 
 Stateless functions take the value; stateful ones take ``(value, state)``, where
 ``state`` is scoped to the record's key (``get`` / ``set`` / ``delete``). A stream is
-keyed after ``key_by`` or when its source declares a key format. Nothing runs here: the
-pipeline is a description that ``eos run`` (or ``eos_runtime.run``) plans and executes.
+keyed after ``key_by`` or when its source declares a key format. Every step returns a
+new stream, and a stream takes one next step: a second one (a branch) is refused, naming
+the step that already continues it. A function whose parameters do not fit how its step
+calls it is refused here, not at run time.
+
+Nothing runs here: the pipeline is a description that ``eos run PIPELINE.py`` or
+``eos_runtime.run_pipeline(pipeline, ...)`` plans and executes on Spark, and that
+``eos_runtime.testing.TestRun`` runs in-process for unit tests. docs/api.md is the
+reference, by example.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,7 +38,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import ConfigError
+from .errors import ConfigError, UserFunctionError
 
 __all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
 
@@ -61,7 +69,10 @@ class State:
     """Keyed state seen by a stateful step: the values of the current record's key.
 
     Values are stored as msgpack, so they may be None, bool, numbers, str, bytes, lists
-    and dicts of those.
+    and dicts of those (a tuple comes back as a list). A record without a key (a keyed
+    source's record whose key is null) has no state: touching it raises
+    ``UserFunctionError``, where it would otherwise share one state with every other
+    keyless record.
     """
 
     __slots__ = ("_get", "_put", "_delete", "_prefix")
@@ -69,9 +80,16 @@ class State:
     def __init__(self, get: Callable[[bytes], bytes | None], put: Callable[[bytes, bytes], None],
                  delete: Callable[[bytes], None]) -> None:
         self._get, self._put, self._delete = get, put, delete
+        # The current record's encoded key, set by the runtime's chain before each call.
+        # An encoded key is never empty (msgpack), so b"" means the record has no key.
         self._prefix = b""
 
     def _key(self, name: str) -> bytes:
+        if not self._prefix:
+            raise UserFunctionError(
+                "this record has no key, and a stateful step keeps its state per key (keyless "
+                "records would all share one state): key_by(...) before the stateful step, or "
+                "give every record of the source topic a key")
         return self._prefix + name.encode("utf-8")
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -126,23 +144,53 @@ class _Segment:
 
 
 class Stream:
-    """A stream of values inside a pipeline; each method adds a step and returns the stream."""
+    """A stream of values inside a pipeline. Each method adds a step and returns a new
+    stream; a stream takes one next step (a second one, a branch, is a ``ConfigError``)."""
 
-    def __init__(self, pipeline: Pipeline, segment: _Segment) -> None:
+    def __init__(self, pipeline: Pipeline, segment: _Segment, position: int = 0) -> None:
         self._pipeline = pipeline
         self._segment = segment
+        self._position = position     # the segment's steps before this stream's next one
+
+    def _describe(self) -> str:
+        """Where this stream is, for messages: "after .map(parse)", "from source 'in'"."""
+        seg, pos = self._segment, self._position
+        if pos:
+            step = seg.steps[pos - 1]
+            return f"after .{step.kind}({step.name})"
+        if isinstance(seg.start, Source):
+            return f"from source {seg.start.topic!r}"
+        return f"after .key_by({_name(seg.start.key_fn, 'key_by')})"
+
+    def _check_open(self, adding: str) -> None:
+        """Refuse a second next step: steps and sinks extend the one chain of the pipeline."""
+        seg, pos = self._segment, self._position
+        if pos < len(seg.steps):
+            step = seg.steps[pos]
+            nxt = f".{step.kind}({step.name})"
+        elif isinstance(seg.end, Shuffle):
+            nxt = f".key_by({_name(seg.end.key_fn, 'key_by')})"
+        elif isinstance(seg.end, Sink):
+            raise ConfigError(f"cannot add {adding} to the stream {self._describe()}: it already "
+                              f"ends in .sink({seg.end.topic!r}), and a pipeline has one sink")
+        else:
+            return
+        raise ConfigError(f"cannot add {adding} to the stream {self._describe()}: it already "
+                          f"continues with {nxt}, and a stream takes one next step (branches "
+                          f"are not supported): chain from the stream {nxt} returned")
 
     def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> Stream:
-        if self._segment.end is not None:
-            raise ConfigError("this stream already ends in a sink; start from the stream before it")
         if not callable(fn):
             raise ConfigError(f"{kind}: expected a function, got {fn!r}")
-        name = getattr(fn, "__name__", kind)
+        name = _name(fn, kind)
+        self._check_open(f".{kind}({name})")
         if stateful and not self._segment.keyed:
-            raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it, "
-                              f"or give the source a key format")
+            raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it "
+                              f"(or, only if the source topic's records carry keys, give the "
+                              f"source a key format, e.g. source(topic, key=\"utf8\"))")
+        _check_arity(fn, f"{kind}({name})", name, stateful)
         self._segment.steps.append(Step(kind, fn, stateful, name))
-        return self
+        return Stream(self._pipeline, self._segment, len(self._segment.steps))
 
     def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Replace each value by ``fn(value)`` (or ``fn(value, state)``)."""
@@ -163,13 +211,14 @@ class Stream:
         Keys must be str, bytes or int. ``parallelism`` is the new stage's task count
         (default: the pipeline's), ``partitions`` its channel count (default: parallelism).
         """
-        if self._segment.end is not None:
-            raise ConfigError("this stream already ends in a sink")
         if not callable(key_fn):
             raise ConfigError(f"key_by: expected a function, got {key_fn!r}")
+        name = _name(key_fn, "key_by")
+        self._check_open(f".key_by({name})")
         for what, n in (("parallelism", parallelism), ("partitions", partitions)):
             if n is not None and (type(n) is not int or n < 1):
                 raise ConfigError(f"key_by: {what} must be a positive integer, not {n!r}")
+        _check_arity(key_fn, f"key_by({name})", name, False, role="a key function")
         shuffle = Shuffle(key_fn, parallelism, partitions)
         self._segment.end = shuffle
         nxt = _Segment(start=shuffle, keyed=True)
@@ -178,14 +227,51 @@ class Stream:
 
     def sink(self, topic: str, *, key: str | None = None, value: str = "utf8") -> None:
         """Write the values to ``topic`` (key and value formats from ``FORMATS``)."""
-        if self._segment.end is not None:
-            raise ConfigError("this stream already ends")
+        self._check_open(f".sink({topic!r})")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"sink: topic must be a non-empty string, not {topic!r}")
         if key is not None and not self._segment.keyed:
             raise ConfigError(f"sink {topic!r}: a key format needs a keyed stream (key_by first)")
         self._segment.end = Sink(topic, _key_format(key, f"sink {topic!r} key"),
                                  _format(value, f"sink {topic!r} value"))
+
+
+def _name(fn: Callable[..., Any], default: str) -> str:
+    return getattr(fn, "__name__", None) or default
+
+
+def _check_arity(fn: Callable[..., Any], step: str, name: str, stateful: bool, *,
+                 role: str = "") -> None:
+    """Refuse a function its step could not call: stateful steps call ``fn(value, state)``,
+    the others (and key_by) ``fn(value)``. Callables without a signature (some builtins)
+    and ``*args`` functions are accepted."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    args = ("value", "state") if stateful else ("value",)
+    if _binds(sig, len(args)):
+        return
+    role = role or ("a stateful function" if stateful else "a function")
+    called = f"{name if name.isidentifier() else 'fn'}({', '.join(args)})"
+    if stateful:
+        fix = "give it two parameters, (value, state)"
+        if _binds(sig, 1):
+            fix += ", or drop stateful=True"
+    elif not role.startswith("a key") and _binds(sig, 2):
+        fix = "a function of (value, state) needs stateful=True"
+    else:
+        fix = "give it one parameter, (value)"
+    raise ConfigError(f"{step}: {role} is called as {called}, but its parameters are {sig}: "
+                      f"{fix}")
+
+
+def _binds(sig: inspect.Signature, n: int) -> bool:
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        return False
+    return True
 
 
 class Pipeline:
