@@ -123,7 +123,7 @@ def _release_when_crashed(run, job_dir: Path, crashing: int, wait: float = 60.0)
             os.kill(held, signal.SIGCONT)
 
 
-def run_job(name, tmp_path, faults, guarantee="exactly-once"):
+def run_job(name, tmp_path, faults, guarantee="exactly-once", hold_until=None, **options):
     """Run the example once with ``faults``; returns its input, its committed output (the
     view ``eos consume --job`` shows) and the run's summary."""
     opts = {"data_dir": str(tmp_path / "data")}
@@ -133,11 +133,13 @@ def run_job(name, tmp_path, faults, guarantee="exactly-once"):
     with open_transport(**opts) as t:
         produce(t, source, encode_lines(data) if name == "wordcount" else encode_views(data))
     aligning = [f["task"] for f in faults if f["point"] == "task.aligning"]
+    if hold_until is not None:   # hold source 1 until this task's first attempt died
+        aligning.append(hold_until)
     assert all(f["task"] != HOLD["task"] for f in faults) or not aligning
     state = tmp_path / "state"
     run = start_pipeline(pipeline, guarantee=guarantee, commit_every=COMMIT_EVERY,
                          commit_interval=NO_TIMER, poll_records=POLL, state_dir=str(state),
-                         fault=faults + [HOLD] if aligning else faults, **opts)
+                         fault=faults + [HOLD] if aligning else faults, **options, **opts)
     try:
         if aligning:
             _release_when_crashed(run, state / pipeline.name, aligning[0])
@@ -175,6 +177,31 @@ def test_wordcount_exactly_once_survives_a_crash(point, task, hit, tmp_path):
 def test_three_stages_exactly_once_survive_a_crash(point, task, hit, tmp_path):
     views, records, crashed, summary = run_crashing("pageviews", tmp_path, point, task, hit)
     assert crashed["attempt"] == 1, "the crash point did not fire"
+    check_pageviews_exactly_once(records, views)
+
+
+# Crashes of the intermediate and sink stages while their one-byte buffers overflow: every
+# early arrival is skipped and read again (aligner R8) while tasks die and rewind. Source 1
+# is held (as for task.aligning) until the crash happened, so source 0's output past its
+# first checkpoint surely arrives early: the overflow path surely runs.
+OVERFLOW_CASES = [
+    ("task.mid_version", INTERMEDIATE, 3),
+    ("task.checkpoint.after_commit", INTERMEDIATE, 2),
+    ("task.checkpoint.mid_marker_fanout", INTERMEDIATE, 2),
+    ("task.mid_version", 4, 3),
+    ("task.checkpoint.after_store", 4, 2),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point,task,hit", OVERFLOW_CASES)
+def test_three_stages_exactly_once_survive_a_crash_while_buffers_overflow(point, task, hit,
+                                                                          tmp_path):
+    views, records, summary = run_job(
+        "pageviews", tmp_path, [{"point": point, "task": task, "hit": hit, "attempt": 0}],
+        hold_until=task, buffer_max_bytes=1)
+    assert summary.tasks[task]["attempt"] == 1, "the crash point did not fire"
+    assert sum(t["overflowed"] for t in summary.tasks) > 0, "nothing overflowed"
     check_pageviews_exactly_once(records, views)
 
 
