@@ -1,0 +1,9 @@
+"""Fault-injection experiments: a workload runs under a fault schedule, its committed output
+is checked against an independent oracle, and a report says what happened
+(docs/experiments.md; the command is ``eos experiment``)."""
+
+from __future__ import annotations
+
+from .workloads import BUILTIN, Expected, Workload, load_workload
+
+__all__ = ["BUILTIN", "Expected", "Workload", "load_workload"]

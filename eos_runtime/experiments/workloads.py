@@ -1,0 +1,291 @@
+"""Workloads for experiments: a pipeline, a seeded input generator, an independent oracle.
+
+A workload's oracle says what the committed output must be, computed from the generated
+input alone: plain Python over the input records, never the runtime's steps, state or
+planner, so a bug in the runtime cannot hide in the expectation. The two built-in
+workloads are the pipelines of ``examples/wordcount.py`` and ``examples/pageviews.py``
+(the same steps, shipped here so an installed package has them); any pipeline file
+becomes one by defining ``generate(seed, n)`` and ``oracle(records)`` beside its pipeline
+(docs/experiments.md):
+
+    def generate(seed, n):        # the input: n source values, the same for the same seed
+        rng = random.Random(seed)
+        return [...]
+
+    def oracle(records):          # records: what generate returned
+        return {key: [value, ...]}   # the sink's results per key, in order
+
+Keys and values are as the sink's formats decode them (``utf8``: str, ``json``: the
+object). The oracle may instead return an ``Expected`` to compare only a part of each
+value (``identity``) and check the rest record by record (``check``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import runpy
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate, pairwise
+from pathlib import Path
+from typing import Any
+
+from ..api import FORMATS, Pipeline, Sink, Source
+from ..errors import ConfigError, PipelineFileError
+
+__all__ = ["Expected", "Workload", "BUILTIN", "load_workload", "wordcount_pipeline",
+           "pageviews_pipeline", "word_lines", "page_views", "wordcount_expected",
+           "pageviews_expected", "encode_values"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The committed output a correct run must have.
+
+    ``results``: per key, the values the sink must have written for it, in order (as
+    ``identity`` maps them, when given). ``identity``: the part of a value that must
+    match; the rest may differ between correct runs (the order in which a task merges
+    its producers' records, say) and is checked by ``check(key, values)``, which gets a
+    key's committed values in order and returns one line per value no correct run could
+    have written."""
+
+    results: dict[Any, list[Any]]
+    identity: Callable[[Any], Any] | None = None
+    check: Callable[[Any, list[Any]], list[str]] | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    make_pipeline: Callable[[], Pipeline]              # a fresh Pipeline (runs rename it)
+    generate: Callable[[int, int], list[Any]]          # (seed, n) -> source values
+    oracle: Callable[[list[Any]], Expected]            # source values -> expected output
+    source_partitions: int = 2
+    origin: str = "built in"                           # or the pipeline file's path
+
+    def input_bytes(self, values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
+        return encode_values(values, pipeline)
+
+
+def encode_values(values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
+    """Source values as the pipeline's source format writes them."""
+    start = pipeline.segments[0].start if pipeline.segments else None
+    if not isinstance(start, Source):
+        raise ConfigError(f"pipeline {pipeline.name!r} has no source")
+    encode = FORMATS[start.value_format][0]
+    return [encode(v) for v in values]
+
+
+Decoder = Callable[[bytes], Any]
+
+
+def sink_formats(pipeline: Pipeline) -> tuple[Decoder | None, Decoder]:
+    """Decoders of the sink's key (None: unkeyed) and value."""
+    end = pipeline.segments[-1].end if pipeline.segments else None
+    if not isinstance(end, Sink):
+        raise ConfigError(f"pipeline {pipeline.name!r} has no sink")
+    key = FORMATS[end.key_format][1] if end.key_format else None
+    return key, FORMATS[end.value_format][1]
+
+
+# --------------------------------------------------------------------------- wordcount
+
+#: The vocabulary of the wordcount workload (small: every word is counted many times).
+WORDS = "apple banana cherry date elder fig grape hazel iris juniper kiwi lemon".split()
+
+
+def word_lines(n: int, seed: int = 7) -> list[str]:
+    """``n`` lines of 1 to 8 words from ``WORDS``; the same for the same seed."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))) for _ in range(n)]
+
+
+def wordcount_expected(lines: Sequence[str]) -> Expected:
+    """Each word seen n times has the counts "1", "2", ..., "n", in that order."""
+    seen = Counter(w for line in lines for w in line.split())
+    return Expected({word: [str(i) for i in range(1, n + 1)] for word, n in seen.items()})
+
+
+def count(word: str, state: Any) -> str:
+    n = state.get("count", 0) + 1
+    state.set("count", n)
+    return str(n)
+
+
+def _word(word: str) -> str:
+    return word
+
+
+def wordcount_pipeline() -> Pipeline:
+    """examples/wordcount.py: split lines, shuffle by word, count per word."""
+    pipeline = Pipeline("wordcount", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2)
+    (pipeline.source("lines", value="utf8")
+        .flat_map(str.split)
+        .key_by(_word)
+        .map(count, stateful=True)
+        .sink("counts", key="utf8", value="utf8"))
+    return pipeline
+
+
+# --------------------------------------------------------------------------- pageviews
+
+def page_views(n: int, seed: int = 11) -> list[dict[str, str]]:
+    """``n`` views ``{"user": "u0".."u29", "page": "/p0".."/p9"}``."""
+    rng = random.Random(seed)
+    return [{"user": f"u{rng.randint(0, 29)}", "page": f"/p{rng.randint(0, 9)}"}
+            for _ in range(n)]
+
+
+def _views_part(value: str) -> int:
+    return int(value.split(":", 1)[0])
+
+
+def pageviews_expected(views: Sequence[dict[str, str]]) -> Expected:
+    """Per page: views "1".."n" in order (the part before the colon), and every record's
+    visitor count one that the page's views give in some order.
+
+    The exact visitor counts are not a function of the input: the last stage merges its
+    producers' records in the order they arrive. What every order keeps, record by
+    record: a user's first view of a page reaches the page's task before the user's other
+    views of it (one task handles the user, one channel carries the page), so the count
+    starts at 1, grows by 0 or 1 per view, ends at the page's distinct users, and after k
+    views with v visitors the k - v repeat views fit those v users: at most the repeats
+    of the v users who viewed the page most."""
+    users: dict[str, Counter[str]] = defaultdict(Counter)
+    for v in views:
+        users[v["page"]][v["user"]] += 1
+
+    def check(page: Any, values: list[Any]) -> list[str]:
+        seen = users[page]
+        problems = []
+        counts = [0] + [int(v.split(":", 1)[1]) for v in values]
+        # most repeat views v visitors can have made: v = 0, 1, ..., distinct users
+        repeats = list(accumulate(sorted((c - 1 for c in seen.values()), reverse=True),
+                                  initial=0))
+        for k, (before, after) in enumerate(pairwise(counts), 1):
+            if after - before not in (0, 1):
+                problems.append(f"{page}: visitors {before} -> {after} at view {k}")
+            elif k - after > repeats[min(after, len(seen))]:
+                problems.append(f"{page}: {after} visitors after {k} views, but those can have "
+                                f"made at most {repeats[min(after, len(seen))]} repeat views")
+        if counts[-1] != len(seen):
+            problems.append(f"{page}: {counts[-1]} visitors in the last record, "
+                            f"expected {len(seen)}")
+        return problems
+
+    results = {page: list(range(1, sum(seen.values()) + 1)) for page, seen in users.items()}
+    return Expected(results, identity=_views_part, check=check)
+
+
+def _user(view: dict[str, str]) -> str:
+    return view["user"]
+
+
+def _page(visit: dict[str, Any]) -> str:
+    return str(visit["page"])
+
+
+def first_visit(view: dict[str, str], state: Any) -> dict[str, Any]:
+    pages = state.get("pages", [])
+    new = view["page"] not in pages
+    if new:
+        state.set("pages", pages + [view["page"]])
+    return {"page": view["page"], "new_visitor": new}
+
+
+def page_total(visit: dict[str, Any], state: Any) -> str:
+    views = state.get("views", 0) + 1
+    visitors = state.get("visitors", 0) + (1 if visit["new_visitor"] else 0)
+    state.set("views", views)
+    state.set("visitors", visitors)
+    return f"{views}:{visitors}"
+
+
+def pageviews_pipeline() -> Pipeline:
+    """examples/pageviews.py: views -> per-user first visits -> per-page totals."""
+    pipeline = Pipeline("pageviews", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2)
+    (pipeline.source("pageviews", value="json")
+        .key_by(_user)
+        .map(first_visit, stateful=True)
+        .key_by(_page)
+        .map(page_total, stateful=True)
+        .sink("page-totals", key="utf8", value="utf8"))
+    return pipeline
+
+
+BUILTIN: dict[str, Workload] = {
+    "wordcount": Workload(
+        "wordcount", "word count: two stages, state in the second (examples/wordcount.py)",
+        wordcount_pipeline, lambda seed, n: word_lines(n, seed), wordcount_expected),
+    "pageviews": Workload(
+        "pageviews", "page views: three stages, state in two, several producers per channel "
+        "(examples/pageviews.py)",
+        pageviews_pipeline, lambda seed, n: page_views(n, seed), pageviews_expected),
+}
+
+
+# --------------------------------------------------------------------------- user files
+
+def load_workload(name_or_path: str) -> Workload:
+    """A built-in workload by name, or a pipeline file defining ``generate`` and ``oracle``."""
+    if name_or_path in BUILTIN:
+        return BUILTIN[name_or_path]
+    path = Path(name_or_path)
+    if not path.suffix == ".py":
+        raise ConfigError(f"unknown workload {name_or_path!r}: use one of "
+                          f"{', '.join(sorted(BUILTIN))}, or a pipeline file (.py) that "
+                          f"defines generate(seed, n) and oracle(records)")
+    from ..runner import load_pipeline
+
+    load_pipeline(path)   # the file's own errors, named as `eos run` names them
+    try:
+        namespace = runpy.run_path(str(path), run_name="eos_pipeline")
+    except Exception as exc:  # it ran once already; a file that raises only sometimes
+        raise PipelineFileError(f"{path}: {type(exc).__name__}: {exc} (raised while loading "
+                                f"the pipeline file again)", path=str(path)) from exc
+    missing = [f"{fn}({args})" for fn, args in (("generate", "seed, n"), ("oracle", "records"))
+               if not callable(namespace.get(fn))]
+    if missing:
+        raise ConfigError(f"workload file {str(path)!r} does not define {' and '.join(missing)}: "
+                          f"an experiment needs both beside the pipeline (docs/experiments.md)")
+    generate, user_oracle = namespace["generate"], namespace["oracle"]
+
+    def make_pipeline() -> Pipeline:
+        return load_pipeline(path)
+
+    def oracle(records: list[Any]) -> Expected:
+        found = user_oracle(records)
+        if isinstance(found, Expected):
+            return found
+        if not isinstance(found, dict) or not all(isinstance(v, list | tuple)
+                                                  for v in found.values()):
+            raise ConfigError(f"{path}: oracle(records) must return a dict of key -> list of "
+                              f"values (or an Expected), not {type(found).__name__}")
+        return Expected({k: list(v) for k, v in found.items()})
+
+    def gen(seed: int, n: int) -> list[Any]:
+        values = generate(seed, n)
+        try:
+            return list(values)
+        except TypeError:
+            raise ConfigError(f"{path}: generate(seed, n) must return a list of source values, "
+                              f"not {type(values).__name__}") from None
+
+    parts = namespace.get("SOURCE_PARTITIONS", 2)
+    if type(parts) is not int or parts < 1:
+        raise ConfigError(f"{path}: SOURCE_PARTITIONS must be a positive integer, not {parts!r}")
+    pipeline = make_pipeline()
+    return Workload(pipeline.name, (namespace.get("__doc__") or "").strip().split("\n")[0],
+                    make_pipeline, gen, oracle, source_partitions=parts, origin=str(path))
+
+
+def hashable(value: Any) -> Any:
+    """Values the sink decodes to dicts or lists (json, msgpack) compared by content."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return value

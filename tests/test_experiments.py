@@ -1,0 +1,94 @@
+"""Experiments: workloads and their oracles, the verifier, fault schedules, `eos experiment`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.errors import ConfigError
+from eos_runtime.experiments.workloads import (
+    BUILTIN,
+    load_workload,
+    wordcount_expected,
+)
+from eos_runtime.plan import describe_plan, plan_job
+from eos_runtime.runner import load_pipeline
+from eos_runtime.transport import TopicSpec, open_transport
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+# --------------------------------------------------------------------------- workloads
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_builtin_workloads_plan_like_the_examples(name, tmp_path):
+    """The package ships the examples' pipelines: the same stages, steps and topics."""
+    workload = BUILTIN[name]
+    with open_transport(data_dir=str(tmp_path)) as t:
+        ours, theirs = workload.make_pipeline(), load_pipeline(EXAMPLES / f"{name}.py")
+        t.create_topics([TopicSpec(ours.source_topic, 2)])
+        assert ours.name == theirs.name
+        assert describe_plan(plan_job(ours, t)) == describe_plan(plan_job(theirs, t))
+
+
+def test_generators_are_seeded():
+    wc = BUILTIN["wordcount"]
+    assert wc.generate(3, 50) == wc.generate(3, 50) != wc.generate(4, 50)
+    assert wc.generate(3, 20) == wc.generate(3, 50)[:20]
+
+
+def test_wordcount_oracle_counts_from_the_input_alone():
+    expected = wordcount_expected(["a b a", "b"])
+    assert expected.results == {"a": ["1", "2"], "b": ["1", "2"]}
+
+
+# --------------------------------------------------------------------------- user workloads
+
+USER_FILE = '''"""Even numbers, counted per parity."""
+import random
+from eos_runtime import Pipeline
+
+pipeline = Pipeline("parity", parallelism=1)
+
+def count(n, state):
+    c = state.get("c", 0) + 1
+    state.set("c", c)
+    return str(c)
+
+(pipeline.source("numbers", value="json")
+    .key_by(lambda n: "even" if n % 2 == 0 else "odd")
+    .map(count, stateful=True)
+    .sink("parity-counts", key="utf8", value="utf8"))
+
+def generate(seed, n):
+    rng = random.Random(seed)
+    return [rng.randint(0, 100) for _ in range(n)]
+
+def oracle(records):
+    out = {}
+    for n in records:
+        key = "even" if n % 2 == 0 else "odd"
+        out.setdefault(key, []).append(str(len(out.get(key, [])) + 1))
+    return out
+'''
+
+
+def test_a_user_pipeline_file_is_a_workload(tmp_path):
+    path = tmp_path / "parity.py"
+    path.write_text(USER_FILE)
+    w = load_workload(str(path))
+    assert w.name == "parity" and w.description == "Even numbers, counted per parity."
+    records = w.generate(1, 10)
+    assert records == w.generate(1, 10)
+    expected = w.oracle(records)
+    assert sum(len(v) for v in expected.results.values()) == 10
+
+
+def test_unknown_workloads_and_incomplete_files_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="unknown workload 'wordcont'.*pageviews, wordcount"):
+        load_workload("wordcont")
+    path = tmp_path / "half.py"
+    path.write_text(USER_FILE.split("def generate")[0])
+    with pytest.raises(ConfigError, match=r"does not define generate\(seed, n\) and oracle"):
+        load_workload(str(path))
