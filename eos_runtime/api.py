@@ -332,14 +332,14 @@ class Pipeline:
     def source_topic(self) -> str:
         start = self._segments[0].start if self._segments else None
         if not isinstance(start, Source):
-            raise ConfigError(f"pipeline {self.name!r} has no source")
+            raise ConfigError(f"pipeline {self.name!r} has no source: call pipeline.source(...)")
         return start.topic
 
     @property
     def sink_topic(self) -> str:
         end = self._segments[-1].end if self._segments else None
         if not isinstance(end, Sink):
-            raise ConfigError(f"pipeline {self.name!r} has no sink")
+            raise ConfigError(f"pipeline {self.name!r} has no sink: end it with .sink(topic)")
         return end.topic
 
     def rename(self, name: str, *, source: str | None = None, sink: str | None = None) -> None:

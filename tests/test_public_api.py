@@ -10,8 +10,19 @@ from eos_runtime.protocol import wire
 
 
 def test_top_level_api():
-    assert sorted(eos_runtime.__all__) == sorted(["EosError", "Pipeline", "State", "errors",
-                                                  "open_transport", "__version__"])
+    assert sorted(eos_runtime.__all__) == sorted(["EosError", "Pipeline", "PipelineRun",
+                                                  "RunSummary", "State", "errors",
+                                                  "load_pipeline", "open_transport",
+                                                  "run_pipeline", "start_pipeline",
+                                                  "__version__"])
+    for name in eos_runtime.__all__:
+        assert hasattr(eos_runtime, name)
+
+
+def test_testing_api():
+    from eos_runtime import testing
+
+    assert sorted(testing.__all__) == ["TestRun", "run_steps"]
 
 
 def test_transport_api():

@@ -1,0 +1,231 @@
+"""Run a pipeline's steps in-process, without Spark or a log: unit tests of user functions.
+
+    from eos_runtime.testing import TestRun, run_steps
+
+    assert run_steps(pipeline, ["a b a"]) == [("a", "1"), ("b", "1"), ("a", "2")]
+
+    with TestRun(pipeline) as test:
+        assert test.send(["a b"]) == [("a", "1"), ("b", "1")]
+        assert test.send(["a"]) == [("a", "2")]     # state carries over between sends
+
+Each stage's steps run in the runtime's own step chain (``runtime/operators.Chain``), and
+stateful steps keep their state in a real RocksDB task store in a temporary directory,
+one per stage, as a task's are. What happens to a record on its way is what happens in
+a task: the source's formats decode it, a ``key_by`` encodes its key (str, bytes or int)
+and sends the value to the next stage as msgpack (a tuple arrives as a list), and the
+sink's formats encode it. ``send`` returns the sink's records read back with the sink's
+formats: ``(key, value)``, the key None when the sink has no key format.
+
+What it leaves out: the log, Spark, parallelism (one task per stage, so the output is in
+the order one task per stage would write it; on a cluster only the order per key is
+kept), checkpoints, restarts and dead letters. A function that raises makes ``send``
+raise ``UserFunctionError`` naming the step (the function's exception is its
+``__cause__``), and that whole ``send`` changes no state, as a task that stops on a
+record commits nothing past it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .api import FORMATS, Pipeline, Shuffle, Sink, Source, _Segment
+from .errors import ConfigError, UserFunctionError
+from .protocol.wire import CheckpointData
+from .runtime.operators import Chain, decode_key, encode_key
+from .state import TaskStore
+
+__all__ = ["TestRun", "run_steps"]
+
+_pack, _unpack = FORMATS["msgpack"]
+
+# What each format can write, for messages.
+_TAKES = {
+    "bytes": "bytes",
+    "utf8": "a str",
+    "json": "a JSON-serializable value",
+    "msgpack": "None, bool, int, float, str, bytes, or lists and dicts of those",
+}
+
+
+def run_steps(pipeline: Pipeline, records: Iterable[Any]) -> list[tuple[Any, Any]]:
+    """``records`` through every step of ``pipeline`` with fresh state; the sink's records
+    as ``(key, value)``. ``TestRun`` keeps the state across several calls."""
+    with TestRun(pipeline) as test:
+        return test.send(records)
+
+
+class _Stage:
+    def __init__(self, segment: _Segment, index: int, directory: Path) -> None:
+        self.index = index
+        steps = tuple(segment.steps)
+        stores = tuple(f"step{i}" for i, s in enumerate(steps) if s.stateful)  # as plan.py
+        self.store = TaskStore(directory / f"stage-{index}", stores) if stores else None
+        self.chain = Chain(steps, self.store)
+        self.end = segment.end
+
+
+class TestRun:
+    """A pipeline's steps, in this process, with state that lasts until ``close()``.
+
+    ``send(records)`` runs records through every stage and returns the sink's records.
+    Records are the source's decoded values (what its value format gives: a str for
+    ``utf8``, any JSON value for ``json``, ...); for a source with a key format, each
+    record is a ``(key, value)`` pair, the key None for a record without one.
+    """
+
+    __test__ = False    # not a pytest test class, whatever the name says
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        segments = pipeline.segments
+        if not segments:
+            raise ConfigError(f"pipeline {pipeline.name!r} has no source: call "
+                              f"pipeline.source(...)")
+        if not isinstance(segments[-1].end, Sink):
+            raise ConfigError(f"pipeline {pipeline.name!r} has no sink: end it with "
+                              f".sink(topic)")
+        source = segments[0].start
+        assert isinstance(source, Source)
+        self.pipeline = pipeline
+        self._source = source
+        self.directory = tempfile.mkdtemp(prefix=f"eos-testrun-{pipeline.name}-")
+        self._stages: list[_Stage] = []
+        self._finalizer = weakref.finalize(self, _clean_up, self._stages, self.directory)
+        for index, segment in enumerate(segments):
+            self._stages.append(_Stage(segment, index, Path(self.directory)))
+        self._sends = 0
+
+    # ------------------------------------------------------------------ the public side
+
+    def send(self, records: Iterable[Any]) -> list[tuple[Any, Any]]:
+        """Run ``records`` through the pipeline, in order; returns the sink's records as
+        ``(key, value)``. State persists to the next ``send``; a ``send`` that raises
+        keeps none of its own changes."""
+        if not self._finalizer.alive:
+            raise ConfigError("this TestRun is closed: make a new one")
+        if isinstance(records, (str, bytes, bytearray, dict, tuple)):
+            raise ConfigError(f"TestRun.send takes a list of records, not a single "
+                              f"{type(records).__name__}: send([record])")
+        out: list[tuple[Any, Any]] = []
+        try:
+            for record in records:
+                key, value = self._decode_input(record)
+                kb = encode_key(key) if key is not None else None
+                self._through(0, key, kb, value, out)
+        except BaseException:
+            for stage in self._stages:
+                if stage.store is not None:
+                    stage.store.discard()
+            raise
+        self._sends += 1
+        for stage in self._stages:
+            if stage.store is not None:
+                stage.store.commit(CheckpointData(self._sends, 0, self._sends))
+        return out
+
+    def close(self) -> None:
+        """Close the state stores and remove their temporary directory."""
+        self._finalizer()
+
+    def __enter__(self) -> TestRun:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the record path
+
+    def _decode_input(self, record: Any) -> tuple[Any, Any]:
+        """A test record as a task would see it: through the source's formats."""
+        src = self._source
+        if src.key_format is None:
+            key, value = None, record
+        else:
+            if not (isinstance(record, tuple) and len(record) == 2):
+                raise ConfigError(f"source {src.topic!r} has a key format: send (key, value) "
+                                  f"pairs, not {record!r}")
+            key, value = record
+            kf = src.key_format
+            if key is not None:
+                key = _round_trip(kf, key, lambda why: ConfigError(
+                    f"record {record!r}: its key cannot be a key of source {src.topic!r} (key "
+                    f"format {kf!r} takes {_TAKES[kf]}): {why}"))
+        value = _round_trip(src.value_format, value, lambda why: ConfigError(
+            f"record {record!r} cannot be a record of source {src.topic!r} (value format "
+            f"{src.value_format!r} takes {_TAKES[src.value_format]}): {why}"))
+        return key, value
+
+    def _through(self, index: int, key: Any, kb: bytes | None, value: Any,
+                 out: list[tuple[Any, Any]]) -> None:
+        stage = self._stages[index]
+        outs = stage.chain.run(kb, value)
+        if not outs:
+            return
+        end = stage.end
+        if isinstance(end, Shuffle):
+            name = getattr(end.key_fn, "__name__", "key_by")
+            try:  # every key first, as the runtime: a record whose key_by raises sends nothing
+                raw_keys = [end.key_fn(v) for v in outs]
+            except Exception as exc:
+                raise UserFunctionError(f"key_by({name}) raised {type(exc).__name__}: "
+                                        f"{exc}") from exc
+            try:
+                keys = [encode_key(k) for k in raw_keys]
+            except UserFunctionError as exc:
+                raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from exc
+            for next_kb, v in zip(keys, outs, strict=True):
+                carried = _round_trip("msgpack", v, _channel_error(v, index + 1, name))
+                self._through(index + 1, decode_key(next_kb), next_kb, carried, out)
+        else:
+            assert isinstance(end, Sink)
+            for v in outs:
+                out.append(_sink_record(end, key, v))
+
+
+def _channel_error(value: Any, stage: int, key_by: str) -> Callable[[str], Exception]:
+    def error(why: str) -> Exception:
+        return UserFunctionError(
+            f"the value {value!r} cannot go to stage {stage} (after .key_by({key_by})): values "
+            f"travel between stages as msgpack, which takes {_TAKES['msgpack']} ({why})")
+    return error
+
+
+def _sink_record(sink: Sink, key: Any, value: Any) -> tuple[Any, Any]:
+    """What the sink topic would hold, read back with the sink's formats."""
+    if sink.key_format is not None and key is not None:
+        fmt = sink.key_format
+        key = _round_trip(fmt, key, lambda why: UserFunctionError(
+            f"sink {sink.topic!r}: the key {key!r} does not fit the key format {fmt!r}, which "
+            f"takes {_TAKES[fmt]}: key the stream by one, or choose another format ({why})"))
+    else:
+        key = None
+    fmt = sink.value_format
+    value = _round_trip(fmt, value, lambda why: UserFunctionError(
+        f"sink {sink.topic!r}: the value {value!r} does not fit the value format {fmt!r}, "
+        f"which takes {_TAKES[fmt]}: make the last step return one, or choose another "
+        f"format ({why})"))
+    return key, value
+
+
+def _round_trip(fmt: str, obj: Any, error: Callable[[str], Exception]) -> Any:
+    encode, decode = FORMATS[fmt]
+    try:
+        raw = encode(obj)
+        if not isinstance(raw, (bytes, bytearray)):
+            raise TypeError(f"{type(obj).__name__} is not bytes")
+        return decode(bytes(raw))
+    except Exception as exc:
+        raise error(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _clean_up(stages: list[_Stage], directory: str) -> None:
+    for stage in stages:
+        if stage.store is not None:
+            stage.store.close()
+    shutil.rmtree(directory, ignore_errors=True)
