@@ -4,6 +4,8 @@ is checked against an independent oracle, and a report says what happened
 
 from __future__ import annotations
 
+from .verify import Verdict, compare, verify_output
 from .workloads import BUILTIN, Expected, Workload, load_workload
 
-__all__ = ["BUILTIN", "Expected", "Workload", "load_workload"]
+__all__ = ["BUILTIN", "Expected", "Verdict", "Workload", "compare", "load_workload",
+           "verify_output"]

@@ -1,0 +1,201 @@
+"""The verifier: committed output, read as a reader reads it, against a workload's oracle.
+
+Per key it counts results
+
+- **lost**: expected and missing;
+- **duplicated**: expected, but there more often than expected;
+- **unexpected**: no correct run writes them (a value the oracle does not have, a key it
+  does not have, a value its ``check`` rejects);
+- **out of order**: there once, but not in the oracle's order (the fewest results that
+  would have to move).
+
+Exactly-once passes only with zero of each. At-least-once passes with nothing lost and
+no unexpected key; its duplicates are counted and reported, and so are the counts past
+the oracle's a replayed input makes in a stateful step (``unexpected`` values of known
+keys): that is what at-least-once does, not a failure of it.
+
+Reading is what a reader of the sink sees (``runtime/committed.read_output``: Kafka
+read_committed, the local log's commit records). Then the raw topic, every record the
+sink ever wrote, is read too: every committed record must be one of them, unchanged
+(``phantom`` otherwise, a failure), and the raw records the committed view leaves out
+(``hidden``: output of crashed or fenced attempts) are counted, with what the verdict on
+the raw records would have been, so a report shows what the commit protocol kept from
+the reader.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..transport import Record, Transport
+from .workloads import Expected, hashable
+
+__all__ = ["Verdict", "compare", "verify_output"]
+
+EXAMPLES = 5   # values shown per key and category in a report
+
+
+@dataclass
+class Verdict:
+    guarantee: str
+    passed: bool = False
+    keys: int = 0                  # the oracle's
+    expected: int = 0              # results the oracle expects
+    committed: int = 0             # results the reader sees
+    lost: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    out_of_order: int = 0
+    unexpected_keys: int = 0
+    bad_keys: list[dict[str, Any]] = field(default_factory=list)   # the first few, with examples
+    raw: dict[str, Any] | None = None    # the cross-check against every record written
+
+    def counts(self) -> dict[str, int]:
+        return {"lost": self.lost, "duplicated": self.duplicated,
+                "unexpected": self.unexpected, "out_of_order": self.out_of_order}
+
+    def reasons(self) -> list[str]:
+        """Why it failed, in words ([] when it passed)."""
+        if self.passed:
+            return []
+        out = [f"{n:,} {what.replace('_', '-')}" for what, n in self.counts().items() if n]
+        if self.unexpected_keys:
+            out.append(f"{self.unexpected_keys} unexpected keys")
+        if self.raw and self.raw.get("phantom"):
+            out.append(f"{self.raw['phantom']} committed records not in the topic")
+        return out or ["failed"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _longest_increasing(seq: list[int]) -> int:
+    tails: list[int] = []
+    for x in seq:
+        i = bisect.bisect_left(tails, x)
+        if i == len(tails):
+            tails.append(x)
+        else:
+            tails[i] = x
+    return len(tails)
+
+
+def _decoded(records: Iterable[Record], key_decode: Callable[[bytes], Any] | None,
+             value_decode: Callable[[bytes], Any]) -> tuple[dict[Any, list[Any]], list[str]]:
+    """Values per key in the order a reader meets them (a key's results share a partition)."""
+    by_key: dict[Any, list[Any]] = defaultdict(list)
+    bad: list[str] = []
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        try:
+            key = key_decode(r.key) if key_decode is not None and r.key is not None else None
+            value = value_decode(r.value) if r.value is not None else None
+        except Exception as exc:   # a result no oracle can expect, whatever the format raises
+            bad.append(f"partition {r.partition} offset {r.offset}: does not decode ({exc})")
+            continue
+        by_key[hashable(key)].append(value)
+    return by_key, bad
+
+
+def compare(expected: Expected, records: Iterable[Record], guarantee: str, *,
+            key_decode: Callable[[bytes], Any] | None,
+            value_decode: Callable[[bytes], Any]) -> Verdict:
+    """Count lost, duplicated, unexpected and out-of-order results of ``records``."""
+    v = Verdict(guarantee)
+    got, undecodable = _decoded(records, key_decode, value_decode)
+    want = {hashable(k): [hashable(x) for x in xs] for k, xs in expected.results.items()}
+    v.keys = len(want)
+    v.expected = sum(len(xs) for xs in want.values())
+    v.committed = sum(len(xs) for xs in got.values()) + len(undecodable)
+    v.unexpected += len(undecodable)
+    if undecodable:
+        v.bad_keys.append({"key": None, "unexpected": len(undecodable),
+                           "examples": undecodable[:EXAMPLES]})
+    ident = expected.identity
+    for key in sorted(set(want) | set(got), key=repr):
+        values = got.get(key, [])
+        if key not in want:
+            v.unexpected_keys += 1
+            v.unexpected += len(values)
+            _note(v, key, {"unexpected": len(values), "examples": {
+                "unexpected": [repr(x) for x in values[:EXAMPLES]]}})
+            continue
+        wanted = want[key]
+        positions: dict[Any, list[int]] = defaultdict(list)
+        for i, x in enumerate(wanted):
+            positions[x].append(i)
+        used: Counter[Any] = Counter()
+        firsts: list[int] = []
+        dup: list[Any] = []
+        odd: list[Any] = []
+        for value in values:
+            try:
+                x = hashable(ident(value)) if ident is not None else hashable(value)
+            except Exception:   # the identity cannot even read it: not a result of this job
+                odd.append(value)
+                continue
+            slots = positions.get(x)
+            if slots is None:
+                odd.append(value)
+            elif used[x] < len(slots):
+                firsts.append(slots[used[x]])
+                used[x] += 1
+            else:
+                dup.append(value)
+        lost = len(wanted) - len(firsts)
+        disorder = len(firsts) - _longest_increasing(firsts)
+        problems: list[str] = []
+        if expected.check is not None and not (lost or dup or odd or disorder):
+            problems = expected.check(key, values)
+        if lost or dup or odd or disorder or problems:
+            missing = Counter(wanted) - Counter(wanted[i] for i in firsts)
+            _note(v, key, {"expected": len(wanted), "committed": len(values), "lost": lost,
+                           "duplicated": len(dup), "unexpected": len(odd) + len(problems),
+                           "out_of_order": disorder, "examples": {
+                               "lost": [repr(x) for x in list(missing.elements())[:EXAMPLES]],
+                               "duplicated": [repr(x) for x in dup[:EXAMPLES]],
+                               "unexpected": ([repr(x) for x in odd[:EXAMPLES]]
+                                              + problems[:EXAMPLES])}})
+        v.lost += lost
+        v.duplicated += len(dup)
+        v.unexpected += len(odd) + len(problems)
+        v.out_of_order += disorder
+    if guarantee == "exactly-once":
+        v.passed = not (v.lost or v.duplicated or v.unexpected or v.out_of_order)
+    else:
+        v.passed = not (v.lost or v.unexpected_keys)
+    return v
+
+
+def _note(v: Verdict, key: Any, entry: dict[str, Any]) -> None:
+    if len(v.bad_keys) < 20:
+        v.bad_keys.append({"key": key, **entry})
+
+
+def verify_output(transport: Transport, topic: str, job: str, expected: Expected,
+                  guarantee: str, *, key_decode: Callable[[bytes], Any] | None,
+                  value_decode: Callable[[bytes], Any]) -> Verdict:
+    """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
+    record the topic holds."""
+    from ..runtime.committed import read_output
+
+    committed = read_output(transport, topic, job=job)
+    verdict = compare(expected, committed, guarantee, key_decode=key_decode,
+                      value_decode=value_decode)
+    raw = read_output(transport, topic, committed=False)
+    by_place = {(r.partition, r.offset): r for r in raw}
+    phantom = 0
+    for r in committed:
+        found = by_place.get((r.partition, r.offset))
+        if found is None or found.key != r.key or found.value != r.value:
+            phantom += 1
+    raw_verdict = compare(expected, raw, guarantee, key_decode=key_decode,
+                          value_decode=value_decode)
+    verdict.raw = {"records": len(raw), "hidden": len(raw) - (len(committed) - phantom),
+                   "phantom": phantom, **{f"raw_{k}": n for k, n in raw_verdict.counts().items()}}
+    if phantom:
+        verdict.passed = False
+    return verdict
