@@ -20,7 +20,15 @@ def main() -> None:
 main.add_command(kafka_group)
 
 # `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
-from .cli_pipeline import consume_cmd, produce_cmd, run_cmd, stop_cmd  # noqa: E402
+from .cli_pipeline import (  # noqa: E402
+    consume_cmd,
+    json_error,
+    json_mode,
+    json_option,
+    produce_cmd,
+    run_cmd,
+    stop_cmd,
+)
 
 main.add_command(run_cmd)
 main.add_command(produce_cmd)
@@ -35,7 +43,7 @@ main.add_command(stop_cmd)
               help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
 @click.option("--records", default=20_000, show_default=True, type=click.IntRange(1),
               help="Envelopes per round trip.")
-@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
+@json_option("Print a machine-readable summary.")
 def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
     """Round trip of protocol records through the local log (and Kafka, with a transaction
     check)."""
@@ -65,7 +73,7 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
               help="Text lines to count words in.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
               default="exactly-once", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary.")
+@json_option("Print a machine-readable summary.")
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
          as_json: bool) -> None:
     """The main job: word count end to end on Spark, output verified against an oracle."""
@@ -99,14 +107,24 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
 
 
 def run() -> None:
-    """Console entry point: project errors become one clear line and exit code 1."""
+    """Console entry point: project errors become one clear line and exit code 1 (with
+    ``--json``, also a JSON error object on stdout)."""
+    json_mode["on"] = False
     try:
         main(standalone_mode=False)
     except EosError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _fail(f"{exc}", type(exc).__name__)
         sys.exit(1)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
+        if json_mode["on"]:
+            click.echo(json_error(exc.format_message(), type(exc).__name__))
         exc.show()
         sys.exit(exc.exit_code)
+
+
+def _fail(message: str, kind: str) -> None:
+    if json_mode["on"]:
+        click.echo(json_error(message, kind))
+    click.echo(f"error: {message}", err=True)

@@ -60,6 +60,30 @@ def generate_words(count: int, seed: int = 0, *, min_words: int = 1,
         yield " ".join(rng.choice(WORDS) for _ in range(n))
 
 
+# --------------------------------------------------------------------------- --json
+
+#: Set once a command's ``--json`` flag is on: ``eos_runtime.cli.run`` then prints a
+#: failure as a JSON error object on stdout too, so ``eos ... --json | jq`` always gets one.
+json_mode = {"on": False}
+
+
+def _note_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        json_mode["on"] = True
+    return value
+
+
+def json_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json``: a machine-readable result on stdout, and on failure a JSON error object
+    (``{"ok": false, "error": ..., "type": ...}``)."""
+    return click.option("--json", "as_json", is_flag=True, callback=_note_json, help=help)
+
+
+def json_error(message: str, kind: str) -> str:
+    """The JSON error object a failed ``--json`` command prints on stdout."""
+    return json.dumps({"ok": False, "error": message, "type": kind})
+
+
 # --------------------------------------------------------------------------- transport options
 
 def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -228,8 +252,8 @@ def _summary_lines(summary: Any) -> list[str]:
                    "(at its HIT-th hit, default 1). See docs/faults.md for the points.")
 @click.option("--crash-task", type=click.IntRange(0), default=None, metavar="N",
               help="The task --crash-at arms (default 0).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the run summary as JSON at the end, and nothing else on stdout.")
+@json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
+             "failed run: a JSON error object).")
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
@@ -475,8 +499,7 @@ def _text(data: bytes | None) -> str | None:
                    "checkpoints committed is shown. (Kafka reads read_committed anyway.)")
 @click.option("--all", "read_all", is_flag=True,
               help="Read every record, uncommitted ones too.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print a JSON list of {partition, offset, key, value}.")
+@json_option("Print a JSON list of {partition, offset, key, value}.")
 @click.option("--count", "only_count", is_flag=True, help="Print only the number of records.")
 def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
                 job: str | None, read_all: bool, as_json: bool, only_count: bool) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
-from .errors import ConfigError, PipelineFileError, TopicNotFound
+from .errors import ConfigError, PipelineFileError, TaskFailed, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import ControlLog
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
@@ -263,8 +263,10 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
                         sink_partitions=sink_partitions, dead_letters=dead_letters)
+        # A user function raising on a record fails every retry the same way: the run
+        # ends at the first one (TaskFailed names the record and suggests dead letters).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
-                              app_name=f"eos:{plan.name}")
+                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed,))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded)
         create_job_topics(transport, plan)

@@ -3,6 +3,7 @@ and a mistake ends with one ``error: ...`` line and exit code 1, not a traceback
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -300,3 +301,124 @@ def test_librdkafka_logs_go_through_python_logging(closed_port, caplog):
     assert time.monotonic() - started < 10
     assert any("Connection refused" in r.getMessage() for r in caplog.records
                if r.name == "eos_runtime.transport.kafka.librdkafka")
+
+
+# ------------------------------------------------------------- errors that say what to change
+
+def run_error_line(p: subprocess.CompletedProcess) -> str:
+    """The ``error: ...`` line that ends a failed ``eos run``: the last line on stderr, with
+    no traceback before it (Spark's JVM may have printed its start-up warning)."""
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), p.stderr
+    assert "Traceback" not in p.stderr and sum(ln.startswith("error: ") for ln in lines) == 1, \
+        p.stderr
+    return lines[-1]
+
+
+def task_attempt(state: Path, job: str, task: int) -> int:
+    """The attempt number the task's last process ran as (from its pid file)."""
+    return int((state / job / f"task-{task}.pid").read_text().split()[1])
+
+
+WORDS_BY = '''
+from eos_runtime import Pipeline
+
+pipeline = Pipeline("{name}")
+
+def count(word, state):
+    n = state.get("n", 0) + 1
+    state.set("n", n)
+    {ret}
+
+(pipeline.source("lines", value="utf8")
+    .flat_map(str.split)
+    .key_by({key})
+    .map(count, stateful=True)
+    .sink("counts", key="utf8", value="utf8"))
+'''
+
+
+@pytest.fixture
+def fifty_lines(tmp_path):
+    data = tmp_path / "data"
+    p = eos("produce", "lines", "--generate", "words", "--count", "50", "--data-dir", str(data))
+    assert p.returncode == 0, p.stderr
+    return data
+
+
+def test_a_map_that_forgets_to_return_names_the_step_the_sink_and_the_format(tmp_path,
+                                                                           fifty_lines):
+    path = tmp_path / "noreturn.py"
+    path.write_text(WORDS_BY.format(name="noreturn", key="lambda w: w", ret="# no return"))
+    state = tmp_path / "state"
+    p = eos("run", str(path), "--data-dir", str(fifty_lines), "--state-dir", str(state))
+    err = run_error_line(p)
+    assert ("sink 'counts' value format utf8 cannot encode None (returned by map(count)): "
+            "return a str, or choose value='json'/'msgpack'") in err, err
+    assert "NoneType" not in err and "nothing past this record was committed" in err
+    # a retry would fail the same way: the first attempt was the only one
+    assert "not retried" in err and task_attempt(state, "noreturn", 2) == 0
+
+
+def test_an_int_key_into_a_utf8_key_sink_names_key_by_and_the_format(tmp_path, fifty_lines):
+    path = tmp_path / "intkey.py"
+    path.write_text(WORDS_BY.format(name="intkey", key="len", ret="return str(n)"))
+    p = eos("run", str(path), "--data-dir", str(fifty_lines),
+            "--state-dir", str(tmp_path / "state"))
+    err = run_error_line(p)
+    assert "sink 'counts' key format utf8 cannot encode int " in err, err
+    assert "(the key key_by returned): make the key a str, or choose key='json'/'msgpack'" in err
+
+
+def test_a_raising_function_stops_the_run_at_once_and_suggests_dead_letters(tmp_path,
+                                                                           fifty_lines):
+    path = tmp_path / "raises.py"
+    path.write_text(WORDS_BY.format(
+        name="raises", key="lambda w: w",
+        ret='if word == "alpha":\n        raise ValueError("no alpha")\n    return str(n)'))
+    state = tmp_path / "state"
+    p = eos("run", str(path), "--data-dir", str(fifty_lines), "--state-dir", str(state),
+            "--json")
+    err = run_error_line(p)
+    assert "step map(count) raised ValueError: no alpha" in err, err
+    assert "--dead-letters" in err and "not retried" in err
+    failed = int(err.split("task ", 1)[1].split()[0])
+    assert task_attempt(state, "raises", failed) == 0
+    # --json: stdout still holds one JSON document, the error
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["error"] == err[len("error: "):]
+    assert doc["type"] == "EngineError"
+
+
+@pytest.mark.parametrize("fmt, what, value, says", [
+    ("utf8", "value", None, "value format utf8 cannot encode None (returned by map(f)): return "
+                            "a str, or choose value='json'/'msgpack'"),
+    ("utf8", "value", b"raw", "value format utf8 cannot encode bytes b'raw' (returned by "
+                              "map(f)): return a str, or choose value='bytes'"),
+    ("bytes", "value", "text", "value format bytes cannot encode str 'text' (returned by "
+                               "map(f)): return bytes, or choose value='utf8'"),
+    ("json", "value", {1, 2}, "value format json cannot encode set {1, 2} (returned by map(f)) "
+                              "(TypeError: Object of type set is not JSON serializable): "
+                              "return JSON values"),
+    ("msgpack", "value", object, "value format msgpack cannot encode type <class 'object'>"),
+    ("utf8", "key", 7, "key format utf8 cannot encode int 7 (the key key_by returned): make the "
+                       "key a str, or choose key='json'/'msgpack'"),
+    ("json", "key", b"k", "key format json cannot encode bytes b'k' (the key key_by returned) "
+                          "(TypeError: Object of type bytes is not JSON serializable): make the "
+                          "key a str or an int, or choose key='msgpack'"),
+])
+def test_a_sink_format_error_names_the_sink_the_format_and_the_fix(fmt, what, value, says):
+    from eos_runtime.api import Sink
+    from eos_runtime.errors import UserFunctionError
+    from eos_runtime.runtime.outputs import SinkWriter
+
+    sink = SinkWriter(Sink("out", fmt if what == "key" else None,
+                           fmt if what == "value" else "utf8"), 1)
+    sink.value_origin, sink.key_origin = "returned by map(f)", "the key key_by returned"
+    ok = b"ok" if fmt == "bytes" else "ok"
+    key, values = (value, [ok]) if what == "key" else (None, [ok, value])
+    with pytest.raises(UserFunctionError) as info:
+        sink.write(key, b"k", values, 0)
+    assert f"sink 'out' {says}" in str(info.value), str(info.value)
+    assert len(sink) == 0   # nothing of the record is held

@@ -84,6 +84,7 @@ class EngineConfig:
     ``log_level``: Spark's log level (``ERROR`` by default). At ``ERROR`` and above
     Spark's per-attempt failure logs (a Java stack per failed attempt) are muted too:
     the engine reports the final failure itself, and a retried task sees its attempt.
+    ``fail_fast``: exception types not worth a retry (see the field).
     """
 
     master: str | None = None
@@ -92,6 +93,10 @@ class EngineConfig:
     conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     log_level: str = "ERROR"
+    #: Exception types that end the job at a task's first failure, unretried: failures
+    #: that a retry would only repeat (a user function raising on a record). The failing
+    #: attempt tells the driver, which cancels the job (``EngineError.retried`` False).
+    fail_fast: tuple[type[BaseException], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -265,10 +270,18 @@ _TAG = "eos-task-failure: "
 
 
 class _PartitionTask:
-    """The function Spark runs per partition (pickled by reference; ``fn`` by value)."""
+    """The function Spark runs per partition (pickled by reference; ``fn`` by value).
 
-    def __init__(self, fn: Callable[[TaskAttempt], bytes]) -> None:
+    ``report``: where the driver listens for fail-fast failures, ``(host, port, token)``;
+    ``fail_fast``: the exception types it wants to hear of (``EngineConfig.fail_fast``).
+    """
+
+    def __init__(self, fn: Callable[[TaskAttempt], bytes],
+                 report: tuple[str, int, str] | None = None,
+                 fail_fast: tuple[type[BaseException], ...] = ()) -> None:
         self.fn = fn
+        self.report = report
+        self.fail_fast = fail_fast
 
     def __call__(self, split: int, items: Any) -> list[bytes]:
         from pyspark import TaskContext
@@ -289,13 +302,82 @@ class _PartitionTask:
             # One machine-readable line in the traceback Spark ships to the driver: the
             # driver learns the task index and attempt from it (Spark 4 rethrows the
             # worker's PythonException without naming the task).
+            tag = {"index": index, "attempt": attempt, "type": type(exc).__name__,
+                   "message": str(exc)}
             try:
-                exc.add_note(_TAG + json.dumps({
-                    "index": index, "attempt": attempt, "type": type(exc).__name__,
-                    "message": str(exc)}))
+                exc.add_note(_TAG + json.dumps(tag))
             except Exception:  # pragma: no cover - exotic exception objects
                 pass
+            if self.report is not None and self.fail_fast and isinstance(exc, self.fail_fast):
+                import traceback
+
+                _report_fail_fast(self.report, {**tag, "traceback": traceback.format_exc()})
             raise
+
+
+def _report_fail_fast(report: tuple[str, int, str], tag: dict[str, Any],
+                      timeout: float = 5.0) -> None:
+    """Tell the driver this failure is not worth a retry, before Spark hears of it (the
+    driver acknowledges once it has cancelled the job). Best effort: if the driver
+    cannot be reached, Spark retries the task as usual."""
+    import socket
+
+    host, port, token = report
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(json.dumps({"token": token, **tag}).encode() + b"\n")
+            conn.recv(16)
+    except OSError:
+        pass
+
+
+class _FailFastListener:
+    """The driver's end of ``EngineConfig.fail_fast``: a loopback (or driver-host) socket
+    the failing attempt reports to; ``on_failure`` gets the task's tag, once."""
+
+    def __init__(self, host: str, on_failure: Callable[[dict[str, Any]], None]) -> None:
+        import secrets
+        import socket
+
+        self.token = secrets.token_hex(16)
+        self._on_failure = on_failure
+        self._sock = socket.create_server((host, 0))
+        self._sock.settimeout(0.5)
+        self.address = (host, self._sock.getsockname()[1], self.token)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="eos-fail-fast", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(5.0)
+                    data = b""
+                    while not data.endswith(b"\n") and len(data) < 1 << 20:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    tag = json.loads(data)
+                    if isinstance(tag, dict) and tag.pop("token", None) == self.token:
+                        self._on_failure(tag)
+                    conn.sendall(b"ok\n")
+                except (OSError, ValueError):
+                    continue
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
 
 # --------------------------------------------------------------------------- error mapping
@@ -387,6 +469,21 @@ def _map_job_error(exc: BaseException, cancelled: bool) -> EosError:
     first = head.strip().splitlines()[0] if head.strip() else type(exc).__name__
     return EngineError(f"the Spark job failed: {_JAVA_CLASS_PREFIX.sub('', first)}",
                        reason=first)
+
+
+def _fail_fast_error(tag: dict[str, Any]) -> EngineError:
+    """The job's error when a task's attempt failed with a ``fail_fast`` exception."""
+    message = str(tag.get("message") or "")
+    reason = f"{tag.get('type')}: {message}" if message else str(tag.get("type"))
+    attempt = int(tag.get("attempt", 0))
+    text = message or reason
+    if f"task {tag.get('index')} " not in text:
+        text = f"task {tag.get('index')} failed: {reason}"
+    err = EngineError(f"{text} (not retried: it would fail the same way)",
+                      task_index=int(tag.get("index", -1)), attempts=attempt + 1, reason=reason,
+                      python_traceback=tag.get("traceback"))
+    err.retried = False  # type: ignore[attr-defined]
+    return err
 
 
 def _map_start_error(exc: BaseException, master: str) -> EosError:
@@ -573,6 +670,7 @@ class RunningJob:
         self._error: BaseException | None = None
         self._last_status = JobStatus("starting", self.tasks, 0, 0, 0, self.master)
         self._thread: threading.Thread | None = None
+        self._fail_fast: dict[str, Any] | None = None   # the tag of a fail-fast failure
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -590,6 +688,7 @@ class RunningJob:
     def _run(self) -> None:
         log4j: str | None = None
         sc = None
+        listener: _FailFastListener | None = None
         try:
             from pyspark import SparkConf, SparkContext
 
@@ -630,8 +729,13 @@ class RunningJob:
                                    reason="cancelled")
             sc.setJobGroup(self._group, f"eos_runtime: {self.tasks} tasks",
                            interruptOnCancel=True)
+            report = None
+            if self._config.fail_fast:
+                listener = _FailFastListener(self._driver_host(sc), self._on_fail_fast)
+                report = listener.address
             inputs = sc.parallelize(list(enumerate(self._payloads)), self.tasks)
-            results = inputs.mapPartitionsWithIndex(_PartitionTask(self._fn))
+            results = inputs.mapPartitionsWithIndex(
+                _PartitionTask(self._fn, report, tuple(self._config.fail_fast)))
             self._started.set()
             rows = results.collect()
             if len(rows) != self.tasks:
@@ -640,9 +744,14 @@ class RunningJob:
         except EosError as exc:
             self._error = exc
         except BaseException as exc:
-            self._error = _map_job_error(exc, self._cancel_requested)
+            if self._fail_fast is not None:
+                self._error = _fail_fast_error(self._fail_fast)
+            else:
+                self._error = _map_job_error(exc, self._cancel_requested)
             self._error.__suppress_context__ = True
         finally:
+            if listener is not None:
+                listener.close()
             if sc is not None and self._error is not None:
                 self._drain(sc)
             self._snapshot(final=True)
@@ -655,6 +764,24 @@ class RunningJob:
                     pass
             self._done.set()
             _ONE_JOB.release()
+
+    def _driver_host(self, sc: Any) -> str:
+        """Where the workers reach the driver: loopback for local masters, else the
+        address Spark gave its executors (``spark.driver.host``)."""
+        if self._plan.local or _loopback_master(self.master):
+            return "127.0.0.1"
+        try:
+            return str(sc.getConf().get("spark.driver.host", "0.0.0.0"))
+        except Exception:
+            return "0.0.0.0"
+
+    def _on_fail_fast(self, tag: dict[str, Any]) -> None:
+        """A task failed in a way a retry would repeat: end the job now, with its error."""
+        with self._lock:
+            if self._fail_fast is not None or self._done.is_set():
+                return
+            self._fail_fast = tag
+        self.cancel()
 
     def _drain(self, sc: Any, limit: float = 5.0) -> None:
         """After a failed or cancelled job, give the killed tasks time to end (Spark

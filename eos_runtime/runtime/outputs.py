@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from ..api import FORMATS, Sink
+from ..errors import UserFunctionError
 from ..faults import crash_point
 from ..protocol import wire
 from ..transport import Producer, TopicPartition
@@ -82,18 +83,51 @@ class SinkWriter:
     def __init__(self, sink: Sink, partitions: int) -> None:
         self.topic = sink.topic
         self.partitions = partitions
+        self.key_format, self.value_format = sink.key_format, sink.value_format
         self._key = FORMATS[sink.key_format][0] if sink.key_format else None
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
         self._rr = 0
+        # Where the values and keys come from, for the error a value the format cannot
+        # encode raises ("returned by map(count)"); set by the record path.
+        self.value_origin: str | None = None
+        self.key_origin: str | None = None
 
     def write(self, key: Any, key_bytes: bytes | None, values: list[Any], timestamp: int) -> None:
-        k = self._key(key) if self._key is not None and key is not None else None
-        ser, pending = self._value, self._pending
-        for value in values:
+        """Encode ``values`` (and ``key``) with the sink's formats and hold them for the
+        checkpoint. A value or key the format cannot encode is a ``UserFunctionError``
+        naming the sink, the format and what to change; nothing of the record is held."""
+        k = self._encode(self._key, self.key_format, "key", key) \
+            if self._key is not None and key is not None else None
+        ser, encode, fmt = self._value, self._encode, self.value_format
+        encoded = [encode(ser, fmt, "value", value) for value in values]
+        pending = self._pending
+        for v in encoded:
             self._rr += 1
-            pending.append((partition_for(key_bytes, self.partitions, self._rr), k, ser(value),
+            pending.append((partition_for(key_bytes, self.partitions, self._rr), k, v,
                             timestamp))
+
+    def _encode(self, ser: Any, fmt: str | None, what: str, value: Any) -> bytes:
+        try:
+            out = ser(value)
+        except Exception as exc:
+            raise self._cannot_encode(fmt, what, value, exc) from None
+        if type(out) is not bytes:  # the bytes format passes the value through
+            if isinstance(out, (bytearray, memoryview)):
+                return bytes(out)
+            raise self._cannot_encode(fmt, what, value, None) from None
+        return out
+
+    def _cannot_encode(self, fmt: str | None, what: str, value: Any,
+                       exc: Exception | None) -> UserFunctionError:
+        origin = self.value_origin if what == "value" else self.key_origin
+        shown = "None" if value is None else f"{type(value).__name__} {_short_repr(value)}"
+        why = f" ({type(exc).__name__}: {exc})" if fmt in ("json", "msgpack") and exc else ""
+        err = UserFunctionError(
+            f"sink {self.topic!r} {what} format {fmt} cannot encode {shown}"
+            f"{f' ({origin})' if origin else ''}{why}: {_format_hint(fmt, what, value)}")
+        err.sink_format = True  # type: ignore[attr-defined]  # the fix is the format
+        return err
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -110,3 +144,37 @@ class SinkWriter:
 
     def discard(self) -> None:
         self._pending = []
+
+
+#: What each sink format encodes, for the error of a value it cannot.
+_TAKES = {"utf8": "a str", "bytes": "bytes", "json": "JSON values (dict, list, str, int, "
+          "float, bool, None)", "msgpack": "msgpack values (dict, list, str, bytes, int, "
+          "float, bool, None)"}
+
+_TAKES_KEY = {"utf8": "a str", "bytes": "bytes", "json": "a str or an int"}
+
+
+def _format_hint(fmt: str | None, what: str, value: Any) -> str:
+    """What to change when sink format ``fmt`` cannot encode ``value`` (a key or value)."""
+    option = "value" if what == "value" else "key"
+    if what == "value":
+        fix = f"return {_TAKES.get(fmt or '', 'what the format takes')}"
+    else:  # keys are str, bytes or int (runtime/operators.encode_key)
+        fix = f"make the key {_TAKES_KEY.get(fmt or '', 'what the format takes')}"
+    if fmt == "utf8":
+        other = "'bytes'" if isinstance(value, (bytes, bytearray)) else "'json'/'msgpack'"
+        return f"{fix}, or choose {option}={other}"
+    if fmt == "bytes":
+        other = "'utf8'" if isinstance(value, str) else "'json'/'msgpack'"
+        return f"{fix}, or choose {option}={other}"
+    if fmt == "json":
+        return f"{fix}, or choose {option}='msgpack' (bytes too), or convert it first"
+    return f"{fix}, or convert it first (e.g. with a .map step)"
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -35,6 +35,8 @@ class RecordPath:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
             self._src_value = FORMATS[src.value_format][1]
+        if sink is not None:
+            sink.value_origin, sink.key_origin = _origins(stage)
 
     def source_record(self, r: Record, version: int) -> None:
         """A raw input record of a source task, processed in ``version``."""
@@ -82,9 +84,14 @@ class RecordPath:
         key_fn = self.stage.shuffle.key_fn
         gen, write = self.channels.generation, self.channels.write
         try:  # every key first: a record whose key_by raises sends nothing downstream
-            keys = [encode_key(key_fn(value)) for value in outs]
+            keys = [key_fn(value) for value in outs]
         except Exception as exc:
             raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+        try:
+            keys = [encode_key(key) for key in keys]
+        except UserFunctionError as exc:
+            name = getattr(key_fn, "__name__", "key_by")
+            raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
         for kb, value in zip(keys, outs, strict=True):
             write(gen, version, kb, [value], timestamp)
 
@@ -93,9 +100,17 @@ class RecordPath:
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"{type(exc).__name__}: {exc}")
-            raise TaskFailed(f"task {self.task_id} stopped at topic={topic!r} "
-                             f"partition={partition} offset={offset}: {cause}; nothing past "
-                             f"this record was committed") from exc
+            at = f"topic={topic!r} partition={partition} offset={offset}"
+            if not self.stage.is_source and key is not None:
+                at += f" (key {key})"   # a channel record: its key says more than its offset
+            if getattr(exc, "sink_format", False):
+                # The fix is in the pipeline, not in the record: say that first.
+                raise TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing past "
+                                 f"this record was committed") from exc
+            raise TaskFailed(f"task {self.task_id} stopped at {at}: {cause}; nothing past this "
+                             f"record was committed: fix the function, or run with "
+                             f"--dead-letters to set such records aside in "
+                             f"{self.job}.dead-letters and go on") from exc
         why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
                               and exc.__cause__ else exc)
         self.dead.write(None, None, [{
@@ -103,6 +118,23 @@ class RecordPath:
             "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
             "value": value}], timestamp)
         self.stats.dead_letters += 1
+
+
+def _origins(stage: StagePlan) -> tuple[str, str]:
+    """Where a sink's values and keys come from, as its format error names them."""
+    value = key = ""
+    for step in reversed(stage.steps):
+        if step.kind in ("map", "flat_map"):
+            value = f"{'returned' if step.kind == 'map' else 'yielded'} by {step.kind}({step.name})"
+            break
+    src = stage.source
+    if src is not None:
+        value = value or f"read from source {src.topic!r} as {src.value_format}"
+        key = f"the key read from source {src.topic!r} as {src.key_format}"
+    else:
+        value = value or "sent through key_by by the stage before"
+        key = "the key key_by returned"
+    return value, key
 
 
 def _text(data: bytes | None) -> str | None:
