@@ -29,7 +29,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .errors import ConfigError, TopicNotFound
+from .errors import ConfigError, DeliveryFailed, TopicNotFound
 
 __all__ = ["run_cmd", "produce_cmd", "consume_cmd", "generate_words", "WORDS",
            "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
@@ -418,11 +418,37 @@ def produce_records(transport: Any, topic: str, values: Iterable[bytes], partiti
                 if written % batch == 0:
                     producer.flush()
         except ConfigError as exc:  # a bad input line: keep what came before it, say so
-            producer.flush()
+            try:
+                producer.flush()
+            except DeliveryFailed as failed:
+                raise _stopped(topic, written, failed, at_end=True) from None
             raise ConfigError(f"{exc}; the {written:,} records before it were written to "
                               f"{topic!r}") from None
-        producer.flush()
+        except DeliveryFailed as exc:  # e.g. a record too large for Kafka: say what got in
+            raise _stopped(topic, written, exc, at_end=False) from None
+        try:
+            producer.flush()
+        except DeliveryFailed as exc:
+            raise _stopped(topic, written, exc, at_end=True) from None
     return written
+
+
+def _stopped(topic: str, handed: int, exc: DeliveryFailed, *, at_end: bool) -> DeliveryFailed:
+    """``eos produce`` stopped on records the log refused: how many were written and how
+    many not, why (the transport names the setting to raise), and where reading stopped."""
+    lost = getattr(exc, "failure_count", 0) + getattr(exc, "outstanding", 0)
+    written = max(handed - lost, 0)
+    rest = "" if at_end else f"; the input after record {handed:,} was not read"
+    return DeliveryFailed(f"{written:,} record{_s(written)} {_were(written)} written to "
+                          f"{topic!r} and {lost:,} {_were(lost)} not: {exc}{rest}")
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
 
 
 @click.command("produce")

@@ -422,3 +422,44 @@ def test_a_sink_format_error_names_the_sink_the_format_and_the_fix(fmt, what, va
         sink.write(key, b"k", values, 0)
     assert f"sink 'out' {says}" in str(info.value), str(info.value)
     assert len(sink) == 0   # nothing of the record is held
+
+
+@pytest.mark.kafka
+def test_a_record_too_large_for_kafka_says_what_was_written_and_what_to_raise(tmp_path,
+                                                                            kafka_bootstrap):
+    import uuid
+
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    lines = [f"before {i}" for i in range(30)] + ["y" * 2_000_000] + [f"after {i}"
+                                                                      for i in range(30)]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    p = eos("produce", topic, "--lines-from", str(src), "--bootstrap-servers", kafka_bootstrap)
+    err = error_line(p)
+    written = eos("consume", topic, "--all", "--count", "--bootstrap-servers", kafka_bootstrap)
+    assert written.returncode == 0, written.stderr
+    n = int(written.stdout)
+    assert n == len(lines) - 1    # one batch: everything but the one record Kafka refused
+    assert err.startswith(f"error: {n:,} records were written to {topic!r} and 1 was not: "), err
+    assert "a record of 2,000,000 bytes" in err and "message.max.bytes" in err, err
+    assert "max.request.size" in err
+
+
+@pytest.mark.kafka
+def test_a_produce_stopped_in_a_later_batch_says_where_it_stopped_reading(
+        tmp_path, kafka_bootstrap):
+    import uuid
+
+    from eos_runtime.cli_pipeline import produce_records
+    from eos_runtime.errors import DeliveryFailed
+    from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    values = [b"small"] * 25 + [b"y" * 2_000_000] + [b"small"] * 25
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        t.create_topics([TopicSpec(topic, 1)])
+        with pytest.raises(DeliveryFailed) as info:
+            produce_records(t, topic, iter(values), 1, batch=10)
+        assert t.watermarks(TopicPartition(topic, 0))[1] == 29
+    assert str(info.value).startswith(f"29 records were written to {topic!r} and 1 was not: ")
+    assert str(info.value).endswith("; the input after record 30 was not read")

@@ -93,7 +93,7 @@ _RECORD_CODES = _NOT_FOUND_CODES | {
 
 _MAX_FAILURES_KEPT = 20        # failures remembered per flush (all are counted)
 _MAX_FAILURES_SHOWN = 10       # failures listed in a DeliveryFailed message
-_MAX_REASON_CHARS = 200
+_MAX_REASON_CHARS = 400
 _MAX_MESSAGE_CHARS = 2000
 _POLL_EVERY = 1000             # serve delivery reports every this many produce() calls
 
@@ -117,6 +117,30 @@ def _kafka_error(exc: BaseException | None) -> _KafkaError | None:
 
 def _describe(err: _KafkaError) -> str:
     return f"{err.str()} [{err.name()}]"
+
+
+#: librdkafka's default of ``message.max.bytes`` (the largest record a producer sends).
+_DEFAULT_MAX_BYTES = 1_000_000
+
+
+def _too_large(size: int, limit: int | None) -> str:
+    """Why a record of ``size`` bytes (key and value) was refused, and which setting to
+    raise: the producer's own limit (``limit``, it never sent the record) or the broker's."""
+    if limit is not None:
+        return (f"a record of {size:,} bytes is larger than the producer's message.max.bytes "
+                f"({limit:,}): raise message.max.bytes (max.request.size in Java clients) and "
+                f"the broker's message.max.bytes (or the topic's max.message.bytes), or make the "
+                f"record smaller [MSG_SIZE_TOO_LARGE]")
+    return (f"the broker refused a record of {size:,} bytes as too large: raise the broker's "
+            f"message.max.bytes (or the topic's max.message.bytes), or make the record smaller "
+            f"[MSG_SIZE_TOO_LARGE]")
+
+
+def _record_size(msg: Any) -> int:
+    try:
+        return len(msg.value() or b"") + len(msg.key() or b"")
+    except Exception:
+        return 0
 
 
 def _map_error(err: _KafkaError | None, context: str, *, transactional: bool = False,
@@ -248,6 +272,8 @@ class _DeliveryState:
         if err is None:
             # librdkafka reports deliveries of one partition in order.
             self.offsets[(msg.topic(), msg.partition())] = msg.offset()
+        elif err.code() == _KafkaError.MSG_SIZE_TOO_LARGE:
+            self.fail(msg.topic(), msg.partition(), _too_large(_record_size(msg), None))
         else:
             self.fail(msg.topic(), msg.partition(), _describe(err))
 
@@ -281,6 +307,10 @@ class KafkaProducer(Producer):
         self.transactional = transactional_id is not None
         self.transactional_id = transactional_id
         full = dict(conf)
+        try:
+            self._max_bytes = int(full.get("message.max.bytes", _DEFAULT_MAX_BYTES))
+        except (TypeError, ValueError):
+            self._max_bytes = _DEFAULT_MAX_BYTES
         full["on_delivery"] = self._state.on_delivery
         full["error_cb"] = self._state.on_error
         if transactional_id is not None:
@@ -402,7 +432,10 @@ class KafkaProducer(Producer):
                 err = _kafka_error(exc)
                 if err is not None and err.code() in _RECORD_CODES:
                     # Reported by the next flush, like a failed delivery.
-                    self._state.fail(topic, partition, _describe(err))
+                    reason = _describe(err)
+                    if err.code() == _KafkaError.MSG_SIZE_TOO_LARGE:
+                        reason = _too_large(len(value or b"") + len(key or b""), self._max_bytes)
+                    self._state.fail(topic, partition, reason)
                     return
                 raise _map_exception(exc, f"produce to {topic}[{partition}]",
                                      transactional=self.transactional) from None
