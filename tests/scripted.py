@@ -31,6 +31,7 @@ from eos_runtime.protocol import wire
 from eos_runtime.protocol.runs import run_end
 from eos_runtime.runner import create_job_topics, task_configs
 from eos_runtime.runtime.committed import read_output
+from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import TopicSpec, open_transport
 
 END = run_end(0)
@@ -107,6 +108,8 @@ class ScriptedJob:
          .sink(f"{self.name}.out", value="utf8"))
         self.plan = plan_job(pipeline, self.t)
         create_job_topics(self.t, self.plan)
+        # Record run 0 as the driver does: readers learn the job's guarantee from it.
+        ControlLog(self.t, self.name).start_run(self.plan, bounded=True)
         self.channel_topic = self.plan.stages[1].input_topic
         self.task_id = self.plan.stages[1].task_ids[0]
         self.producer = self.t.producer()
