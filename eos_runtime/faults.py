@@ -8,16 +8,29 @@ worker dies: no ``finally`` blocks, no flushes, no atexit.
 
 Every crash point is listed in ``CRASH_POINTS`` with what it interrupts, so
 experiments can enumerate them and a typo fails loudly instead of never firing.
+
+Besides ``kill`` and ``stop``, an armed point can ``lose-state`` (delete a directory,
+the task's RocksDB store, then SIGKILL: the retry finds no local state, as on a new
+host) or become a ``zombie`` (fork; the parent dies as a killed worker does, the child
+stops itself and, once continued with SIGCONT, goes on as the old instance beside its
+successor). ``record_to(path, ...)`` makes a firing point append one JSON line to
+``path`` first, so an experiment knows when and where its faults fired.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import stat
+import time
+from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["CRASH_POINTS", "arm", "disarm", "is_armed", "crash_point"]
+__all__ = ["CRASH_POINTS", "ACTIONS", "arm", "disarm", "is_armed", "crash_point", "record_to",
+           "zombie_ended"]
 
 CRASH_POINTS: dict[str, str] = {
     "locallog.append.mid_data": "local log append: half of a batch's frames are written",
@@ -36,25 +49,44 @@ CRASH_POINTS: dict[str, str] = {
 
 _armed: dict[str, int] = {}
 _actions: dict[str, str] = {}
-ACTIONS = ("kill", "stop")
+_paths: dict[str, str] = {}
+_record: dict[str, Any] = {}
+_zombie: list[str] = []     # in a zombie: the point it split at
+ACTIONS = ("kill", "stop", "lose-state", "zombie")
 
 
-def arm(name: str, hit: int = 1, action: str = "kill") -> None:
-    """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``) or
-    SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would)."""
+def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None) -> None:
+    """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``),
+    SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would), delete the
+    directory ``path`` and SIGKILL (``lose-state``), or split into a dead parent and a
+    stopped child that lives on (``zombie``)."""
     if name not in CRASH_POINTS:
         raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
     if hit < 1:
         raise ConfigError(f"crash point {name!r}: hit must be >= 1, not {hit}")
     if action not in ACTIONS:
         raise ConfigError(f"crash point {name!r}: action must be one of {ACTIONS}, not {action!r}")
+    if (action == "lose-state") != (path is not None):
+        raise ConfigError(f"crash point {name!r}: a path goes with action 'lose-state', and only "
+                          f"with it")
     _armed[name] = hit
     _actions[name] = action
+    if path is not None:
+        _paths[name] = path
+
+
+def record_to(path: str, **tag: Any) -> None:
+    """Append a JSON line (time, point, action, pid and ``tag``) to ``path`` whenever an
+    armed point fires, before its action."""
+    _record.clear()
+    _record.update(tag, _path=path)
 
 
 def disarm() -> None:
     _armed.clear()
     _actions.clear()
+    _paths.clear()
+    _record.clear()
 
 
 def is_armed(name: str) -> bool:
@@ -69,12 +101,71 @@ def crash_point(name: str) -> None:
     if left is None:
         return
     if left <= 1:
-        if _actions.get(name) == "stop":
+        action = _actions.get(name, "kill")
+        if action == "zombie":
+            _split_zombie(name)   # returns in the child only, after SIGCONT
+            del _armed[name]
+            return
+        _note(name, action)
+        if action == "stop":
             del _armed[name]
             os.kill(os.getpid(), signal.SIGSTOP)
             return
+        if action == "lose-state":
+            shutil.rmtree(_paths[name], ignore_errors=True)
         os.kill(os.getpid(), signal.SIGKILL)
     _armed[name] = left - 1
+
+
+def _note(name: str, action: str, **more: Any) -> None:
+    if not _record:
+        return
+    tag = {k: v for k, v in _record.items() if k != "_path"}
+    line = json.dumps({"time": time.time(), "point": name, "action": action, "pid": os.getpid(),
+                       **tag, **more}) + "\n"
+    # One write of a short line with O_APPEND: lines of several processes never interleave.
+    fd = os.open(_record["_path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _split_zombie(name: str) -> None:
+    """The parent is SIGKILLed (its engine retries the task); the child is the old
+    instance kept alive: it stops itself and, after SIGCONT, carries on where it was."""
+    if os.fork() != 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Sockets are the engine's line to the worker: while the child held them open the
+    # engine would not see its worker die. Files (the local log, RocksDB) stay open.
+    for fd in range(3, _max_fd()):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass
+    # The engine's code around the task reports its end on the socket just closed and
+    # prints a traceback of that failure: noise, since zombie_ended() notes the real end.
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 2)
+    os.close(fd)
+    _zombie.append(name)
+    _note(name, "zombie")
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def zombie_ended(exc: BaseException | None) -> None:
+    """In a zombie (only): note how it ended, None for a normal end."""
+    if _zombie:
+        _note(_zombie[0], "zombie-end",
+              error=None if exc is None else f"{type(exc).__name__}: {exc}"[:300])
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return 1024
 
 
 def _arm_from_environment() -> None:

@@ -55,7 +55,8 @@ class TaskConfig:
     bounded: bool = True
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
     buffer_max_bytes: int = 64 << 20
-    # fault injection: {"point", "task", "attempt", "hit", "action"} or a list of them
+    # fault injection: {"point", "task", "attempt", "hit", "action", "log"} or a list of them
+    # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
 
@@ -98,13 +99,24 @@ def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
               else [config.fault] if config.fault else [])
     for f in wanted:
         if f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
-            faults.arm(f["point"], f.get("hit", 1), f.get("action", "kill"))
+            action = f.get("action", "kill")
+            # lose-state: the task's own RocksDB directory, as on a host that lost its disk
+            store = (str(Path(config.state_dir) / config.plan.name / f"task-{config.task_id}")
+                     if action == "lose-state" else None)
+            faults.arm(f["point"], f.get("hit", 1), action, path=store)
+            if f.get("log"):   # experiments learn when and where their faults fired
+                faults.record_to(f["log"], task=config.task_id, attempt=attempt)
     with open_transport(**config.transport) as transport:
         task = _Task(config, transport, attempt)
         try:
-            return task.run()
+            stats = task.run()
+        except BaseException as exc:
+            faults.zombie_ended(exc)   # a zombie's end is news to its experiment
+            raise
         finally:
             task.close()
+        faults.zombie_ended(None)
+        return stats
 
 
 class _Task:

@@ -1,0 +1,400 @@
+"""One experiment run: a fresh job, its generated input, a fault schedule, the verdict.
+
+    settings = Settings(load_workload("wordcount"), report_dir=Path("report"),
+                        transport={"data_dir": "report/data"})
+    result = run_experiment(settings, seed=7, schedule=random_schedule(...))
+
+Each run is a job of its own (``<workload>-s<seed>-<random>``, on the local log in a new
+directory of its own), so runs never continue one another and nothing a user made is
+touched. Faults that fire inside a task (crash points, lost state, zombies) are armed
+through the tasks' fault list and note when they fire in a log file; faults from
+outside (SIGKILL at a moment, a zombie's SIGCONT) are done by the ``Injector``, which
+watches the pid file every task writes (``<state dir>/<job>/task-N.pid``: pid,
+attempt). Checkpoints come by record count only, never by timer, so a crash point's hit
+count means the same thing on a slow machine as on a fast one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EosError
+from ..transport import TopicSpec, open_transport
+from .schedule import Fault, Schedule, TaskRole
+from .verify import Verdict, verify_output
+from .workloads import Workload, sink_formats
+
+__all__ = ["Settings", "RunResult", "Injector", "run_experiment", "task_roles"]
+
+NO_TIMER = 3600.0     # commit_interval: checkpoints come from commit_every alone
+SAMPLE_EVERY = 0.25   # seconds between timeline samples
+ZOMBIE_LINGER = 5.0   # seconds a released zombie may go on after the run before it is killed
+
+
+@dataclass
+class Settings:
+    workload: Workload
+    report_dir: Path
+    transport: dict[str, str]           # {"data_dir": root of the runs' logs} or Kafka's
+    guarantee: str = "exactly-once"
+    lines: int = 10_000
+    commit_every: int = 200
+    poll_records: int = 100
+    timeout: float = 600.0
+    replay: Callable[[int], str] = field(default=lambda seed: f"--seed {seed}")
+
+    @property
+    def transport_name(self) -> str:
+        return "kafka" if "bootstrap_servers" in self.transport else "local"
+
+
+@dataclass
+class RunResult:
+    seed: int
+    job: str
+    guarantee: str
+    transport: str
+    schedule: Schedule
+    faults: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
+    timeline: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+    verdict: Verdict | None
+    error: str | None
+    seconds: float
+    replay: str
+    kept_data: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.verdict is not None and self.verdict.passed
+
+    def fired(self) -> int:
+        return sum(1 for f in self.faults if f.get("fired"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "job": self.job, "guarantee": self.guarantee,
+                "transport": self.transport, "passed": self.passed, "error": self.error,
+                "seconds": round(self.seconds, 2), "replay": self.replay,
+                "kept_data": self.kept_data,
+                "verdict": self.verdict.as_dict() if self.verdict is not None else None,
+                "schedule": self.schedule.as_dict(), "faults": self.faults,
+                "attempts": self.attempts, "tasks": self.tasks, "timeline": self.timeline}
+
+
+def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
+    """The job's tasks and what each does, planned on a scratch local log (no run, no
+    topic of the real transport), so a schedule is checked before anything starts."""
+    from ..plan import plan_job
+
+    pipeline = workload.make_pipeline()
+    with tempfile.TemporaryDirectory(prefix="eos-plan-") as scratch:
+        with open_transport(data_dir=scratch) as t:
+            t.create_topics([TopicSpec(pipeline.source_topic, workload.source_partitions)])
+            plan = plan_job(pipeline, t, guarantee=guarantee)
+    return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
+                     plan.stages[task.stage].shuffle is not None) for task in plan.tasks]
+
+
+# --------------------------------------------------------------------------- the injector
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+class Injector:
+    """Watches the tasks' attempts, notes faults as they fire, does the outside ones."""
+
+    def __init__(self, schedule: Schedule, job_dir: Path, log: Path, tasks: int) -> None:
+        self.job_dir = job_dir
+        self.log = log
+        self.tasks = tasks
+        self.t0 = time.monotonic()
+        self.wall0 = time.time()
+        self._log_pos = 0
+        self.attempts: dict[tuple[int, int], dict[str, Any]] = {}
+        self.records: list[dict[str, Any]] = []
+        for f in schedule.faults:
+            rec = {**f.as_dict(), "describe": f.describe(), "fired": False, "time": None}
+            if f.kind == "buffer":
+                rec.update(fired=True, time=0.0, note="a run-wide setting, from the start")
+            self.records.append(rec)
+        self._faults = list(zip(schedule.faults, self.records, strict=True))
+        self.events: list[dict[str, Any]] = []   # fired since the last drain (for progress)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def tick(self) -> None:
+        now = self.now()
+        self._read_pids(now)
+        self._read_log()
+        for f, rec in self._faults:
+            if rec["fired"] or rec.get("missed"):
+                if f.kind == "zombie" and rec["fired"] and not rec.get("released"):
+                    self._release(f, rec, now)
+                continue
+            if f.kind == "kill":
+                self._kill(f, rec, now)
+
+    def drain(self) -> list[dict[str, Any]]:
+        out, self.events = self.events, []
+        return out
+
+    def _read_pids(self, now: float) -> None:
+        for task in range(self.tasks):
+            path = self.job_dir / f"task-{task}.pid"
+            try:
+                pid, attempt = map(int, path.read_text().split())
+                # when the attempt wrote it, not when this tick saw it
+                started = min(now, path.stat().st_mtime - self.wall0)
+            except (OSError, ValueError):   # not there yet, or caught half written
+                continue
+            known = self.attempts.get((task, attempt))
+            if known is None or known["pid"] is None:
+                self.attempts[(task, attempt)] = {"task": task, "attempt": attempt, "pid": pid,
+                                                  "started": round(max(0.0, started), 3)}
+
+    def _read_log(self) -> None:
+        try:
+            with open(self.log) as log:
+                log.seek(self._log_pos)
+                text = log.read()
+        except OSError:
+            return
+        end = text.rfind("\n") + 1   # a line being written is read on the next tick
+        self._log_pos += len(text[:end].encode())
+        for line in text[:end].splitlines():
+            try:
+                note = json.loads(line)
+            except ValueError:
+                continue
+            t = round(note["time"] - self.wall0, 3)
+            if note.get("action") == "zombie-end":
+                for f, rec in self._faults:
+                    if f.kind == "zombie" and rec.get("zombie_pid") == note["pid"]:
+                        rec.update(zombie_end=f"ended at {t:.2f} s",
+                                   zombie_said=note.get("error") or "finished its task")
+                continue
+            self.attempts.setdefault((note["task"], note["attempt"]), {
+                "task": note["task"], "attempt": note["attempt"], "pid": None, "started": None})
+            for f, rec in self._faults:
+                if (not rec["fired"] and f.task == note["task"] and f.attempt == note["attempt"]
+                        and f.point == note["point"]):
+                    rec.update(fired=True, time=t)
+                    if f.kind == "zombie":
+                        rec["zombie_pid"] = note["pid"]
+                    self.events.append(rec)
+
+    def _kill(self, f: Fault, rec: dict[str, Any], now: float) -> None:
+        assert f.task is not None and f.after is not None
+        later = [a for (task, a) in self.attempts if task == f.task and a > f.attempt]
+        mine = self.attempts.get((f.task, f.attempt))
+        if later:
+            rec.update(missed=True, note="a later attempt had started")
+            return
+        if mine is None or mine["started"] is None or now < mine["started"] + f.after:
+            return
+        try:
+            os.kill(mine["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            rec.update(missed=True, note="the attempt had ended")
+            return
+        rec.update(fired=True, time=round(now, 3), pid=mine["pid"])
+        self.events.append(rec)
+
+    def _release(self, f: Fault, rec: dict[str, Any], now: float, force: bool = False) -> None:
+        assert f.task is not None and f.release is not None
+        successor = self.attempts.get((f.task, f.attempt + 1))
+        due = (successor is not None and successor["started"] is not None
+               and now >= successor["started"] + f.release)
+        if not (due or force):
+            return
+        pid = rec.get("zombie_pid")
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        rec["released"] = round(now, 3)
+
+    def finish(self) -> None:
+        """After the run: release zombies still stopped, give them a moment to write late,
+        then kill what is left of them; mark every fault that never fired."""
+        self.tick()
+        zombies = [(f, rec) for f, rec in self._faults if f.kind == "zombie" and rec["fired"]]
+        for f, rec in zombies:
+            if not rec.get("released"):
+                self._release(f, rec, self.now(), force=True)
+        deadline = time.monotonic() + ZOMBIE_LINGER
+        for _, rec in zombies:
+            pid = rec.get("zombie_pid")
+            while pid is not None and _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+                rec["zombie_end"] = "killed after the run"
+        self._read_log()   # how the zombies ended
+        for rec in self.records:
+            if not rec["fired"] and not rec.get("missed"):
+                rec.update(missed=True, note=rec.get("note") or "never reached")
+
+
+# --------------------------------------------------------------------------- one run
+
+def _fault_dicts(schedule: Schedule, log: Path) -> list[dict[str, Any]]:
+    action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie"}
+    return [{"point": f.point, "task": f.task, "attempt": f.attempt, "hit": f.hit,
+             "action": action[f.kind], "log": str(log)}
+            for f in schedule.faults if f.kind in action]
+
+
+def max_attempts_for(schedule: Schedule) -> int:
+    """Room for every scheduled failure of the most-faulted task, plus one attempt that
+    must succeed, and one spare: a failure beyond that is a finding, not bad luck."""
+    per_task: dict[int, int] = {}
+    for f in schedule.task_faults():
+        assert f.task is not None
+        per_task[f.task] = per_task.get(f.task, 0) + 1
+    return max(4, max(per_task.values(), default=0) + 2)
+
+
+def _recovery(faults: list[dict[str, Any]], attempts: list[dict[str, Any]],
+              timeline: list[dict[str, Any]]) -> None:
+    """Per fired fault: seconds until the task's next attempt started, and until sink
+    output grew again after that."""
+    starts = {(a["task"], a["attempt"]): a["started"] for a in attempts}
+    for rec in faults:
+        if not rec.get("fired") or rec.get("task") is None or rec.get("time") is None:
+            continue
+        nxt = starts.get((rec["task"], rec["attempt"] + 1))
+        if nxt is None:
+            continue
+        rec["restarted_after"] = round(max(0.0, nxt - rec["time"]), 3)
+        before = None
+        for s in timeline:
+            if s["t"] < nxt:
+                before = s["sink"]
+                continue
+            if before is not None and s["sink"] > before:
+                rec["output_resumed_after"] = round(s["t"] - rec["time"], 3)
+                break
+            before = s["sink"]
+
+
+def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
+                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run ``settings.workload`` once under ``schedule`` and judge its committed output."""
+    from ..runner import start_pipeline
+
+    w = settings.workload
+    job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
+    pipeline = w.make_pipeline()
+    topics = {} if settings.transport_name == "local" else {
+        "source": f"{job}-{pipeline.source_topic}", "sink": f"{job}-{pipeline.sink_topic}"}
+    pipeline.rename(job, **topics)
+    if settings.transport_name == "local":
+        root = Path(settings.transport["data_dir"]).absolute() / job
+        opts: dict[str, str] = {"data_dir": str(root)}
+    else:
+        root = Path(settings.report_dir).absolute() / "state" / job
+        opts = dict(settings.transport)
+    state = root / "state"
+    job_dir = state / job
+    job_dir.mkdir(parents=True, exist_ok=True)
+    log = job_dir / "faults.log"
+
+    values = w.generate(seed, settings.lines)
+    expected = w.oracle(values)
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(pipeline.source_topic, w.source_partitions)])
+        with t.producer() as producer:
+            for i, v in enumerate(w.input_bytes(values, pipeline)):
+                producer.produce(pipeline.source_topic, i % w.source_partitions, v)
+            producer.flush()
+
+    roles = task_roles(w, settings.guarantee)
+    injector = Injector(schedule, job_dir, log, len(roles))
+    timeline: list[dict[str, Any]] = []
+    error: str | None = None
+    tasks: list[dict[str, Any]] = []
+    options: dict[str, Any] = dict(opts)
+    buffer = schedule.buffer_max_bytes()
+    if buffer is not None:
+        options["buffer_max_bytes"] = buffer
+    run = start_pipeline(pipeline, guarantee=settings.guarantee,
+                         commit_every=settings.commit_every, commit_interval=NO_TIMER,
+                         poll_records=settings.poll_records, state_dir=str(state),
+                         max_attempts=max_attempts_for(schedule),
+                         fault=_fault_dicts(schedule, log), **options)
+    injector.t0, injector.wall0 = time.monotonic(), time.time()
+    try:
+        next_sample = 0.0
+        while not run.wait(0.05):
+            injector.tick()
+            now = injector.now()
+            if now >= next_sample:
+                next_sample = now + SAMPLE_EVERY
+                p = run.progress()
+                timeline.append({"t": round(now, 3), "sink": p["sink_records"],
+                                 "source": p["source_new_records"],
+                                 "running": p["tasks_running"], "finished": p["tasks_finished"],
+                                 "failed": p["failed_attempts"]})
+                if on_progress is not None:
+                    on_progress({"seed": seed, "seconds": now, "sink_records": p["sink_records"],
+                                 "tasks_running": p["tasks_running"],
+                                 "tasks_finished": p["tasks_finished"],
+                                 "failed_attempts": p["failed_attempts"],
+                                 "faults_fired": sum(1 for r in injector.records if r["fired"]),
+                                 "faults": len(injector.records), "events": injector.drain()})
+            if now > settings.timeout:
+                error = f"timed out after {settings.timeout:.0f} s; the run was cancelled"
+                run.cancel()
+                run.wait()
+                break
+        if error is None:
+            try:
+                tasks = run.summary().tasks
+            except EosError as exc:
+                error = " ".join(str(exc).split())[:500]
+    except BaseException:
+        run.cancel()
+        run.wait()
+        raise
+    finally:
+        seconds = injector.now()
+        try:
+            p = run.progress()
+            timeline.append({"t": round(seconds, 3), "sink": p["sink_records"],
+                             "source": p["source_new_records"], "running": p["tasks_running"],
+                             "finished": p["tasks_finished"], "failed": p["failed_attempts"]})
+        except EosError:
+            pass   # the last sample is a nicety; the run's own error is what counts
+        run.close()
+        injector.finish()
+
+    key_decode, value_decode = sink_formats(pipeline)
+    with open_transport(**opts) as t:
+        verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
+                                key_decode=key_decode, value_decode=value_decode)
+    attempts = sorted(injector.attempts.values(), key=lambda a: (a["task"], a["attempt"]))
+    faults = injector.records
+    _recovery(faults, attempts, timeline)
+    result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
+                       attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed))
+    if result.passed and not os.environ.get("EOS_EXPERIMENT_KEEP_DATA"):
+        shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
+    else:
+        result.kept_data = str(root)
+    return result

@@ -1,0 +1,336 @@
+"""Fault schedules: which faults an experiment injects, where and when.
+
+A schedule is a list of faults, from a small file (TOML or JSON) or drawn at random
+from a seed. Every fault but ``buffer`` targets one attempt of one task:
+
+- ``crash`` (task, attempt, point, hit): the attempt SIGKILLs itself at the hit-th time
+  it reaches the named crash point;
+- ``torn`` (task, attempt, point, hit): the same at a local-log append point, a torn
+  write (local log only);
+- ``lose-state`` (task, attempt, point, hit): at the point the attempt deletes its
+  RocksDB directory, then dies: the retry has no local state;
+- ``zombie`` (task, attempt, point, hit, release): at the point the attempt splits; one
+  half dies (the engine retries the task), the other stops and, ``release`` seconds
+  after the retry started, goes on beside its successor (local log only);
+- ``kill`` (task, attempt, after): the experiment SIGKILLs the attempt's worker
+  ``after`` seconds after the attempt started;
+- ``buffer`` (max_bytes): every channel task's early-arrival buffer holds at most
+  max_bytes, so the overflow path runs (exactly-once only).
+
+``attempt`` is 0 for a task's first attempt and n for the one after n failures, so a
+schedule can crash one task many times: attempt 1 runs only if attempt 0 died.
+
+    # schedule.toml
+    [[fault]]
+    kind = "crash"
+    task = 2
+    point = "task.checkpoint.before_commit"
+    hit = 2
+
+    [[fault]]
+    kind = "kill"
+    task = 2
+    attempt = 1
+    after = 0.5
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..faults import CRASH_POINTS
+
+__all__ = ["KINDS", "Fault", "Schedule", "TaskRole", "parse_schedule", "load_schedule",
+           "random_schedule", "kinds_for", "check_schedule"]
+
+KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer")
+#: Kinds the issue names that this slice does not build yet (refused with a clear line).
+NOT_BUILT = {"broker": "broker stops and restarts (Kafka) are not built yet",
+             "lag": "lagging producers (a delay per record) are not built yet"}
+
+TORN_POINTS = ("locallog.append.mid_data", "locallog.append.after_data")
+TASK_POINTS = tuple(p for p in CRASH_POINTS if p.startswith("task."))
+# Points a random schedule aims at, with the highest hit it draws: each is reached at
+# least that often by an attempt of the experiment's size (see ``run.Settings``).
+RANDOM_HITS = {
+    "task.mid_version": 3,
+    "task.aligning": 1,
+    "task.checkpoint.after_output_flush": 2,
+    "task.checkpoint.before_commit": 2,
+    "task.checkpoint.after_commit": 2,
+    "task.checkpoint.after_store": 2,
+    "task.checkpoint.mid_marker_fanout": 1,
+    "task.recovery": 1,
+}
+RANDOM_TORN_HITS = 4
+KILL_AFTER = (0.0, 0.6)        # seconds after the attempt started: tasks run about 1 s
+ZOMBIE_RELEASE = (0.2, 1.5)    # seconds after its successor started
+BUFFER_BYTES = (1, 64, 512)
+
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "crash": {"task": int, "attempt": int, "point": str, "hit": int},
+    "torn": {"task": int, "attempt": int, "point": str, "hit": int},
+    "lose-state": {"task": int, "attempt": int, "point": str, "hit": int},
+    "zombie": {"task": int, "attempt": int, "point": str, "hit": int, "release": (int, float)},
+    "kill": {"task": int, "attempt": int, "after": (int, float)},
+    "buffer": {"max_bytes": int},
+}
+_REQUIRED = {"crash": ("task", "point"), "torn": ("task",), "lose-state": ("task", "point"),
+             "zombie": ("task", "point"), "kill": ("task",), "buffer": ("max_bytes",)}
+
+
+@dataclass(frozen=True)
+class TaskRole:
+    """What a task of the plan does: which crash points it can reach."""
+
+    task: int
+    stage: int
+    source: bool        # reads the source topic (never aligns or rewinds)
+    channels_out: bool  # writes channels (sends markers); False for sink tasks
+
+
+@dataclass
+class Fault:
+    kind: str
+    task: int | None = None
+    attempt: int = 0
+    point: str | None = None
+    hit: int = 1
+    after: float | None = None        # kill
+    release: float | None = None      # zombie
+    max_bytes: int | None = None      # buffer
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind}
+        for name in _FIELDS[self.kind]:
+            d[name] = getattr(self, name)
+        return d
+
+    def describe(self) -> str:
+        if self.kind == "buffer":
+            return f"buffer {self.max_bytes} B"
+        where = f"task {self.task} attempt {self.attempt}"
+        if self.kind == "kill":
+            return f"kill {where} after {self.after:.2f} s"
+        return f"{self.kind} {where} at {self.point}@{self.hit}"
+
+
+@dataclass
+class Schedule:
+    faults: list[Fault] = field(default_factory=list)
+    source: str = "random"            # "random" or the file it came from
+
+    def buffer_max_bytes(self) -> int | None:
+        sizes = [f.max_bytes for f in self.faults if f.kind == "buffer" and f.max_bytes]
+        return min(sizes) if sizes else None
+
+    def task_faults(self) -> list[Fault]:
+        return [f for f in self.faults if f.kind != "buffer"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"fault": [f.as_dict() for f in self.faults]}
+
+
+# --------------------------------------------------------------------------- files
+
+def load_schedule(path: str | Path) -> Schedule:
+    """A schedule file: TOML (``[[fault]]`` tables) or JSON (``{"fault": [...]}`` or a list)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"schedule {str(path)!r}: {exc.strerror or exc}") from None
+    if path.suffix == ".json" or text.lstrip().startswith(("[{", "{", "[\n", "[]")):
+        try:
+            data: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"schedule {path}, line {exc.lineno}: not valid JSON "
+                              f"({exc.msg})") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"schedule {path}: not valid TOML ({exc})") from None
+    return parse_schedule(data, str(path))
+
+
+def parse_schedule(data: Any, where: str = "schedule") -> Schedule:
+    """Check every field of every fault; a mistake names the fault and the field."""
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"fault"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown top-level field {unknown[0]!r}; a schedule holds "
+                              f"only `fault` entries")
+        data = data.get("fault", [])
+    if not isinstance(data, list):
+        raise ConfigError(f"{where}: `fault` must be a list of faults, not {type(data).__name__}")
+    faults = []
+    for i, entry in enumerate(data, 1):
+        faults.append(_parse_fault(entry, f"{where}: fault {i}"))
+    return Schedule(faults, where)
+
+
+def _parse_fault(entry: Any, at: str) -> Fault:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{at}: must be a table of fields, not {entry!r}")
+    kind = entry.get("kind")
+    if kind in NOT_BUILT:
+        raise ConfigError(f"{at}: kind {kind!r}: {NOT_BUILT[kind]}")
+    if kind not in _FIELDS:
+        raise ConfigError(f"{at}: field 'kind' must be one of {', '.join(KINDS)}, not {kind!r}")
+    fields = _FIELDS[kind]
+    for name in entry:
+        if name != "kind" and name not in fields:
+            raise ConfigError(f"{at} ({kind}): unknown field {name!r}; a {kind} fault has "
+                              f"{', '.join(fields)}")
+    for name in _REQUIRED[kind]:
+        if name not in entry:
+            raise ConfigError(f"{at} ({kind}): field {name!r} is missing")
+    values: dict[str, Any] = {}
+    for name, want in fields.items():
+        if name not in entry:
+            continue
+        value = entry[name]
+        types = want if isinstance(want, tuple) else (want,)
+        if type(value) is bool or not isinstance(value, types):
+            kind_name = "a number" if float in types else types[0].__name__
+            raise ConfigError(f"{at} ({kind}): field {name!r} must be {kind_name}, not {value!r}")
+        values[name] = value
+    for name, low in (("task", 0), ("attempt", 0), ("hit", 1), ("max_bytes", 1)):
+        if name in values and values[name] < low:
+            raise ConfigError(f"{at} ({kind}): field {name!r} must be >= {low}, not "
+                              f"{values[name]}")
+    for name in ("after", "release"):
+        if name in values and not values[name] >= 0:
+            raise ConfigError(f"{at} ({kind}): field {name!r} must be >= 0 seconds, not "
+                              f"{values[name]}")
+    point = values.get("point")
+    if kind == "torn":
+        point = values.setdefault("point", TORN_POINTS[0])
+        if point not in TORN_POINTS:
+            raise ConfigError(f"{at} (torn): field 'point' must be one of "
+                              f"{', '.join(TORN_POINTS)}, not {point!r}")
+    elif point is not None and point not in TASK_POINTS:
+        hint = " (local-log appends are kind 'torn')" if point in TORN_POINTS else ""
+        raise ConfigError(f"{at} ({kind}): field 'point': unknown crash point {point!r}{hint}; "
+                          f"known: {', '.join(TASK_POINTS)}")
+    if kind == "kill":
+        values.setdefault("after", 0.0)
+    if kind == "zombie":
+        values.setdefault("release", 1.0)
+    return Fault(kind, **values)
+
+
+# --------------------------------------------------------------------------- checks
+
+def kinds_for(transport: str, guarantee: str) -> tuple[str, ...]:
+    """The fault kinds an experiment on ``transport`` ("local" or "kafka") can inject."""
+    return tuple(k for k in KINDS if _refusal(k, transport, guarantee) is None)
+
+
+def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
+    if kind in NOT_BUILT:
+        return NOT_BUILT[kind]
+    if transport == "kafka" and kind in ("torn", "zombie"):
+        return (f"fault kind {kind!r} needs the local log" + (
+            " (a torn write is a local-log append cut short)" if kind == "torn" else
+            " (a zombie's Kafka client does not survive the split yet)"))
+    if guarantee == "at-least-once" and kind == "buffer":
+        return "fault kind 'buffer': an at-least-once job has no early-arrival buffer"
+    return None
+
+
+def check_kinds(kinds: list[str], transport: str, guarantee: str) -> None:
+    for kind in kinds:
+        if kind not in KINDS and kind not in NOT_BUILT:
+            raise ConfigError(f"--kinds: unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
+        why = _refusal(kind, transport, guarantee)
+        if why is not None:
+            raise ConfigError(f"--kinds: {why}")
+
+
+def unreachable(point: str, role: TaskRole) -> str | None:
+    """Why ``role``'s task never reaches ``point`` (None if it can)."""
+    if role.source and point in ("task.aligning", "task.rewind"):
+        return f"task {role.task} reads the source: it never aligns or rewinds"
+    if not role.channels_out and point == "task.checkpoint.mid_marker_fanout":
+        return f"task {role.task} writes the sink: it sends no markers"
+    return None
+
+
+def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
+                   guarantee: str) -> None:
+    """Refuse what cannot happen: a task the job lacks, a point it never reaches, a kind
+    the transport or guarantee cannot do."""
+    where = schedule.source
+    for i, f in enumerate(schedule.faults, 1):
+        at = f"{where}: fault {i} ({f.kind})"
+        why = _refusal(f.kind, transport, guarantee)
+        if why is not None:
+            raise ConfigError(f"{at}: {why}")
+        if f.task is None:
+            continue
+        if f.task >= len(roles):
+            raise ConfigError(f"{at}: field 'task': the job has tasks 0..{len(roles) - 1}, "
+                              f"not {f.task}")
+        if f.point is not None:
+            why = unreachable(f.point, roles[f.task])
+            if why is not None:
+                raise ConfigError(f"{at}: field 'point' {f.point!r}: {why}")
+    seen: dict[tuple[int, int], int] = {}
+    for i, f in enumerate(schedule.faults, 1):
+        if f.task is None:
+            continue
+        first = seen.setdefault((f.task, f.attempt), i)
+        if first != i:
+            raise ConfigError(f"{where}: faults {first} and {i} both target task {f.task} "
+                              f"attempt {f.attempt}; give one of them another attempt")
+
+
+# --------------------------------------------------------------------------- random
+
+def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRole],
+                    transport: str) -> Schedule:
+    """``count`` faults of ``kinds`` drawn from ``seed``: the same seed, the same schedule.
+
+    Each task's faults take its attempts in turn (0, 1, 2, ...), so every fault after a
+    task's first one targets the retry its predecessor caused."""
+    rng = random.Random(f"faults:{seed}")
+    faults: list[Fault] = []
+    attempts: dict[int, int] = {}
+    task_kinds = [k for k in kinds if k != "buffer"]
+    for _ in range(count):
+        kind = rng.choice(kinds)
+        if kind == "buffer":
+            if not any(f.kind == "buffer" for f in faults):
+                faults.append(Fault("buffer", max_bytes=rng.choice(BUFFER_BYTES)))
+                continue
+            if not task_kinds:
+                break   # one bound per run is all a run can have
+            kind = rng.choice(task_kinds)
+        role = rng.choice(roles)
+        attempt = attempts.get(role.task, 0)
+        attempts[role.task] = attempt + 1
+        f = Fault(kind, task=role.task, attempt=attempt)
+        if kind == "kill":
+            f.after = round(rng.uniform(*KILL_AFTER), 2)
+        elif kind == "torn":
+            f.point = rng.choice(TORN_POINTS)
+            f.hit = rng.randint(1, RANDOM_TORN_HITS)
+        else:
+            points = [p for p in RANDOM_HITS if unreachable(p, role) is None]
+            if kind == "zombie":
+                # a zombie split during recovery has sent nothing yet: nothing to write late
+                points = [p for p in points if p != "task.recovery"]
+            f.point = rng.choice(points)
+            f.hit = rng.randint(1, RANDOM_HITS[f.point])
+            if kind == "zombie":
+                f.release = round(rng.uniform(*ZOMBIE_RELEASE), 2)
+        faults.append(f)
+    return Schedule(faults, "random")
