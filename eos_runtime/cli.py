@@ -35,6 +35,11 @@ main.add_command(produce_cmd)
 main.add_command(consume_cmd)
 main.add_command(stop_cmd)
 
+# `eos experiment`: a workload under injected faults, verified against its oracle.
+from .cli_experiment import experiment_cmd  # noqa: E402
+
+main.add_command(experiment_cmd)
+
 
 @main.command()
 @click.option("--data-dir", default=".eos/smoke", show_default=True,

@@ -284,3 +284,38 @@ def test_random_schedules_follow_their_seed_and_chain_a_task_s_attempts():
         attempts = [f.attempt for f in one.task_faults() if f.task == task]
         assert attempts == list(range(len(attempts)))
     assert sum(f.kind == "buffer" for f in one.faults) <= 1
+
+
+# --------------------------------------------------------------------------- bad input (the CLI)
+
+BAD_INPUT = [
+    (["wordcont"], "error: unknown workload 'wordcont': use one of pageviews, wordcount"),
+    (["wordcount", "--schedule", "{dir}/s.toml"],
+     "error: {dir}/s.toml: fault 1 (crash): field 'task': the job has tasks 0..3, not 7"),
+    (["wordcount", "--schedule", "{dir}/h.toml"],
+     "error: {dir}/h.toml: fault 1 (crash): field 'hit' must be int, not 'two'"),
+    (["pageviews", "--kinds", "crash,torn", "--bootstrap-servers", "127.0.0.1:1"],
+     "error: --kinds: fault kind 'torn' needs the local log"),
+    (["pageviews", "--kinds", "crash,broker"],
+     "error: --kinds: broker stops and restarts (Kafka) are not built yet"),
+    (["pageviews", "--guarantee", "at-least-once", "--kinds", "buffer"],
+     "error: --kinds: fault kind 'buffer': an at-least-once job has no early-arrival buffer"),
+    (["pageviews", "--report", "{dir}/theirs"],
+     "error: report directory '{dir}/theirs' is not empty and was not made by eos experiment"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT)
+def test_bad_input_is_refused_before_anything_starts(args, message, tmp_path):
+    from test_cli import eos, error_line
+
+    (tmp_path / "s.toml").write_text('[[fault]]\nkind = "crash"\ntask = 7\n'
+                                     'point = "task.mid_version"\n')
+    (tmp_path / "h.toml").write_text('[[fault]]\nkind = "crash"\ntask = 2\n'
+                                     'point = "task.mid_version"\nhit = "two"\n')
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("mine\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    p = eos("experiment", *[a.format(dir=tmp_path) for a in args], cwd=tmp_path)
+    assert error_line(p).startswith(message.format(dir=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before   # no report, no data, no run

@@ -51,6 +51,7 @@ class Settings:
     commit_every: int = 200
     poll_records: int = 100
     timeout: float = 600.0
+    keep_data: bool = False             # keep a passing run's log and state too
     replay: Callable[[int], str] = field(default=lambda seed: f"--seed {seed}")
 
     @property
@@ -393,7 +394,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     _recovery(faults, attempts, timeline)
     result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
                        attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed))
-    if result.passed and not os.environ.get("EOS_EXPERIMENT_KEEP_DATA"):
+    if result.passed and not settings.keep_data:
         shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
     else:
         result.kept_data = str(root)

@@ -1,0 +1,240 @@
+"""``eos experiment``: run a workload under faults, verify its output, report (docs/experiments.md).
+
+    eos experiment wordcount --seed 7 --faults 3
+    eos experiment pageviews --runs 10 --kinds crash,kill,lose-state
+    eos experiment my_pipeline.py --schedule faults.toml
+
+Everything the user can get wrong is checked before the first run starts: the workload,
+the schedule (each field), the fault kinds against the transport and the guarantee, the
+target tasks against the job's plan, the report and data directories.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import ConfigError
+
+__all__ = ["experiment_cmd"]
+
+
+def _report_dir(path: str | None, workload: str) -> Path:
+    from .experiments.report import REPORT_MARKER
+    from .runner import check_writable_dir
+
+    if path is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = Path(workload).stem if workload.endswith(".py") else workload
+        path = f".eos/experiments/{name}-{stamp}"
+    d = Path(path).absolute()
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"report directory {str(d)!r} is not a directory; choose another "
+                          f"with --report")
+    if d.is_dir() and any(d.iterdir()) and not (d / REPORT_MARKER).is_file():
+        raise ConfigError(f"report directory {str(d)!r} is not empty and was not made by eos "
+                          f"experiment; give a new or empty --report")
+    check_writable_dir(d, "report directory", "--report")
+    return d
+
+
+def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
+    from .experiments.schedule import check_kinds, kinds_for
+
+    if text is None:
+        return list(kinds_for(transport, guarantee))
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    if not kinds:
+        raise ConfigError("--kinds: give at least one fault kind (comma-separated)")
+    check_kinds(kinds, transport, guarantee)
+    return list(dict.fromkeys(kinds))
+
+
+@click.command("experiment")
+@click.argument("workload", metavar="WORKLOAD")
+@click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
+              default="exactly-once", show_default=True, help="Processing guarantee of the job.")
+@click.option("--seed", type=click.IntRange(0), default=None, metavar="S",
+              help="Seed of the input and of a random schedule (the first of --runs seeds). "
+                   "Default: a random one, printed.")
+@click.option("--faults", "n_faults", type=click.IntRange(0), default=None, metavar="N",
+              help="Faults per run in a random schedule. Default: 3.")
+@click.option("--kinds", default=None, metavar="K1,K2",
+              help="Fault kinds a random schedule draws from: crash, torn, lose-state, zombie, "
+                   "kill, buffer. Default: every kind the transport and guarantee can do.")
+@click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="An explicit schedule (TOML or JSON) instead of a random one.")
+@click.option("--runs", type=click.IntRange(1), default=1, show_default=True, metavar="N",
+              help="Runs, with seeds S, S+1, ..., S+N-1; a table at the end.")
+@click.option("--lines", type=click.IntRange(1), default=10_000, show_default=True, metavar="N",
+              help="Input records generated per run.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the runs' local logs go (each run in a new directory of its own, "
+                   "removed when the run passed). Default: <report>/data.")
+@click.option("--keep-data", is_flag=True,
+              help="Keep every run's local log and task state (default: only failing runs').")
+@click.option("--bootstrap-servers", default=None, metavar="HOST:PORT",
+              help="Run on this Kafka broker instead of the local log.")
+@click.option("--report", "report", type=click.Path(file_okay=False), default=None,
+              metavar="DIR", help="Where the report goes. Default: "
+                                  ".eos/experiments/<workload>-<time>.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as JSON on stdout, and nothing else there.")
+def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: int | None,
+                   kinds: str | None, schedule_file: str | None, runs: int, lines: int,
+                   data_dir: str | None, keep_data: bool, bootstrap_servers: str | None,
+                   report: str | None, as_json: bool) -> None:
+    """Run WORKLOAD under injected faults and verify its committed output.
+
+    WORKLOAD is wordcount, pageviews, or a pipeline file that defines generate(seed, n)
+    and oracle(records) beside its pipeline. Each run generates its input from its seed,
+    runs the job on Spark while the schedule's faults fire, reads the committed output
+    as a reader would and counts lost, duplicated, unexpected and out-of-order results
+    against the oracle. Exit code 0 if every run passed, 1 otherwise; a failing run
+    prints the command that replays it.
+    """
+    from .cli_pipeline import _stdout_to_stderr
+    from .experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
+    from .experiments.run import Settings, run_experiment, task_roles
+    from .experiments.schedule import check_schedule, load_schedule, random_schedule
+    from .experiments.workloads import load_workload
+
+    if data_dir is not None and bootstrap_servers:
+        raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
+                               "not both")
+    if schedule_file is not None and (n_faults is not None or kinds is not None):
+        raise click.UsageError("--schedule replaces --faults and --kinds: give one or the other")
+    transport_name = "kafka" if bootstrap_servers else "local"
+
+    # Everything a user can get wrong, before anything starts.
+    w = load_workload(workload)
+    fault_kinds = _kinds(kinds, transport_name, guarantee) if schedule_file is None else []
+    roles = task_roles(w, guarantee)
+    fixed = None
+    if schedule_file is not None:
+        fixed = load_schedule(schedule_file)
+        check_schedule(fixed, roles, transport_name, guarantee)
+    count = 3 if n_faults is None else n_faults
+    report_dir = _report_dir(report, workload)
+    transport: dict[str, str]
+    if bootstrap_servers:
+        from .transport import open_transport
+
+        open_transport(bootstrap_servers=bootstrap_servers).close()   # one line if unreachable
+        transport = {"bootstrap_servers": bootstrap_servers}
+    else:
+        from .runner import check_writable_dir
+
+        root = Path(data_dir).absolute() if data_dir else report_dir / "data"
+        check_writable_dir(root, "data directory", "--data-dir")
+        transport = {"data_dir": str(root)}
+    first = seed if seed is not None else random.randrange(1_000_000)
+
+    base = ["eos", "experiment", workload, "--guarantee", guarantee, "--lines", str(lines)]
+    if fixed is not None:
+        base += ["--schedule", str(Path(schedule_file or "").absolute())]
+    else:
+        base += ["--faults", str(count), "--kinds", ",".join(fault_kinds)]
+    if bootstrap_servers:
+        base += ["--bootstrap-servers", bootstrap_servers]
+
+    def replay(s: int) -> str:
+        return shlex.join(base + ["--seed", str(s)])
+
+    # As typed when it came from a command line; else what would have run it.
+    command = (shlex.join(base[:2] + sys.argv[2:]) if sys.argv[1:2] == ["experiment"]
+               else shlex.join(base + ["--seed", str(first), "--runs", str(runs)]))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / REPORT_MARKER).write_text("made by eos experiment\n")
+    settings = Settings(w, report_dir, transport, guarantee=guarantee, lines=lines,
+                        replay=replay, keep_data=keep_data)
+
+    show = _Progress(as_json, runs)
+    results = []
+    for i, s in enumerate(range(first, first + runs)):
+        schedule = fixed if fixed is not None else random_schedule(
+            s, count, fault_kinds, roles, transport_name)
+        show.start(i, s, schedule)
+        with _stdout_to_stderr():
+            result = run_experiment(settings, s, schedule, on_progress=show.progress)
+        write_run(result, report_dir)
+        results.append(result)
+        show.done(result)
+    show.close()
+    summary = write_summary(results, report_dir, command=command, settings={
+        "workload": w.name, "origin": w.origin, "guarantee": guarantee,
+        "transport": "Kafka" if bootstrap_servers else "the local log", "lines": lines,
+        "seeds": [first, first + runs - 1], "faults": count if fixed is None else None,
+        "kinds": fault_kinds or None, "schedule": schedule_file})
+    failed = [r for r in results if not r.passed]
+    if as_json:
+        click.echo((report_dir / "summary.json").read_text(), nl=False)
+    else:
+        for line in table_lines(results):
+            click.echo(line)
+        click.echo(f"report: {summary}")
+        for r in failed:
+            why = r.error or ", ".join(r.verdict.reasons() if r.verdict else [])
+            click.echo(f"seed {r.seed} failed ({why}); replay: {r.replay}")
+    if failed:
+        seeds = ", ".join(str(r.seed) for r in failed)
+        click.echo(f"error: {len(failed)} of {len(results)} runs failed verification "
+                   f"(seed{'s' * (len(failed) > 1)} {seeds}); each replays with the command "
+                   f"printed for it", err=True)
+        sys.exit(1)
+
+
+class _Progress:
+    """A status line on a terminal (rich); otherwise a line per fault and per run."""
+
+    def __init__(self, quiet: bool, runs: int) -> None:
+        self.runs = runs
+        self.live = None
+        self.quiet = quiet
+        self.index = 0
+        if not quiet and sys.stderr.isatty():
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
+            self.live = self.console.status("eos experiment: starting")
+            self.live.start()
+
+    def _say(self, text: str) -> None:
+        if self.live is not None:
+            self.console.log(text)
+        else:
+            click.echo(text, err=True)
+
+    def start(self, index: int, seed: int, schedule: Any) -> None:
+        self.index = index
+        faults = "; ".join(f.describe() for f in schedule.faults) or "no faults"
+        self._say(f"run {index + 1}/{self.runs}, seed {seed}: {faults}")
+
+    def progress(self, p: dict[str, Any]) -> None:
+        for rec in p["events"]:
+            self._say(f"  {p['seconds']:6.2f} s  fault: {rec['describe']}")
+        if self.live is not None:
+            self.live.update(
+                f"run {self.index + 1}/{self.runs}, seed {p['seed']}: {p['seconds']:.0f} s, "
+                f"{p['sink_records']:,} sink records, tasks {p['tasks_running']} running / "
+                f"{p['tasks_finished']} done, {p['failed_attempts']} failed attempts, faults "
+                f"{p['faults_fired']}/{p['faults']}")
+
+    def done(self, r: Any) -> None:
+        from .experiments.report import verdict_word
+
+        v = r.verdict
+        counts = ("" if v is None else f": {v.lost} lost, {v.duplicated} duplicated, "
+                  f"{v.unexpected} unexpected, {v.out_of_order} out of order")
+        self._say(f"  seed {r.seed}: {verdict_word(r)}{counts} ({r.fired()}/{len(r.faults)} "
+                  f"faults fired, {r.seconds:.1f} s)" + (f"; {r.error}" if r.error else ""))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
