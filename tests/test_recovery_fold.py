@@ -130,3 +130,27 @@ def test_fences_decide_like_every_restore_ever_made(restores, gen, version):
     for g, v in restores:
         f.add(0, g, v)
     assert f.fenced(0, gen, version) == any(gen < g and version > v for g, v in restores)
+
+
+def test_start_positions_in_order_of_precedence():
+    from eos_runtime.protocol.positions import Start, choose_start, resolve
+
+    sp = Start("timestamp", 1_000, "startpoint")
+    assert choose_start(checkpoint=5, checkpoint_run=0, run=0, startpoint=sp).why == "startpoint"
+    assert choose_start(checkpoint=5, checkpoint_run=0, run=1) == Start("offset", 5, "checkpoint")
+    # reset ignores a checkpoint of an earlier run, never its own run's (a retry)
+    assert choose_start(checkpoint=5, checkpoint_run=0, run=1, reset=True,
+                        default="upcoming") == Start("upcoming", None, "reset")
+    assert choose_start(checkpoint=5, checkpoint_run=1, run=1, reset=True).why == "checkpoint"
+    assert choose_start(checkpoint=None, checkpoint_run=None, run=0) == Start("oldest", None,
+                                                                               "default")
+    with pytest.raises(ValueError, match="offset_default 'latest'"):
+        choose_start(checkpoint=None, checkpoint_run=None, run=0, default="latest")
+    assert resolve(Start("oldest", None, "default"), 3, 9) == 3
+    assert resolve(Start("upcoming", None, "default"), 3, 9) == 9
+    assert resolve(Start("offset", 9, "checkpoint"), 3, 9) == 9
+    assert resolve(Start("timestamp", 7, "startpoint"), 3, 9, at_timestamp=4) == 4
+    with pytest.raises(ValueError, match="offset 2 \\(checkpoint\\) is outside"):
+        resolve(Start("offset", 2, "checkpoint"), 3, 9)
+    with pytest.raises(ValueError, match="needs a value"):
+        Start("offset", None, "startpoint")

@@ -23,7 +23,7 @@ from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
 from ..transport import Record, TopicPartition, Transport
 
-__all__ = ["Recovered", "recover", "catch_up", "last_commit", "ChangeLogWriter"]
+__all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "ChangeLogWriter"]
 
 
 def _read(transport: Transport, tp: TopicPartition, start: int,
@@ -107,6 +107,17 @@ def catch_up(transport: Transport, tp: TopicPartition, store: TaskStore, result:
         if batch is not None:
             store.restore(list(batch.changes), batch.checkpoint)
     result.read_to = max(result.read_to, end)
+
+
+def fold_log(transport: Transport, tp: TopicPartition) -> RecoveryFold:
+    """The whole change-log partition through the recovery fold, with no store: what a
+    task would recover (its generation, last commit), for tools."""
+    fold = RecoveryFold()
+    low, high = transport.watermarks(tp)
+    for r in _read(transport, tp, low, high):
+        fold.feed(r.offset, wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
+                                                  offset=r.offset))
+    return fold
 
 
 def last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommit | None:

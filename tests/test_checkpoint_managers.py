@@ -1,0 +1,141 @@
+"""One contract suite for the three checkpoint managers (Samza 0.7's CheckpointManager),
+on both transports where the manager keeps its checkpoints in a topic."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos_runtime.checkpoints import (
+    ChangeLogCheckpoints,
+    Checkpoint,
+    FileSystemCheckpoints,
+    TopicCheckpoints,
+    checkpoint_topic,
+)
+from eos_runtime.errors import ConfigError
+from eos_runtime.protocol import wire
+from eos_runtime.runtime.changelog import ChangeLogWriter, fold_log, recover
+from eos_runtime.state import TaskStore
+from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+
+TASKS = 3
+KINDS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
+
+
+@pytest.fixture(params=[("change-log", "local"), ("topic", "local"), ("file-system", None),
+                        pytest.param(("change-log", "kafka"), marks=pytest.mark.kafka),
+                        pytest.param(("topic", "kafka"), marks=pytest.mark.kafka)],
+                ids=lambda p: "-".join(x for x in p if x))
+def make(request, tmp_path):
+    backend, kind = request.param
+    job = f"cpjob-{request.node.name[-30:]}".replace("[", "-").replace("]", "")
+    job = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in job)
+    transports = []
+
+    def factory():
+        if backend == "file-system":
+            return FileSystemCheckpoints(tmp_path / "checkpoints", job)
+        opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+                else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+        t = open_transport(**opts)
+        transports.append(t)
+        if backend == "change-log":
+            if f"{job}.changelog" not in t.list_topics():
+                t.create_topics([TopicSpec(f"{job}.changelog", TASKS, keep_forever=True)])
+            return ChangeLogCheckpoints(t, job)
+        return TopicCheckpoints(t, job, TASKS)
+
+    yield factory
+    for t in transports:
+        t.close()
+
+
+def started(factory, *tasks):
+    m = factory()
+    m.start()
+    for task in tasks:
+        m.register(task)
+    return m
+
+
+def test_no_checkpoint_reads_none(make):
+    m = started(make, 0)
+    assert m.read_last_checkpoint(0) is None
+    m.stop()
+
+
+def test_the_last_write_is_read_back_per_task_and_survives_a_new_manager(make):
+    m = started(make, 0, 1, 2)
+    m.write_checkpoint(0, Checkpoint({("in", 0): 5, ("in", 3): 7}))
+    m.write_checkpoint(0, Checkpoint({("in", 0): 9, ("in", 3): 7}))
+    m.write_checkpoint(2, Checkpoint({("in", 1): 1}))
+    assert m.read_last_checkpoint(0) == Checkpoint({("in", 0): 9, ("in", 3): 7})
+    assert m.read_last_checkpoint(1) is None
+    m.stop()
+    again = started(make, 0, 2)
+    assert again.read_last_checkpoint(0).offsets == {("in", 0): 9, ("in", 3): 7}
+    assert again.read_last_checkpoint(2).offsets == {("in", 1): 1}
+
+
+def test_use_before_start_or_register_is_refused(make):
+    m = make()
+    with pytest.raises(ConfigError, match="start"):
+        m.read_last_checkpoint(0)
+    m.start()
+    with pytest.raises(ConfigError, match="not registered"):
+        m.write_checkpoint(1, Checkpoint({("in", 0): 1}))
+
+
+def test_bad_checkpoints_are_refused():
+    with pytest.raises(ConfigError, match="non-negative"):
+        Checkpoint({("in", 0): -1})
+    with pytest.raises(ConfigError, match="stream name, partition"):
+        Checkpoint({("in", "0"): 1})
+
+
+def test_the_topic_is_named_like_samzas_and_partitioned_like_the_job(tmp_path):
+    with open_transport(data_dir=str(tmp_path)) as t:
+        m = TopicCheckpoints(t, "myjob", 4, job_id="7")
+        m.start()
+        assert checkpoint_topic("myjob", "7") == "__eos_checkpoint_myjob_7"
+        assert t.describe("__eos_checkpoint_myjob_7").partitions == 4
+        with pytest.raises(ConfigError, match="tasks 0..3"):
+            m.register(4)
+        with pytest.raises(ConfigError, match="another layout"):
+            TopicCheckpoints(t, "myjob", 5, job_id="7").start()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_change_log_write_keeps_state_and_version_and_fences_the_old_generation(
+        kind, tmp_path, request):
+    """Written positions become a new generation's commit of the same version: the state
+    is kept, and the next recovery starts from the new positions."""
+    opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+            else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+    job = f"cpstate-{kind}"
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(f"{job}.changelog", 1, keep_forever=True)])
+        tp = TopicPartition(f"{job}.changelog", 0)
+        writer = ChangeLogWriter(t, tp, f"{job}.task-0", 1, fenced=True)
+        writer.start_generation(0)
+        writer.changes(4, [("s", b"k", b"v")])
+        writer.commit(wire.ChangeLogCommit(1, 4, inputs=(wire.InputPosition("in", 0, 10),)))
+        writer.close()
+        store = TaskStore(tmp_path / "store", ("s",))
+        recover(t, tp, store)
+        m = ChangeLogCheckpoints(t, job)
+        m.start()
+        m.register(0)
+        m.write_checkpoint(0, Checkpoint({("in", 0): 3}))
+        back = m.read_last_checkpoint(0)
+        assert back.offsets == {("in", 0): 3} and back.version == 4 and back.generation == 2
+        assert fold_log(t, tp).generation == 2
+        again = recover(t, tp, store)
+        assert again.version == 4 and again.generation == 2
+        assert again.commit.inputs == (wire.InputPosition("in", 0, 3),)
+        assert store.get("s", b"k") == b"v"
+        store.close()
+        fresh = TaskStore(tmp_path / "fresh", ("s",))   # a new host: rebuilt from the log
+        assert recover(t, tp, fresh).rebuilt is False and fresh.get("s", b"k") == b"v"
+        fresh.close()
+        store.close()
