@@ -184,7 +184,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
             click.echo(f"seed {r.seed} failed ({why}); replay: {r.replay}")
     if failed:
         seeds = ", ".join(str(r.seed) for r in failed)
-        click.echo(f"error: {len(failed)} of {len(results)} runs failed verification "
+        click.echo(f"error: {len(failed)} of {len(results)} runs failed "
                    f"(seed{'s' * (len(failed) > 1)} {seeds}); each replays with the command "
                    f"printed for it", err=True)
         sys.exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,221 @@ def test_bad_input_is_refused_before_anything_starts(args, message, tmp_path):
     p = eos("experiment", *[a.format(dir=tmp_path) for a in args], cwd=tmp_path)
     assert error_line(p).startswith(message.format(dir=tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == before   # no report, no data, no run
+
+
+# --------------------------------------------------------------------------- experiments that run
+
+SCHEDULE = """
+# each of these fires on every run (checkpoints come by record count, never by timer)
+[[fault]]
+kind = "crash"
+task = 0
+point = "task.mid_version"
+hit = 2
+
+[[fault]]
+kind = "crash"
+task = 2
+point = "task.checkpoint.before_commit"
+hit = 2
+
+[[fault]]
+kind = "lose-state"
+task = 2
+attempt = 1
+point = "task.checkpoint.after_store"
+hit = 1
+
+[[fault]]
+kind = "buffer"
+max_bytes = 1
+"""
+
+
+def test_a_short_experiment_passes_and_reports(tmp_path):
+    """Two seeds under a schedule of four faults, on the local log, through the CLI."""
+    from test_cli import ok
+
+    (tmp_path / "faults.toml").write_text(SCHEDULE)
+    p = ok("experiment", "wordcount", "--schedule", "faults.toml", "--seed", "21",
+           "--runs", "2", "--lines", "1200", "--report", "report", cwd=tmp_path, timeout=400)
+    table = [line.split() for line in p.stdout.splitlines()]
+    assert table[0][:3] == ["seed", "verdict", "faults"]
+    assert [row[:3] for row in table[1:3]] == [["21", "pass", "4/4"], ["22", "pass", "4/4"]]
+    report = tmp_path / "report"
+    for seed in (21, 22):
+        run = json.loads((report / f"seed-{seed}" / "run.json").read_text())
+        assert run["passed"] and run["verdict"]["lost"] == run["verdict"]["duplicated"] == 0
+        assert all(f["fired"] for f in run["faults"])
+        assert all(f["time"] is not None for f in run["faults"])
+        crashed = {t["task_id"]: t for t in run["tasks"]}
+        assert crashed[0]["attempt"] == 1 and crashed[2]["attempt"] == 2
+        assert crashed[2]["replayed_changes"] > 0          # the lost store came from the log
+        assert sum(t["overflowed"] for t in run["tasks"]) > 0   # the 1-byte buffer overflowed
+        assert (report / f"seed-{seed}" / "timeline.png").stat().st_size < 80_000
+    summary = (report / "summary.md").read_text()
+    assert "| 21 | pass | 4/4 |" in summary and "seed-22/timeline.png" in summary
+    assert not any((report / "data").iterdir())   # passing runs leave no data behind
+
+
+@pytest.mark.kafka
+def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    p = ok("experiment", "pageviews", "--kinds", "crash,lose-state,kill", "--faults", "3",
+           "--seed", "5", "--lines", "2000", "--bootstrap-servers", kafka_bootstrap,
+           "--report", "report", "--json", cwd=tmp_path, timeout=400)
+    summary = json.loads(p.stdout)
+    assert summary["passed"] == 1 and summary["results"][0]["seed"] == 5
+    assert summary["results"][0]["counts"] == {"lost": 0, "duplicated": 0, "unexpected": 0,
+                                               "out_of_order": 0}
+
+
+# --------------------------------------------------------------------------- the checker can fail
+
+class ForkedJob:
+    """A stand-in for the Spark engine: every task attempt is a fork of this process, so a
+    bug the test patches in here is in every task. A task that dies is retried, as Spark
+    retries it."""
+
+    def __init__(self, fn, payloads, engine) -> None:
+        import threading
+
+        self.fn, self.payloads, self.max_attempts = fn, payloads, engine.max_attempts
+        self.results: list[bytes | None] = [None] * len(payloads)
+        self.failed = 0
+        self.error: str | None = None
+        self.pids: set[int] = set()
+        self.threads = [threading.Thread(target=self._task, args=(i,), daemon=True)
+                        for i in range(len(payloads))]
+        for t in self.threads:
+            t.start()
+
+    def _task(self, index: int) -> None:
+        import os
+        import traceback
+
+        from eos_runtime.engine import TaskAttempt
+
+        for attempt in range(self.max_attempts):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:   # the attempt: run the task, hand its result back, never return
+                os.close(read)
+                try:
+                    out = self.fn(TaskAttempt(index, attempt, self.payloads[index]))
+                    with os.fdopen(write, "wb") as pipe:
+                        pipe.write(out)
+                    os._exit(0)
+                except BaseException:
+                    traceback.print_exc()
+                    os._exit(1)
+            self.pids.add(pid)
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                out = pipe.read()
+            _, status = os.waitpid(pid, 0)
+            self.pids.discard(pid)
+            if status == 0:
+                self.results[index] = out
+                return
+            self.failed += 1
+        self.error = f"task {index} failed after {self.max_attempts} attempts"
+
+    def wait(self, timeout=None) -> bool:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self.threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self.threads)
+
+    def result(self):
+        from eos_runtime.errors import EngineError
+
+        self.wait()
+        if self.error is not None:
+            raise EngineError(self.error)
+        return self.results
+
+    def status(self):
+        from eos_runtime.engine import JobStatus
+
+        running = sum(t.is_alive() for t in self.threads)
+        return JobStatus("running" if running else "succeeded", len(self.results), running,
+                         sum(r is not None for r in self.results), self.failed, "fork")
+
+    def cancel(self) -> None:
+        import os
+        import signal
+
+        for pid in list(self.pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize("bug", [False, True], ids=["as built", "rewind keeps output"])
+def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, monkeypatch):
+    """The rewind rule broken on purpose: a sink task that rewinds on a restore keeps the
+    open version's output instead of discarding it (SEP-10 4.x). The source crashes after
+    its first batches reached the sinks, so a sink rewinds; with the bug its held output
+    is committed beside the output of the same records processed again. Without it the
+    same experiment on the same stand-in engine passes."""
+    from click.testing import CliRunner
+
+    import eos_runtime.engine
+    from eos_runtime.cli import main
+    from eos_runtime.runtime.outputs import SinkWriter
+
+    if bug:
+        monkeypatch.setattr(SinkWriter, "discard", lambda self: None)
+    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+                        lambda fn, payloads, engine: ForkedJob(fn, payloads, engine))
+    (tmp_path / "faults.toml").write_text('[[fault]]\nkind = "crash"\ntask = 0\n'
+                                          'point = "task.mid_version"\nhit = 2\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "wordcount", "--schedule", "faults.toml",
+                                       "--seed", "31", "--lines", "1200", "--report", "report"])
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    [run] = summary["results"]
+    if not bug:
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert run["verdict"] == "pass" and run["faults_fired"] == 1
+        return
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (
+        result.output, result.exception)
+    assert run["seed"] == 31 and run["verdict"] == "FAIL" and not run["error"]
+    assert run["counts"]["duplicated"] > 0 and run["counts"]["lost"] == 0
+    assert "--seed 31" in run["replay"]
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows[1][:2] == ["31", "FAIL"] and int(rows[1][4].replace(",", "")) > 0   # dup
+    assert "seed 31 failed" in result.stdout and "replay: eos experiment wordcount" in \
+        result.stdout
+    assert "error: 1 of 1 runs failed (seed 31)" in result.stderr
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime bug found by `eos experiment wordcount --schedule torn.toml --seed 1` (docs/"
+    "experiments.md): a local-log append torn while writing a task's generation-start "
+    "record leaves the fence registered at generation g+1 while the log's highest "
+    "generation is still g, so every retry asks for g+1 again and is refused "
+    "(ProducerFenced: generation 1 is not newer than the registered 1)"))
+def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
+    """The first append of every attempt is its generation-start record; tear it."""
+    from click.testing import CliRunner
+
+    import eos_runtime.engine
+    from eos_runtime.cli import main
+
+    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+                        lambda fn, payloads, engine: ForkedJob(fn, payloads, engine))
+    (tmp_path / "torn.toml").write_text('[[fault]]\nkind = "torn"\ntask = 2\n'
+                                        'point = "locallog.append.mid_data"\nhit = 1\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "wordcount", "--schedule", "torn.toml",
+                                       "--seed", "1", "--lines", "1200", "--report", "report"])
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["results"][0]["error"] is None, summary["results"][0]["error"]
+    assert result.exit_code == 0 and summary["passed"] == 1
