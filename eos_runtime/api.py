@@ -117,6 +117,8 @@ class Source:
     key_format: str | None
     value_format: str
     parallelism: int | None
+    reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
+    offset_default: str = "oldest"   # where to start without a checkpoint: oldest | upcoming
 
 
 @dataclass(frozen=True)
@@ -303,15 +305,30 @@ class Pipeline:
         self._segments: list[_Segment] = []
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
-               parallelism: int | None = None) -> Stream:
+               parallelism: int | None = None, reset_offset: bool = False,
+               offset_default: str = "oldest") -> Stream:
         """Read ``topic``; ``key``/``value`` are formats from ``FORMATS`` (no key format:
-        an unkeyed stream). ``parallelism`` defaults to the topic's partition count."""
+        an unkeyed stream). ``parallelism`` defaults to the topic's partition count.
+
+        Where each partition is read from (docs/operations.md): the last checkpoint; with
+        ``reset_offset=True`` a run ignores the checkpoint an earlier run left (a retry
+        inside the run still resumes from its own) and starts at ``offset_default``, which
+        also applies when there is no checkpoint: ``"oldest"`` (the default: what the
+        topic holds) or ``"upcoming"`` (only what arrives after the start). Under
+        exactly-once a reset moves the input positions and keeps the job's state."""
+        if type(reset_offset) is not bool:
+            raise ConfigError(f"source {topic!r}: reset_offset must be True or False, "
+                              f"not {reset_offset!r}")
+        if offset_default not in ("oldest", "upcoming"):
+            raise ConfigError(f"source {topic!r}: offset_default {offset_default!r}: use "
+                              f"'oldest' or 'upcoming'")
         if self._segments:
             raise ConfigError("a pipeline has one source (joins of several sources come later)")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
         seg = _Segment(start=Source(topic, _key_format(key, f"source {topic!r} key"),
-                                    _format(value, f"source {topic!r} value"), parallelism),
+                                    _format(value, f"source {topic!r} value"), parallelism,
+                                    reset_offset, offset_default),
                        keyed=key is not None)
         self._segments.append(seg)
         return Stream(self, seg)

@@ -11,14 +11,40 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.runs import SourceVersions
+from ..protocol.positions import choose_start, resolve
+from ..protocol.runs import SourceVersions, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .control import StopWatcher
 from .policy import CommitTimer
 
-__all__ = ["SourceSide"]
+__all__ = ["SourceSide", "start_positions"]
+
+
+def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ...],
+                    commit: wire.ChangeLogCommit | None,
+                    run: int) -> dict[int, tuple[int, str]]:
+    """Per input partition: the offset to start from and why (``protocol/positions.py``)."""
+    src = stage.source
+    assert src is not None
+    topic = stage.input_topic
+    checkpoint = ({pos.partition: pos.offset for pos in commit.inputs if pos.topic == topic}
+                  if commit is not None else {})
+    checkpoint_run = run_of(commit.version) if commit is not None else None
+    out = {}
+    for p in parts:
+        start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
+                             run=run, reset=src.reset_offset, default=src.offset_default)
+        low, high = transport.watermarks(TopicPartition(topic, p))
+        try:
+            out[p] = (resolve(start, low, high), start.why)
+        except ValueError as exc:
+            raise EosError(f"source {topic}[{p}]: {exc}; retention may have deleted input "
+                           f"this job never read: start it elsewhere with reset_offset=True "
+                           f"or a checkpoint written with eos checkpoint") from None
+    return out
 
 
 class SourceSide:
@@ -27,14 +53,8 @@ class SourceSide:
                  commit: wire.ChangeLogCommit | None, restored_version: int) -> None:
         self.topic = stage.input_topic
         parts = plan.tasks[task_id].partitions
-        start = dict.fromkeys(parts, 0)
-        if commit is not None:
-            for pos in commit.inputs:
-                if pos.topic == self.topic and pos.partition in start:
-                    start[pos.partition] = pos.offset
-        else:
-            for p in parts:
-                start[p] = transport.watermarks(TopicPartition(self.topic, p))[0]
+        self.starts = start_positions(transport, stage, parts, commit, config.run)
+        start = {p: offset for p, (offset, _) in self.starts.items()}
         self.positions = dict(start)
         self.ends = {p: config.end_offsets.get(p) for p in parts}
         self.tps = {p: TopicPartition(self.topic, p) for p in parts}
