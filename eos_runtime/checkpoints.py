@@ -39,6 +39,7 @@ from pathlib import Path
 
 from .errors import ConfigError, TopicNotFound, TransportError
 from .protocol import wire
+from .protocol.recovery import next_generation
 from .transport import TopicPartition, TopicSpec, Transport
 
 __all__ = ["Checkpoint", "CheckpointManager", "ChangeLogCheckpoints", "TopicCheckpoints",
@@ -144,9 +145,9 @@ class ChangeLogCheckpoints(CheckpointManager):
         inputs = tuple(wire.InputPosition(s, p, o)
                        for (s, p), o in sorted(checkpoint.offsets.items()))
         base = last if last is not None else wire.ChangeLogCommit(0, 0)
-        generation = fold.generation + 1
-        writer = ChangeLogWriter(self.t, tp, f"{self.fence_id_prefix}{task}", generation,
-                                 fenced=True)
+        fence_id = f"{self.fence_id_prefix}{task}"
+        generation = next_generation(fold.generation, self.t.fence_generation(fence_id))
+        writer = ChangeLogWriter(self.t, tp, fence_id, generation, fenced=True)
         try:
             writer.start_generation(base.version)
             offset, _ = writer.commit(replace(base, generation=generation, inputs=inputs))

@@ -515,14 +515,10 @@ def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, mo
     assert "error: 1 of 1 runs failed (seed 31)" in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime bug found by `eos experiment wordcount --schedule torn.toml --seed 1` (docs/"
-    "experiments.md): a local-log append torn while writing a task's generation-start "
-    "record leaves the fence registered at generation g+1 while the log's highest "
-    "generation is still g, so every retry asks for g+1 again and is refused "
-    "(ProducerFenced: generation 1 is not newer than the registered 1)"))
 def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
-    """The first append of every attempt is its generation-start record; tear it."""
+    """The first append of every attempt is its generation-start record; tear it. Found by
+    `eos experiment wordcount --schedule torn.toml --seed 1`: every retry asked the fence
+    for the generation the torn attempt had registered, and was refused (recovery C6)."""
     from click.testing import CliRunner
 
     import eos_runtime.engine

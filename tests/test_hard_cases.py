@@ -205,3 +205,17 @@ def test_a_crash_in_the_middle_of_the_marker_fan_out_leaves_channels_apart(kind,
     assert [has_end(c) for c in range(4)] == [True, True, False, False]
     job.run_task(task_id=0, timeout=60)
     assert all(has_end(c) for c in range(4))
+
+
+def test_a_torn_generation_start_does_not_block_the_retries(job_factory):
+    """Found by ``eos experiment`` (docs/experiments.md): an attempt registers generation
+    g + 1 at the local log's fence, then dies inside the append of its generation-start
+    record. The log still says g; a retry that took g + 1 from the log alone was refused
+    by the fence on every attempt. Generations come from both (recovery C6)."""
+    job = job_factory("local")
+    job.write(Restore(0, 1, 0), Restore(1, 1, 0), Data(0, 1, 1, "a"), Data(1, 1, 1, "b"),
+              Marker(0, 1, END), Marker(1, 1, END))
+    assert job.run_task(fault={"point": "locallog.append.mid_data", "hit": 1}) is None
+    stats = job.run_task(timeout=60)
+    assert stats["generation"] == 2
+    assert job.output() == ["a", "b"]

@@ -154,3 +154,11 @@ def test_start_positions_in_order_of_precedence():
         resolve(Start("offset", 2, "checkpoint"), 3, 9)
     with pytest.raises(ValueError, match="needs a value"):
         Start("offset", None, "startpoint")
+
+
+def test_a_new_generation_exceeds_the_log_and_the_fence():
+    from eos_runtime.protocol.recovery import next_generation
+
+    assert next_generation(0, 0) == 1
+    assert next_generation(3, 0) == 4          # Kafka: the broker keeps its own epoch
+    assert next_generation(3, 4) == 5          # 4 registered, its start record torn

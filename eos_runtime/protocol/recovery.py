@@ -26,6 +26,10 @@ C4  A local store is trusted, and only the log after its commit replayed, iff th
     ahead of a truncated log) is wiped and rebuilt from the whole log.
 C5  (sequence numbers, SEP-10 CheckpointOutputSeq) A restarted task continues each
     output partition's sequence from its last commit.
+C6  (invariant 5) A new generation exceeds both the highest one in the change log and
+    the newest one registered at the fence: an attempt may register a generation and
+    die before its start record reaches the log (a torn append), and reusing that
+    number would put two instances in one generation.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 
 from .wire import ChangeLogAbort, ChangeLogCommit, ChangeLogData, ChangeLogRecord, CheckpointData
 
-__all__ = ["Batch", "RecoveryFold", "trusts_local_store", "continued_seqs"]
+__all__ = ["Batch", "RecoveryFold", "trusts_local_store", "continued_seqs", "next_generation"]
 
 Change = tuple[str, bytes, bytes | None]   # (store, key, value or None for a delete)
 
@@ -104,3 +108,8 @@ def continued_seqs(commit: ChangeLogCommit | None, topic: str, partitions: int) 
             if o.topic == topic and 0 <= o.partition < partitions:
                 seqs[o.partition] = o.seq
     return seqs
+
+
+def next_generation(log_generation: int, registered: int) -> int:
+    """C6."""
+    return max(log_generation, registered) + 1

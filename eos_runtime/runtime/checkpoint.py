@@ -23,7 +23,7 @@ from typing import Any
 from .. import faults
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.recovery import continued_seqs
+from ..protocol.recovery import continued_seqs, next_generation
 from ..protocol.runs import announcement, run_end
 from ..state import TaskStore
 from ..transport import TopicPartition, Transport
@@ -52,7 +52,8 @@ class Committer:
         """Recover, register a new generation, read what a zombie committed meanwhile, and
         continue the output sequences from the last commit."""
         recovered = recover(self.t, self.changelog_tp, self.store)
-        start = self._new_generation(recovered.generation + 1, recovered.version)
+        generation = next_generation(recovered.generation, self.t.fence_generation(self.fence_id))
+        start = self._new_generation(generation, recovered.version)
         catch_up(self.t, self.changelog_tp, self.store, recovered, recovered.read_to, start)
         self.stats.replayed_changes = recovered.replayed
         self.stats.rebuilt_store = recovered.rebuilt

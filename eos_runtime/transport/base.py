@@ -228,6 +228,13 @@ class Transport(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no fenced producers")
 
+    def fence_generation(self, fence_id: str) -> int:
+        """The newest generation registered for ``fence_id`` (0: none, or a transport that
+        does not number them: Kafka's broker keeps its own epoch). A generation handed out
+        here may never have reached the change log (its holder died before writing), so a
+        new one must exceed both."""
+        return 0
+
     @abc.abstractmethod
     def consumer(self, *, read_committed: bool = True) -> Consumer:
         """A new consumer. ``read_committed`` hides records of open and aborted

@@ -384,6 +384,13 @@ class LocalLogTransport(Transport):
             fcntl.flock(fd, fcntl.LOCK_UN)
         return _LocalProducer(self, fence=(fd, fence_id, generation))
 
+    def fence_generation(self, fence_id: str) -> int:
+        try:
+            raw = (self.root / "fences" / fence_id).read_bytes()
+        except FileNotFoundError:
+            return 0
+        return _FENCE.unpack(raw[:_FENCE.size])[0] if len(raw) >= _FENCE.size else 0
+
     def consumer(self, *, read_committed: bool = True) -> Consumer:
         return _LocalConsumer(self)
 
