@@ -1,0 +1,115 @@
+"""The checkpoint tool's file format (Samza's checkpoint-tool.sh, as a properties file).
+
+``show`` renders every task's latest checkpoint; ``parse`` reads the file back, edited,
+and checks every line before anything is written:
+
+    # job wordcount (job id 1) on kafka; edit the offsets, then: eos checkpoint write ...
+    # task-2 (stage 1, reads wordcount.shuffle-1): version 1099511627775, generation 3
+    tasknames.task-0.systems.kafka.streams.lines.partitions.0=1200
+
+One line per source partition, keyed by task, system, stream and partition as Samza's
+tool does. The exactly-once details (version, generation) and the positions of
+internal channels are comments: shown, never editable (moving a channel task's
+position behind its producers' markers would break alignment).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .checkpoints import Checkpoint
+from .errors import ConfigError
+from .plan import JobPlan
+
+__all__ = ["render", "parse", "ParsedCheckpoints"]
+
+_KEY = re.compile(r"^tasknames\.([^.]+)\.systems\.([^.]+)\.streams\.(.+)\.partitions\.(\d+)$")
+
+
+def _task_name(task_id: int) -> str:
+    return f"task-{task_id}"
+
+
+def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | None],
+           job_id: str = "1") -> str:
+    """The properties file of ``checkpoints`` (task id -> its last checkpoint or None)."""
+    lines = [f"# job {plan.name} (job id {job_id}) on {system}; edit the offsets of the "
+             f"source partitions, then: eos checkpoint write {plan.name} FILE"]
+    for task in plan.tasks:
+        stage = plan.stages[task.stage]
+        cp = checkpoints.get(task.task_id)
+        what = (f"version {cp.version}, generation {cp.generation}"
+                if cp is not None and cp.version is not None else
+                "no checkpoint yet" if cp is None else "")
+        lines.append(f"# {_task_name(task.task_id)} (stage {stage.index}, reads "
+                     f"{stage.input_topic}){': ' + what if what else ''}")
+        for p in task.partitions:
+            offset = cp.offsets.get((stage.input_topic, p)) if cp is not None else None
+            key = (f"tasknames.{_task_name(task.task_id)}.systems.{system}.streams."
+                   f"{stage.input_topic}.partitions.{p}")
+            if not stage.is_source:
+                if offset is not None:
+                    lines.append(f"#   {key}={offset}")
+                continue
+            lines.append(f"{key}={'' if offset is None else offset}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ParsedCheckpoints:
+    """Per source task, the positions the file gives it."""
+
+    offsets: Mapping[int, Mapping[tuple[str, int], int]]
+
+
+def parse(text: str, plan: JobPlan, system: str,
+          bounds: Callable[[str, int], tuple[int, int]]) -> ParsedCheckpoints:
+    """Read an edited file; every line is checked (task, system, stream, partition, offset
+    within ``bounds(stream, partition)`` = (low, high)) and any error names its line."""
+    sources = {_task_name(t.task_id): t for t in plan.tasks if plan.stages[t.stage].is_source}
+    out: dict[int, dict[tuple[str, int], int]] = {}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        where = f"line {n}"
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"{where}: expected key=offset, got {line!r}")
+        m = _KEY.match(key.strip())
+        if m is None:
+            raise ConfigError(f"{where}: {key.strip()!r} is not tasknames.<task>.systems."
+                              f"<system>.streams.<stream>.partitions.<n>")
+        task_name, sys_name, stream, part_s = m.groups()
+        if task_name not in sources:
+            raise ConfigError(f"{where}: {task_name!r} is not a source task of job "
+                              f"{plan.name!r} (its source tasks: {', '.join(sources)}); the "
+                              f"positions of internal channels cannot be edited")
+        if sys_name != system:
+            raise ConfigError(f"{where}: system {sys_name!r}, but the job runs on {system!r}")
+        task = sources[task_name]
+        topic = plan.stages[task.stage].input_topic
+        partition = int(part_s)
+        if stream != topic or partition not in task.partitions:
+            raise ConfigError(f"{where}: {task_name} reads {topic} partitions "
+                              f"{list(task.partitions)}, not {stream} partition {partition}")
+        value = value.strip()
+        if not value:
+            continue   # left empty: this partition keeps its position
+        try:
+            offset = int(value)
+        except ValueError:
+            raise ConfigError(f"{where}: offset {value!r} is not an integer") from None
+        low, high = bounds(topic, partition)
+        if not low <= offset <= high:
+            raise ConfigError(f"{where}: offset {offset} is outside {topic}[{partition}]'s "
+                              f"offsets {low}..{high}")
+        slot = out.setdefault(task.task_id, {})
+        if (topic, partition) in slot:
+            raise ConfigError(f"{where}: {topic}[{partition}] of {task_name} is given twice")
+        slot[(topic, partition)] = offset
+    if not out:
+        raise ConfigError("the file sets no offset: nothing to write")
+    return ParsedCheckpoints(out)
