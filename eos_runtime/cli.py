@@ -120,7 +120,8 @@ def run() -> None:
     except EosError as exc:
         _fail(f"{exc}", type(exc).__name__)
         sys.exit(1)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:   # Ctrl-C (eos run handles its own: stop, then cancel)
+        _fail("interrupted", "Interrupted")
         sys.exit(130)
     except click.ClickException as exc:
         if json_mode["on"]:

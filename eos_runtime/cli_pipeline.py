@@ -199,11 +199,16 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def _summary_lines(summary: Any) -> list[str]:
+    """The human summary of a run: what came in, each stage's work, each task's."""
     where = "Kafka" if summary.transport == "kafka" else "the local log"
     how = "stopped" if summary.stopped else ("bounded" if summary.bounded else "unbounded")
-    lines = [f"{summary.job} run {summary.run} ({how}): {summary.input_records:,} input records "
-             f"in {summary.seconds:.2f} s ({summary.records_per_second:,.1f} records/s), "
-             f"{summary.guarantee} on {where}"]
+    came = (f"{_n(summary.input_records, 'input record')} in {summary.seconds:.2f} s "
+            f"({summary.records_per_second:,.1f} records/s)" if summary.input_records else
+            f"no new input records, {summary.seconds:.2f} s")
+    lines = [f"{summary.job} run {summary.run} ({how}): {came}, {summary.guarantee} on {where}"]
+    for st in summary.stages:
+        lines.append(f"  stage {st['stage']} ({st['input']} -> {st['output']}, "
+                     f"{_n(st['tasks'], 'task')}): {_stage_text({**st, 'reporting': st['tasks']})}")
     for t in summary.tasks:
         extra = ""
         if t.get("attempt"):
@@ -211,9 +216,9 @@ def _summary_lines(summary: Any) -> list[str]:
         if t.get("rebuilt_store"):
             extra += ", store rebuilt"
         if t.get("dead_letters"):
-            extra += f", {t['dead_letters']:,} dead letters"
-        lines.append(f"  task {t.get('task_id')}: {t.get('checkpoints', 0)} checkpoints, "
-                     f"{t.get('rewinds', 0)} rewinds, {t.get('processed', 0):,} processed, "
+            extra += f", {_n(t['dead_letters'], 'dead letter')}"
+        lines.append(f"  task {t.get('task_id')}: {_n(t.get('checkpoints', 0), 'checkpoint')}, "
+                     f"{_n(t.get('rewinds', 0), 'rewind')}, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")
     return lines
 
@@ -272,7 +277,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     stderr (a status line on a terminal, a line every 10 s otherwise); a summary
     (records, seconds, records/s, checkpoints and rewinds per task) goes to stdout.
     """
-    from .runner import load_pipeline, run_pipeline
+    from .runner import load_pipeline, start_pipeline, watch_run
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     fault: dict[str, Any] | None = None
@@ -294,30 +299,33 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
     name = pipeline.name
 
-    if sys.stderr.isatty() and not as_json:
-        from rich.console import Console
-
-        console = Console(stderr=True)
-        with console.status(f"eos run {name}: starting Spark on {_where(opts)}") as status:
-            def on_progress(p: dict[str, Any]) -> None:
-                status.update(_progress_line(name, p))
-
-            summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
-    else:
-        every = _Every(10.0)
-
-        def on_progress(p: dict[str, Any]) -> None:
-            if every.due():
-                click.echo(_progress_line(name, p), err=True)
-
-        if as_json:
-            with _stdout_to_stderr():
-                summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
-            click.echo(json.dumps(summary.as_dict(), indent=2))
-            return
-        summary = run_pipeline(pipeline, on_progress=on_progress, **kwargs)
+    where = _where(opts)
+    with contextlib.ExitStack() as stack:
+        if as_json:   # stdout keeps the one JSON document
+            stack.enter_context(_stdout_to_stderr())
+        run = start_pipeline(pipeline, **kwargs)
+        view = stack.enter_context(_RunView(name, run.run, where,
+                                            live=sys.stderr.isatty() and not as_json))
+        try:
+            summary = watch_run(run, on_progress=view.progress, on_interrupt=view.interrupted)
+        except KeyboardInterrupt:
+            raise RunCancelled(f"run {run.run} of job {name!r} cancelled by a second Ctrl-C: "
+                               f"its tasks stopped where they were, without final "
+                               f"checkpoints; the next run recovers from their last ones") from None
+    if as_json:
+        click.echo(json.dumps(summary.as_dict(), indent=2))
+        return
     for line in _summary_lines(summary):
         click.echo(line)
+
+
+class RunCancelled(click.ClickException):
+    """A second Ctrl-C cancelled ``eos run``: one ``error:`` line, exit code 130."""
+
+    exit_code = 130
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class _Every:
@@ -333,14 +341,165 @@ class _Every:
         return True
 
 
+def _n(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 checkpoint``, ``2 checkpoints``, ``1,000 input records``."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _input_text(p: dict[str, Any]) -> str:
+    """What the sources did: records read (when their tasks report), committed, of how many."""
+    src = p["stages"][0] if p.get("stages") else None
+    total = p.get("input_total")
+    of = f" of {total:,}" if total is not None else ""
+    committed = f"{p['input_committed']:,}{of} committed"
+    if src is not None and src["reporting"] == src["tasks"]:
+        return f"input {src['processed']:,}{of} read, {committed}"
+    return f"input {committed}"
+
+
+def _stage_text(st: dict[str, Any]) -> str:
+    text = (f"{st['processed']:,} processed, {st['emitted']:,} emitted, "
+            f"{_n(st['checkpoints'], 'checkpoint')}")
+    if st["rewinds"]:
+        text += f", {_n(st['rewinds'], 'rewind')}"
+    if st["max_buffer_bytes"]:
+        text += f", buffer up to {_bytes(st['max_buffer_bytes'])}"
+    if st["overflowed"]:
+        text += f" ({st['overflowed']:,} overflowed)"
+    if st["dead_letters"]:
+        text += f", {_n(st['dead_letters'], 'dead letter')}"
+    if st["reporting"] < st["tasks"]:
+        text += f" ({st['reporting']} of {_n(st['tasks'], 'task')} reporting)"
+    return text
+
+
+def _draining(p: dict[str, Any]) -> str:
+    """What a stopping run still does: the records in flight to each stage."""
+    flights = [(i, n) for i, n in enumerate(p.get("in_flight") or []) if n]
+    if not flights:
+        return "the stages after the sources finish what was sent to them"
+    return "draining " + ", ".join(f"{n:,} records in flight to stage {i}" for i, n in flights)
+
+
 def _progress_line(name: str, p: dict[str, Any]) -> str:
+    """One progress line (stderr without a terminal, every 10 s)."""
     kind = "unbounded" if not p["bounded"] else "bounded"
-    state = ", stopping (final checkpoints)" if p["stopping"] else (
-        ", Ctrl-C stops" if not p["bounded"] else "")
-    failed = f", {p['failed_attempts']} failed attempts" if p["failed_attempts"] else ""
-    return (f"eos run {name} (run {p['run']}, {kind}): {p['seconds']:.0f} s, "
-            f"{p['source_new_records']:,} new input records, {p['sink_records']:,} sink records, "
-            f"tasks {p['tasks_running']} running / {p['tasks_finished']} done{failed}{state}")
+    parts = [f"eos run {name} (run {p['run']}, {kind}): {p['seconds']:.0f} s", _input_text(p)]
+    for st in p.get("stages", []):
+        if st["reporting"]:
+            parts.append(f"stage {st['stage']}: {_stage_text(st)}")
+    parts.append(f"sink {p['sink_records']:,} written")
+    failed = f", {_n(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
+    parts.append(f"tasks {p['tasks_running']} running / {p['tasks_finished']} done{failed}")
+    if p["stopping"]:
+        parts.append(f"stopping: {_draining(p)} (Ctrl-C again cancels)")
+    elif not p["bounded"]:
+        parts.append("Ctrl-C stops")
+    return "; ".join(parts)
+
+
+class _RunView:
+    """What ``eos run`` shows on stderr while the run goes on: a live table of the stages
+    on a terminal (rich), else a line every 10 s; and at once, what a Ctrl-C does."""
+
+    def __init__(self, name: str, run: int, where: str, *, live: bool,
+                 every: float = 10.0) -> None:
+        self.name, self.run, self.where = name, run, where
+        self.last: dict[str, Any] | None = None
+        self.every = _Every(every)
+        self.started = time.monotonic()
+        self._live: Any = None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(self._render(None), console=Console(stderr=True),
+                              refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> _RunView:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def progress(self, p: dict[str, Any]) -> None:
+        self.last = p
+        if self._live is not None:
+            self._live.update(self._render(p))
+        elif self.every.due():
+            click.echo(_progress_line(self.name, p), err=True)
+
+    def interrupted(self, what: str) -> None:
+        if what == "stop":
+            p = self.last or {}
+            self._say(f"stopping run {self.run} of {self.name} (Ctrl-C): the sources take a "
+                      f"final checkpoint where they are; the stages after them finish the "
+                      f"records already sent to them and take theirs"
+                      f"{' (' + _draining(p) + ')' if any(p.get('in_flight') or []) else ''}"
+                      f", then the "
+                      f"summary follows. Ctrl-C again cancels at once (no final checkpoints; "
+                      f"the next run recovers from the last ones)")
+        else:
+            self._say(f"cancelling run {self.run} of {self.name} (second Ctrl-C): stopping "
+                      f"Spark and the tasks where they are ...")
+
+    def _say(self, text: str) -> None:
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            click.echo(text, err=True)
+
+    def _render(self, p: dict[str, Any] | None) -> Any:
+        from rich.console import Group
+        from rich.spinner import Spinner
+        from rich.table import Table
+        from rich.text import Text
+
+        if p is None or p.get("state") == "starting":
+            seconds = time.monotonic() - self.started
+            return Spinner("dots", Text(f"eos run {self.name} (run {self.run}): starting Spark "
+                                        f"on {self.where} ... {seconds:.0f} s"))
+        kind = "unbounded" if not p["bounded"] else "bounded"
+        head = Text(f"eos run {self.name} · run {p['run']} ({kind}) · {p['seconds']:.0f} s · "
+                    f"{self.where}", style="bold")
+        table = Table(box=None, pad_edge=False, header_style="dim")
+        for col, right in (("stage", False), ("tasks", True), ("reads -> writes", False),
+                           ("processed", True), ("emitted", True), ("checkpoints", True),
+                           ("rewinds", True), ("buffer", True)):
+            table.add_column(col, justify="right" if right else "left")
+        for st in p.get("stages", []):
+            tasks = str(st["tasks"])
+            if st["reporting"] == 0:
+                nums = ["-"] * 5
+            else:
+                if st["reporting"] < st["tasks"]:
+                    tasks = f"{st['reporting']}/{st['tasks']}"
+                buffer = _bytes(st["max_buffer_bytes"]) if st["max_buffer_bytes"] else "-"
+                if st["overflowed"]:
+                    buffer += f" ({st['overflowed']:,} over)"
+                nums = [f"{st['processed']:,}", f"{st['emitted']:,}", f"{st['checkpoints']:,}",
+                        f"{st['rewinds']:,}", buffer]
+            table.add_row(str(st["stage"]), tasks, f"{st['input']} -> {st['output']}", *nums)
+        failed = f", {_n(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
+        lines = [f"{_input_text(p)} · sink {p['sink_records']:,} written · tasks "
+                 f"{p['tasks_running']} running / {p['tasks_finished']} done{failed}"]
+        if p["stopping"]:
+            lines.append(f"stopping: {_draining(p)}; Ctrl-C again cancels at once")
+        else:
+            lines.append("Ctrl-C: stop gracefully (final checkpoints, then the summary)")
+        return Group(head, table, *(Text(line, style="dim") for line in lines))
 
 
 @click.command("stop")

@@ -23,13 +23,37 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
-from .errors import ConfigError, PipelineFileError, TaskFailed, TopicNotFound
+from .errors import ConfigError, EosError, PipelineFileError, TaskFailed, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import ControlLog
+from .runtime.records import read_task_progress
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
-           "run_pipeline", "start_pipeline", "task_configs"]
+           "run_pipeline", "start_pipeline", "task_configs", "watch_run", "STAGE_COUNTERS"]
+
+#: Task counters a stage's figures add up (``RunSummary.stages``, ``PipelineRun.progress``).
+STAGE_COUNTERS = ("processed", "emitted", "checkpoints", "rewinds", "buffered", "overflowed",
+                  "dead_letters")
+
+
+def stage_totals(stages: list[dict[str, Any]],
+                 tasks: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage of ``describe_plan``: its topics, its task count, how many of its tasks
+    reported (``tasks`` holds counters by task id), the sums of ``STAGE_COUNTERS`` and the
+    largest early-arrival buffer (``max_buffer_bytes``)."""
+    out = []
+    for st in stages:
+        got = [tasks[i] for i in st["tasks"] if i in tasks]
+        row: dict[str, Any] = {"stage": st["stage"], "input": st["input"],
+                               "output": st["output"], "tasks": len(st["tasks"]),
+                               "reporting": len(got)}
+        for key in STAGE_COUNTERS:
+            row[key] = sum(int(t.get(key, 0) or 0) for t in got)
+        row["max_buffer_bytes"] = max((int(t.get("max_buffer_bytes", 0) or 0) for t in got),
+                                      default=0)
+        out.append(row)
+    return out
 
 
 @dataclass
@@ -54,12 +78,19 @@ class RunSummary:
         """The longest task's own run time: the run without Spark's start-up."""
         return max((t.get("seconds", 0.0) for t in self.tasks), default=0.0)
 
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        """The work of each stage: its tasks' counters added up (``stage_totals``)."""
+        return [{k: v for k, v in row.items() if k != "reporting"}
+                for row in stage_totals(self.plan, {int(t["task_id"]): t for t in self.tasks
+                                                    if "task_id" in t})]
+
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "guarantee": self.guarantee, "transport": self.transport,
                 "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
                 "records_per_second": round(self.records_per_second, 1),
-                "task_seconds": self.task_seconds,
+                "task_seconds": self.task_seconds, "stages": self.stages,
                 "plan": self.plan, "tasks": self.tasks}
 
 
@@ -171,7 +202,8 @@ class PipelineRun:
     handling. ``close()`` releases the driver's transport once the run is over."""
 
     def __init__(self, plan: JobPlan, transport: Transport, info: Any, job: Any, bounded: bool,
-                 begin: dict[TopicPartition, int]) -> None:
+                 begin: dict[TopicPartition, int], state_dir: str | None = None,
+                 ends: dict[TopicPartition, int] | None = None) -> None:
         self.plan = plan
         self.t = transport
         self.info = info
@@ -180,6 +212,13 @@ class PipelineRun:
         self.begin = begin
         self.started = time.monotonic()
         self.stop_requested: str | None = None
+        self._stages = describe_plan(plan)
+        # Where the tasks write their counters (TaskProgress), when the driver can see it.
+        self._task_dir = Path(state_dir) / plan.name if state_dir is not None else None
+        self._ends = ends if bounded else None
+        self._committed = dict(begin)           # the sources' committed positions, refreshed
+        self._committed_next = 0.0
+        self._committed_every = 2.0 if transport.name == "local" else 5.0
         src = plan.stages[0]
         self._source_tps = [TopicPartition(src.input_topic, p) for p in range(src.input_partitions)]
         self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
@@ -194,17 +233,55 @@ class PipelineRun:
         return self.info.start.run
 
     def progress(self) -> dict[str, Any]:
-        """Seconds so far, source records arrived and sink records written since the start,
-        tasks running / finished / failed attempts."""
+        """Where the run is. ``seconds`` so far; ``source_new_records`` (arrived at the source
+        since the start), ``sink_records`` (written to the sink, uncommitted included);
+        ``input_committed`` (source records this run's checkpoints committed, refreshed every
+        few seconds) of ``input_total`` (what a bounded run reads; None when unbounded);
+        ``stages`` (per stage: topics, ``tasks``, ``reporting`` (tasks whose counters the
+        driver sees: those that write them where it can read), the counters of
+        ``STAGE_COUNTERS`` added up, ``max_buffer_bytes``) and ``in_flight`` (per stage,
+        records sent to it by the stage before and not processed yet; None where not
+        known); ``state`` (Spark's job: starting, running, ...), ``tasks``, and task
+        attempts running, finished and failed."""
         status = self.job.status()
         arrived = sum(self.t.watermarks(tp)[1] - self._source_high0[tp] for tp in self._source_tps)
         written = sum(self.t.watermarks(tp, read_committed=False)[1]
                       for tp in self._sink_tps) - self._sink_high0
-        return {"seconds": time.monotonic() - self.started, "run": self.run,
+        now = time.monotonic()
+        if now >= self._committed_next:
+            self._committed_next = now + self._committed_every
+            try:
+                self._committed = _source_positions(self.t, self.plan)
+            except EosError:
+                pass   # the next look
+        committed = sum(max(self._committed.get(tp, b) - b, 0) for tp, b in self.begin.items())
+        total = (sum(max(self._ends.get(tp, b) - b, 0) for tp, b in self.begin.items())
+                 if self._ends is not None else None)
+        stages = stage_totals(self._stages, self._task_counters())
+        in_flight: list[int | None] = [None]
+        for before, st in zip(stages, stages[1:], strict=False):
+            known = before["reporting"] == before["tasks"] and st["reporting"] == st["tasks"]
+            in_flight.append(max(before["emitted"] - st["processed"], 0) if known else None)
+        return {"seconds": now - self.started, "run": self.run,
                 "bounded": self.bounded, "stopping": self.stop_requested is not None,
                 "source_new_records": arrived, "sink_records": written,
-                "tasks_running": status.running, "tasks_finished": status.finished,
+                "input_committed": committed, "input_total": total,
+                "stages": stages, "in_flight": in_flight, "state": status.state,
+                "tasks": len(self.plan.tasks), "tasks_running": status.running,
+                "tasks_finished": status.finished,
                 "failed_attempts": status.failed_attempts}
+
+    def _task_counters(self) -> dict[int, dict[str, Any]]:
+        """The counters each task last wrote beside its pid file during this run."""
+        if self._task_dir is None:
+            return {}
+        since = self.info.start.started_ms / 1000 - 1.0
+        out = {}
+        for task in self.plan.tasks:
+            got = read_task_progress(self._task_dir / f"task-{task.task_id}.progress")
+            if got is not None and float(got.get("time", 0)) >= since:
+                out[task.task_id] = got
+        return out
 
     def stop(self, reason: str = "requested") -> None:
         """Ask the run to stop gracefully: every task takes a final checkpoint and ends."""
@@ -275,11 +352,23 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
+        ends = {TopicPartition(plan.stages[0].input_topic, p): end
+                for c in configs for p, end in c.end_offsets.items()}
+        _clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
-        return PipelineRun(plan, transport, info, job, bounded, begin)
+        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends)
     except BaseException:
         transport.close()
         raise
+
+
+def _clear_task_progress(task_dir: Path, plan: JobPlan) -> None:
+    """An earlier run's progress files must not pass for this one's."""
+    for task in plan.tasks:
+        try:
+            (task_dir / f"task-{task.task_id}.progress").unlink()
+        except OSError:
+            pass
 
 
 def run_pipeline(pipeline: Pipeline, *,
@@ -289,7 +378,20 @@ def run_pipeline(pipeline: Pipeline, *,
 
     Ctrl-C once asks for a graceful stop (final checkpoints, then the summary); a second
     Ctrl-C cancels the tasks where they are."""
-    run = start_pipeline(pipeline, **options)
+    return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
+                     progress_interval=progress_interval)
+
+
+def watch_run(run: PipelineRun, *,
+              on_progress: Callable[[dict[str, Any]], None] | None = None,
+              on_interrupt: Callable[[str], None] | None = None,
+              progress_interval: float = 0.5) -> RunSummary:
+    """Wait for a started run to end and return its summary (``close()``-ing it).
+
+    ``on_progress(run.progress())`` every ``progress_interval`` seconds. A first Ctrl-C
+    asks the run to stop gracefully (``on_interrupt("stop")``, at once); a second cancels
+    it (``on_interrupt("cancel")``, at once), waits until its tasks are gone and raises
+    ``KeyboardInterrupt``."""
     try:
         interrupted = False
         while True:
@@ -300,9 +402,13 @@ def run_pipeline(pipeline: Pipeline, *,
                     on_progress(run.progress())
             except KeyboardInterrupt:
                 if interrupted:
+                    if on_interrupt is not None:
+                        on_interrupt("cancel")
                     raise
                 interrupted = True
                 run.stop("interrupted (Ctrl-C)")
+                if on_interrupt is not None:
+                    on_interrupt("stop")
         return run.summary()
     except BaseException:
         run.cancel()

@@ -92,6 +92,12 @@ def test_run_json_summary(wordcount_run):
     assert summary["input_records"] == COUNT
     assert [t["task_id"] for t in summary["tasks"]] == [0, 1, 2, 3]
     assert sum(t["processed"] for t in summary["tasks"][:2]) == COUNT
+    # each stage's work: its tasks' counters added up
+    stages = summary["stages"]
+    assert [(st["stage"], st["input"], st["output"], st["tasks"]) for st in stages] == [
+        (0, "lines", "wordcount.shuffle-1", 2), (1, "wordcount.shuffle-1", "counts", 2)]
+    assert stages[0]["processed"] == COUNT
+    assert stages[1]["processed"] == stages[0]["emitted"] == stages[1]["emitted"] > COUNT
     assert (data / "state").is_dir()  # --state-dir defaults to under the data dir
 
 
@@ -303,3 +309,199 @@ def test_generate_words_is_deterministic():
     words = [w for line in a for w in line.split()]
     assert set(words) <= set(WORDS)
     assert all(1 <= len(line.split()) <= 10 for line in a)
+
+
+# --------------------------------------------------------------------------- on a terminal
+
+def on_terminal(args: list[str], *, ctrl_c_after: list[tuple[str, float]],
+                timeout: float = 180.0, cols: int = 160) -> tuple[int, str]:
+    """``eos ARGS`` on a pseudo-terminal, as a user runs it. For each ``(text, seconds)`` of
+    ``ctrl_c_after``: once the screen has shown ``text`` since the last Ctrl-C, and
+    ``seconds`` later, Ctrl-C is typed (the terminal sends SIGINT to the foreground process
+    group, as a real Ctrl-C does). Returns the exit code and the screen output without its
+    escape sequences."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "EOS_BOOTSTRAP_SERVERS"}
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execve(sys.executable, [sys.executable, "-c", "from eos_runtime.cli import run; run()",
+                                   *args], env)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
+    pending, raw, seen, shown_at = list(ctrl_c_after), b"", 0, None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if pending and shown_at is None and pending[0][0] in _screen(raw[seen:]):
+                shown_at = time.monotonic()
+            if pending and shown_at is not None and time.monotonic() - shown_at >= pending[0][1]:
+                pending.pop(0)
+                seen, shown_at = len(raw), None
+                os.write(fd, b"\x03")
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if fd in ready:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                raw += data
+        else:
+            os.kill(pid, 9)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert not pending, f"never saw {pending[0][0]!r} on the screen:\n{_screen(raw)}"
+    return os.waitstatus_to_exitcode(status), _screen(raw)
+
+
+def _screen(raw: bytes) -> str:
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode(errors="replace"))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def stage_rows(screen: str, stage: int) -> list[list[str]]:
+    """The live view's rows of ``stage``: stage, tasks, input, ->, output, processed,
+    emitted, checkpoints, rewinds, buffer ("-" where the tasks did not report)."""
+    rows = []
+    for line in screen.splitlines():
+        cells = line.split()
+        if len(cells) >= 9 and cells[0] == str(stage) and cells[3] == "->":
+            rows.append(cells)
+    return rows
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(tmp_path):
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "300000", "--data-dir", str(data))
+    # The live view shows the stages as they move; a first Ctrl-C says what it does.
+    code, screen = on_terminal(["run", WORDCOUNT, "--data-dir", str(data)],
+                               ctrl_c_after=[("tasks 4 running", 4.0)])
+    assert code == 0, screen
+    assert "reads -> writes" in screen and "processed" in screen and "checkpoints" in screen
+    assert "of 300,000 committed" in screen, screen
+    stop = screen[screen.index("stopping run 0 of wordcount (Ctrl-C)"):]
+    assert "the sources take a final checkpoint" in stop and "Ctrl-C again cancels" in stop
+    summary = screen[screen.index("wordcount run 0 (stopped): "):]
+    assert " input records in " in summary.splitlines()[0]
+    assert "stage 1 (wordcount.shuffle-1 -> counts, 2 tasks): " in summary
+    counted = any(row[5] != "-" and int(row[5].replace(",", "")) > 0
+                  for row in stage_rows(screen, 1))
+
+    # A second Ctrl-C cancels, and says so: one error line, exit code 130.
+    code, screen = on_terminal(["run", WORDCOUNT, "--unbounded", "--data-dir", str(data)],
+                               ctrl_c_after=[("tasks 4 running", 2.0), ("stopping", 0.5)])
+    assert code == 130, screen
+    assert "cancelling run 1 of wordcount (second Ctrl-C)" in screen, screen
+    last = screen.strip().splitlines()[-1]
+    assert last == ("error: run 1 of job 'wordcount' cancelled by a second Ctrl-C: its tasks "
+                    "stopped where they were, without final checkpoints; the next run recovers "
+                    "from their last ones"), screen
+    assert "Traceback" not in screen
+    if not counted:
+        pytest.xfail("the tasks do not write their counters yet (TaskProgress, hook in "
+                     "runtime/task.py: the task loop's owner): the live view's stage rows "
+                     "stay '-'")
+
+
+def test_ctrl_c_in_any_command_is_one_line(tmp_path):
+    # eos produce waiting for lines on the terminal: Ctrl-C ends it with a message
+    code, screen = on_terminal(["produce", "lines", "--lines-from", "-",
+                                "--data-dir", str(tmp_path / "data")],
+                               ctrl_c_after=[("", 3.0)], timeout=60)
+    assert code == 130 and screen.strip().splitlines()[-1] == "error: interrupted", screen
+
+
+# --------------------------------------------------------------------------- summaries and progress
+
+def _summary(input_records: int, tasks: list[dict]):
+    from eos_runtime.runner import RunSummary
+
+    plan = [{"stage": 0, "input": "lines", "tasks": [0], "steps": [],
+             "output": "wc.shuffle-1", "output_partitions": 1},
+            {"stage": 1, "input": "wc.shuffle-1", "tasks": [1, 2], "steps": [],
+             "output": "counts", "output_partitions": 1}]
+    return RunSummary("wc", "exactly-once", "local", 2.5, input_records, tasks, plan, run=3)
+
+
+def test_a_summary_counts_the_work_with_singular_and_plural_right():
+    from eos_runtime.cli_pipeline import _summary_lines
+
+    one = {"task_id": 0, "checkpoints": 1, "rewinds": 1, "processed": 1, "emitted": 1,
+           "dead_letters": 1, "attempt": 0}
+    two = {"task_id": 1, "checkpoints": 2, "rewinds": 0, "processed": 5, "emitted": 5,
+           "max_buffer_bytes": 2048, "overflowed": 3}
+    three = {"task_id": 2, "checkpoints": 0, "rewinds": 2, "processed": 0, "emitted": 0,
+             "attempt": 1}
+    lines = _summary_lines(_summary(1, [one, two, three]))
+    assert lines[0] == ("wc run 3 (bounded): 1 input record in 2.50 s (0.4 records/s), "
+                        "exactly-once on the local log")
+    assert lines[1] == ("  stage 0 (lines -> wc.shuffle-1, 1 task): 1 processed, 1 emitted, "
+                        "1 checkpoint, 1 rewind, 1 dead letter")
+    assert lines[2] == ("  stage 1 (wc.shuffle-1 -> counts, 2 tasks): 5 processed, 5 emitted, "
+                        "2 checkpoints, 2 rewinds, buffer up to 2.0 KB (3 overflowed)")
+    assert lines[3] == "  task 0: 1 checkpoint, 1 rewind, 1 processed, 1 emitted, 1 dead letter"
+    assert lines[4] == "  task 1: 2 checkpoints, 0 rewinds, 5 processed, 5 emitted"
+    assert lines[5] == "  task 2: 0 checkpoints, 2 rewinds, 0 processed, 0 emitted, attempt 2"
+
+
+def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
+    from eos_runtime.cli_pipeline import _summary_lines
+
+    tasks = [{"task_id": 0, "checkpoints": 1}, {"task_id": 1, "processed": 7000,
+                                                 "emitted": 7000, "checkpoints": 3},
+             {"task_id": 2, "processed": 5000, "emitted": 5000, "checkpoints": 3}]
+    lines = _summary_lines(_summary(0, tasks))
+    assert lines[0] == ("wc run 3 (bounded): no new input records, 2.50 s, exactly-once on the "
+                        "local log")
+    assert lines[2] == ("  stage 1 (wc.shuffle-1 -> counts, 2 tasks): 12,000 processed, "
+                        "12,000 emitted, 6 checkpoints")
+
+
+def test_progress_reads_the_counters_the_tasks_write(tmp_path):
+    from eos_runtime.cli_pipeline import _progress_line
+    from eos_runtime.runner import stage_totals
+    from eos_runtime.runtime.records import TaskProgress, read_task_progress
+
+    class Stats:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+        def as_dict(self):
+            return dict(self.__dict__)
+
+    stats = Stats(task_id=1, processed=10, emitted=10, checkpoints=1, rewinds=0)
+    progress = TaskProgress(tmp_path / "task-1.progress", stats, every=60)
+    assert read_task_progress(tmp_path / "task-1.progress") is None
+    progress.tick()                       # the first tick writes
+    stats.processed = 99
+    progress.tick()                       # within `every`: nothing new
+    assert read_task_progress(tmp_path / "task-1.progress")["processed"] == 10
+    progress.write(done=True)
+    got = read_task_progress(tmp_path / "task-1.progress")
+    assert got["processed"] == 99 and got["done"] is True and got["pid"] == os.getpid()
+    assert [f.name for f in tmp_path.iterdir()] == ["task-1.progress"]   # no temp file left
+
+    plan = _summary(0, []).plan
+    stages = stage_totals(plan, {0: {"processed": 40, "emitted": 200, "checkpoints": 2},
+                                 1: got})
+    assert [(s["reporting"], s["tasks"], s["processed"], s["emitted"]) for s in stages] == \
+        [(1, 1, 40, 200), (1, 2, 99, 10)]
+    line = _progress_line("wc", {
+        "seconds": 12.2, "run": 3, "bounded": True, "stopping": True, "stages": stages,
+        "in_flight": [None, None], "input_committed": 30, "input_total": 50,
+        "sink_records": 8, "tasks_running": 3, "tasks_finished": 0, "failed_attempts": 1})
+    assert line == ("eos run wc (run 3, bounded): 12 s; input 40 of 50 read, 30 of 50 committed; "
+                    "stage 0: 40 processed, 200 emitted, 2 checkpoints; stage 1: 99 processed, "
+                    "10 emitted, 1 checkpoint (1 of 2 tasks reporting); sink 8 written; tasks 3 "
+                    "running / 0 done, 1 failed attempt; stopping: the stages after the sources "
+                    "finish what was sent to them (Ctrl-C again cancels)")
