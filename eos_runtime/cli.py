@@ -21,6 +21,7 @@ main.add_command(kafka_group)
 
 # `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
 from .cli_pipeline import (  # noqa: E402
+    _n,
     consume_cmd,
     json_error,
     json_mode,
@@ -42,13 +43,16 @@ main.add_command(experiment_cmd)
 
 
 @main.command()
-@click.option("--data-dir", default=".eos/smoke", show_default=True,
-              type=click.Path(file_okay=False), help="Directory of the embedded local log.")
+@click.option("--data-dir", default=".eos/smoke", show_default=True, metavar="DIR",
+              type=click.Path(file_okay=False),
+              help="Directory of the embedded local log (apart from eos demo's and the data of "
+                   "eos run).")
 @click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,
+              metavar="HOST:PORT",
               help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
 @click.option("--records", default=20_000, show_default=True, type=click.IntRange(1),
-              help="Envelopes per round trip.")
-@json_option("Print a machine-readable summary.")
+              metavar="N", help="Envelopes per round trip.")
+@json_option("Print the results as JSON (a failed smoke run: a JSON error object).")
 def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
     """Round trip of protocol records through the local log (and Kafka, with a transaction
     check)."""
@@ -69,16 +73,19 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
 
 
 @main.command()
-@click.option("--data-dir", default=".eos/demo", show_default=True,
+@click.option("--data-dir", default=".eos/demo", show_default=True, metavar="DIR",
               type=click.Path(file_okay=False),
-              help="Where the demo keeps its local log and state. Cleared first if the demo made "
-                   "it; a non-empty directory it did not make is refused.")
-@click.option("--bootstrap-servers", default=None, help="Run on this Kafka broker instead.")
+              help="Where the demo keeps its local log and state (apart from the data of eos "
+                   "run): cleared first if the demo made it; a non-empty directory it did not "
+                   "make is refused.")
+@click.option("--bootstrap-servers", default=None, metavar="HOST:PORT",
+              help="Run on this Kafka broker instead of the local log (EOS_BOOTSTRAP_SERVERS is "
+                   "not read: the demo runs on Kafka only when asked here).")
 @click.option("--lines", "n_lines", default=20_000, show_default=True, type=click.IntRange(1),
-              help="Text lines to count words in.")
+              metavar="N", help="Text lines to count words in.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
-              default="exactly-once", show_default=True)
-@json_option("Print a machine-readable summary.")
+              default="exactly-once", show_default=True, help="Processing guarantee of the job.")
+@json_option("Print the result as JSON (a failed demo: a JSON error object).")
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
          as_json: bool) -> None:
     """The main job: word count end to end on Spark, output verified against an oracle."""
@@ -103,12 +110,13 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     s = result.summary
-    click.echo(f"ran {len(s.tasks)} tasks in {len(s.plan)} stages: {s.input_records} lines in "
-               f"{s.seconds:.1f}s ({s.records_per_second:.0f} lines/s, Spark start-up included)")
-    click.echo(f"verified: {result.output_records} committed output records for {result.words} "
-               f"words; each word seen n times has exactly the counts 1..n"
+    click.echo(f"ran {_n(len(s.tasks), 'task')} in {_n(len(s.plan), 'stage')}: "
+               f"{_n(s.input_records, 'line')} in {s.seconds:.1f} s "
+               f"({s.records_per_second:,.0f} lines/s, Spark start-up included)")
+    click.echo(f"verified: {_n(result.output_records, 'committed output record')} for "
+               f"{_n(result.words, 'word')}; each word seen n times has exactly the counts 1..n"
                if guarantee == "exactly-once" else
-               f"verified: no count lost; {result.duplicates} duplicate records")
+               f"verified: no count lost; {_n(result.duplicates, 'duplicate record')}")
 
 
 def run() -> None:
@@ -116,7 +124,7 @@ def run() -> None:
     ``--json``, also a JSON error object on stdout)."""
     json_mode["on"] = False
     try:
-        main(standalone_mode=False)
+        main(standalone_mode=False, prog_name="eos")
     except EosError as exc:
         _fail(f"{exc}", type(exc).__name__)
         sys.exit(1)

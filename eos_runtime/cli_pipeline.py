@@ -87,16 +87,19 @@ def json_error(message: str, kind: str) -> str:
 # --------------------------------------------------------------------------- transport options
 
 def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--bootstrap-servers`` / ``--data-dir``, shared by the three commands."""
+    """``--bootstrap-servers`` / ``--data-dir``, shared by run, stop, produce and consume.
+
+    Every option's help is its meaning in docs/cli.md, word for word, and a trailing
+    ``Default: ...`` sentence is its default there (tests/test_cli_docs.py)."""
     fn = click.option(
-        "--data-dir", type=click.Path(file_okay=False), default=None,
-        help=f"Directory of the embedded local log, used when no Kafka broker is given. "
-             f"Default: {DEFAULT_DATA_DIR}. Wins over EOS_BOOTSTRAP_SERVERS from the "
-             f"environment.")(fn)
+        "--data-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+        help=f"Directory of the embedded local log, used when no Kafka broker is given; an "
+             f"explicit --data-dir wins over EOS_BOOTSTRAP_SERVERS from the environment. "
+             f"Default: {DEFAULT_DATA_DIR}.")(fn)
     fn = click.option(
         "--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None, metavar="HOST:PORT",
-        help="Kafka bootstrap servers (env EOS_BOOTSTRAP_SERVERS); without it the embedded "
-             "local log is used.")(fn)
+        help="Kafka at HOST:PORT[,HOST:PORT...] (env EOS_BOOTSTRAP_SERVERS); without it, the "
+             "embedded local log.")(fn)
     return fn
 
 
@@ -226,37 +229,45 @@ def _summary_lines(summary: Any) -> list[str]:
 @click.command("run")
 @click.argument("pipeline_file", metavar="PIPELINE.py", type=click.Path(dir_okay=False))
 @transport_options
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the tasks keep their RocksDB state. Default: <data dir>/state "
-                   "(.eos/state on Kafka).")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Where the tasks keep their RocksDB state. Default: <data dir>/state; "
+                   ".eos/state on Kafka.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]), default=None,
               help="Processing guarantee. Default: the pipeline's.")
 @click.option("--commit-interval", type=click.FloatRange(0, min_open=True), default=None,
-              metavar="SECONDS", help="Checkpoint every SECONDS. Default: the pipeline's.")
-@click.option("--commit-every", type=click.IntRange(1), default=None, metavar="N",
-              help="Also checkpoint after N records of a task. Default: the pipeline's.")
+              metavar="SECONDS", help="Checkpoint every SECONDS (> 0). Default: the pipeline's.")
+@click.option("--commit-every", type=click.IntRange(0), default=None, metavar="N",
+              help="Also checkpoint after N records of a task; 0 turns that off (the commit "
+                   "interval alone). Default: the pipeline's.")
 @click.option("--parallelism", type=click.IntRange(1), default=None, metavar="N",
-              help="Tasks per stage after a shuffle. Default: the pipeline's.")
+              help="Tasks per stage: of every stage after a key_by that sets no parallelism, "
+                   "and of the source stage if its source() sets none (at most the source "
+                   "topic's partitions). Default: the pipeline's for the stages after a key_by, "
+                   "the source topic's partition count for the source stage.")
 @click.option("--sink-partitions", type=click.IntRange(1), default=None, metavar="N",
-              help="Partitions of the sink topic when the run creates it (ignored if it exists).")
-@click.option("--master", default=None,
-              help="Spark master. Default: local[N,F] sized to the plan (N = tasks, "
-                   "F = --max-attempts).")
+              help="Partitions of the sink topic when the run creates it (ignored if it exists). "
+                   "Default: 1.")
+@click.option("--master", default=None, metavar="MASTER",
+              help="Spark master: local[...], spark://..., yarn or k8s://...; local[N,F] runs N "
+                   "tasks at once, F attempts each. Default: local[N,F] with N = the plan's "
+                   "tasks, F = --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(1), default=4, show_default=True,
-              help="Attempts per task before the run fails.")
+              metavar="N",
+              help="Attempts per task before the run fails (a user function's error is not "
+                   "retried: it ends the run at once).")
 @click.option("--dead-letters", "dead_letters_on", is_flag=True,
               help="A record whose function raises goes to topic <job>.dead-letters (with the "
-                   "error) instead of stopping the task. Default: the pipeline's setting.")
+                   "error) instead of ending the run. Default: the pipeline's setting.")
 @click.option("--dead-letter-topic", default=None, metavar="TOPIC",
               help="Like --dead-letters, to TOPIC.")
 @click.option("--unbounded", is_flag=True,
-              help="Run until stopped (eos stop, or Ctrl-C here) instead of to the end of the "
-                   "input present at the start.")
+              help="Run until eos stop or Ctrl-C instead of to the end of the input present at "
+                   "the start.")
 @click.option("--crash-at", default=None, metavar="POINT[@HIT]",
-              help="Fault injection: kill task --crash-task's first attempt at this crash point "
-                   "(at its HIT-th hit, default 1). See docs/faults.md for the points.")
+              help="Fault injection: kill the first attempt of task --crash-task at this crash "
+                   "point (at its HIT-th hit, default 1); docs/faults.md lists the points.")
 @click.option("--crash-task", type=click.IntRange(0), default=None, metavar="N",
-              help="The task --crash-at arms (default 0).")
+              help="The task --crash-at arms. Default: 0.")
 @json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
              "failed run: a JSON error object).")
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
@@ -274,8 +285,9 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     output carry over.
 
     The file must define a Pipeline (named `pipeline`, or the only one). Progress goes to
-    stderr (a status line on a terminal, a line every 10 s otherwise); a summary
-    (records, seconds, records/s, checkpoints and rewinds per task) goes to stdout.
+    stderr (a live table of the stages on a terminal, a line every 10 s otherwise); a
+    summary of the work (input records, each stage's and each task's counters) goes to
+    stdout. docs/cli.md describes every option.
     """
     from .runner import load_pipeline, start_pipeline, watch_run
 
@@ -614,13 +626,13 @@ def _were(n: int) -> str:
 @click.argument("topic")
 @transport_options
 @click.option("--lines-from", "lines_from", type=click.File("rb"), default=None, metavar="FILE",
-              help="One record per line of FILE (UTF-8; '-' reads stdin). The line ending is "
+              help="One record per line of FILE (UTF-8; - reads stdin); the line ending is "
                    "not part of the record.")
 @click.option("--generate", type=click.Choice(["words"]), default=None,
-              help="Generate the records instead: 'words' = text lines of 1-10 random words "
-                   "from a fixed vocabulary of 32 (deterministic for a given --seed).")
+              help="Generate the records instead: words = text lines of 1 to 10 words drawn "
+                   "from a fixed vocabulary of 32 (the same --seed, the same lines).")
 @click.option("--count", type=click.IntRange(0), default=None, metavar="N",
-              help="How many records --generate writes. Default: 10000.")
+              help="How many records --generate writes. Default: 10,000.")
 @click.option("--seed", type=int, default=None, metavar="S",
               help="Seed of --generate. Default: 0.")
 @click.option("--partitions", type=click.IntRange(1), default=2, show_default=True, metavar="N",
@@ -680,11 +692,13 @@ def _text(data: bytes | None) -> str | None:
 @click.argument("topic")
 @transport_options
 @click.option("--job", default=None, metavar="NAME",
-              help="The job whose sink wrote TOPIC: on the local log, only what its "
-                   "checkpoints committed is shown. (Kafka reads read_committed anyway.)")
+              help="The job (pipeline name) whose sink wrote TOPIC: on the local log, only "
+                   "what its checkpoints committed is shown (Kafka reads read_committed "
+                   "anyway).")
 @click.option("--all", "read_all", is_flag=True,
               help="Read every record, uncommitted ones too.")
-@json_option("Print a JSON list of {partition, offset, key, value}.")
+@json_option("Print a JSON list of {partition, offset, key, value} (a failed command: a "
+             "JSON error object).")
 @click.option("--count", "only_count", is_flag=True, help="Print only the number of records.")
 def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
                 job: str | None, read_all: bool, as_json: bool, only_count: bool) -> None:

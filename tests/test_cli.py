@@ -505,3 +505,17 @@ def test_progress_reads_the_counters_the_tasks_write(tmp_path):
                     "10 emitted, 1 checkpoint (1 of 2 tasks reporting); sink 8 written; tasks 3 "
                     "running / 0 done, 1 failed attempt; stopping: the stages after the sources "
                     "finish what was sent to them (Ctrl-C again cancels)")
+
+
+@pytest.mark.slow
+def test_commit_every_0_turns_the_pipelines_record_count_checkpoints_off(tmp_path):
+    path = tmp_path / "every.py"
+    path.write_text('from eos_runtime import Pipeline\n\n'
+                    'pipeline = Pipeline("every", commit_interval=600, commit_every=10)\n'
+                    'pipeline.source("lines").map(str.upper).sink("out")\n')
+    data = str(tmp_path / "data")
+    ok("produce", "lines", "--generate", "words", "--count", "100", "--partitions", "1",
+       "--data-dir", data)
+    summary = json.loads(ok("run", str(path), "--commit-every", "0", "--json",
+                            "--data-dir", data).stdout)
+    assert [t["checkpoints"] for t in summary["tasks"]] == [1]   # the run's final one only
