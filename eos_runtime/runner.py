@@ -26,7 +26,7 @@ from .api import Pipeline
 from .errors import ConfigError, EosError, PipelineFileError, TaskFailed, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import ControlLog
-from .runtime.records import read_task_progress
+from .runtime.progress import read_task_progress
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",

@@ -368,17 +368,6 @@ def _screen(raw: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def stage_rows(screen: str, stage: int) -> list[list[str]]:
-    """The live view's rows of ``stage``: stage, tasks, input, ->, output, processed,
-    emitted, checkpoints, rewinds, buffer ("-" where the tasks did not report)."""
-    rows = []
-    for line in screen.splitlines():
-        cells = line.split()
-        if len(cells) >= 9 and cells[0] == str(stage) and cells[3] == "->":
-            rows.append(cells)
-    return rows
-
-
 @pytest.mark.slow
 def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(tmp_path):
     data = tmp_path / "data"
@@ -394,8 +383,6 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
     summary = screen[screen.index("wordcount run 0 (stopped): "):]
     assert " input records in " in summary.splitlines()[0]
     assert "stage 1 (wordcount.shuffle-1 -> counts, 2 tasks): " in summary
-    counted = any(row[5] != "-" and int(row[5].replace(",", "")) > 0
-                  for row in stage_rows(screen, 1))
 
     # A second Ctrl-C cancels, and says so: one error line, exit code 130.
     code, screen = on_terminal(["run", WORDCOUNT, "--unbounded", "--data-dir", str(data)],
@@ -407,10 +394,6 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
                     "stopped where they were, without final checkpoints; the next run recovers "
                     "from their last ones"), screen
     assert "Traceback" not in screen
-    if not counted:
-        pytest.xfail("the tasks do not write their counters yet (TaskProgress, hook in "
-                     "runtime/task.py: the task loop's owner): the live view's stage rows "
-                     "stay '-'")
 
 
 def test_ctrl_c_in_any_command_is_one_line(tmp_path):
@@ -470,7 +453,7 @@ def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
 def test_progress_reads_the_counters_the_tasks_write(tmp_path):
     from eos_runtime.cli_pipeline import _progress_line
     from eos_runtime.runner import stage_totals
-    from eos_runtime.runtime.records import TaskProgress, read_task_progress
+    from eos_runtime.runtime.progress import TaskProgress, read_task_progress
 
     class Stats:
         def __init__(self, **kw):

@@ -10,10 +10,6 @@ output of the open version and goes on. No protocol rule lives here.
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from pathlib import Path
 from typing import Any, cast
 
 from ..api import FORMATS
@@ -24,7 +20,7 @@ from ..transport import Record
 from .operators import Chain, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
 
-__all__ = ["RecordPath", "TaskProgress", "read_task_progress"]
+__all__ = ["RecordPath"]
 
 _unpack = FORMATS["msgpack"][1]
 
@@ -157,42 +153,3 @@ def _safe_repr(raw: bytes | None) -> str | None:
 
 
 # --------------------------------------------------------------------------- progress
-
-class TaskProgress:
-    """A task's counters (its ``TaskStats``) in a file beside its pid file,
-    ``<state dir>/<job>/task-<id>.progress``, for the driver's live view
-    (``runner.PipelineRun.progress``). The task loop calls ``tick()`` once per poll (it
-    rewrites the file at most every ``every`` seconds) and ``write(done=True)`` when the
-    task ends. Each write replaces the file whole (write, then rename), so a reader sees
-    this write or the one before; a write that fails is skipped (progress is best effort).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], stats: Any, every: float = 0.5) -> None:
-        self.path = Path(path)
-        self.stats = stats
-        self.every = every
-        self._next = 0.0
-        self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + self.every
-            self.write()
-
-    def write(self, *, done: bool = False) -> None:
-        data = {"pid": os.getpid(), "time": time.time(), "done": done, **self.stats.as_dict()}
-        try:
-            self._tmp.write_text(json.dumps(data))
-            os.replace(self._tmp, self.path)
-        except (OSError, TypeError, ValueError):
-            pass
-
-
-def read_task_progress(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """What ``TaskProgress`` last wrote to ``path``; None if there is no such file (yet)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

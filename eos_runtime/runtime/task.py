@@ -37,6 +37,7 @@ from .checkpoint import Committer
 from .operators import Chain
 from .outputs import ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned
+from .progress import TaskProgress
 from .records import RecordPath
 from .source import SourceSide
 
@@ -146,6 +147,8 @@ class _Task:
                                   self.channels, sink, dead, self.stats)
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
+        # The driver's live view reads this (runner.PipelineRun.progress).
+        self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
 
     def close(self) -> None:
         for thing in [*self._closers, self.consumer, self.committer,
@@ -165,6 +168,7 @@ class _Task:
             self._run()
         finally:
             self.stats.seconds = round(time.monotonic() - started, 3)
+            self.progress.write(done=True)
         return self.stats
 
     def _run(self) -> None:
@@ -192,6 +196,7 @@ class _Task:
         process = self.records.source_record
         while not src.finished():
             batch = src.poll(self.c.poll_records, 0.2)
+            self.progress.tick()
             version = src.versions.open
             for r in batch:
                 process(r, version)
@@ -240,6 +245,7 @@ class _Task:
         process = self.records.envelope
         while not policy.finished():
             batch = self.consumer.poll(self.c.poll_records, 0.2)
+            self.progress.tick()
             for r in batch:
                 c = (r.topic, r.partition)
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,

@@ -1,0 +1,57 @@
+"""A task's counters in a file beside its pid file, for the driver's live view.
+
+``<state dir>/<job>/task-<id>.progress`` holds the task's ``TaskStats`` as JSON; the task
+loop ticks it once per poll and writes it a last time, marked done, when the task ends;
+the driver (``runner.PipelineRun.progress``) reads every task's. Best effort: a write
+that fails is skipped, never the task's failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TaskProgress", "read_task_progress"]
+
+
+class TaskProgress:
+    """A task's counters (its ``TaskStats``) in a file beside its pid file,
+    ``<state dir>/<job>/task-<id>.progress``, for the driver's live view
+    (``runner.PipelineRun.progress``). The task loop calls ``tick()`` once per poll (it
+    rewrites the file at most every ``every`` seconds) and ``write(done=True)`` when the
+    task ends. Each write replaces the file whole (write, then rename), so a reader sees
+    this write or the one before; a write that fails is skipped (progress is best effort).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], stats: Any, every: float = 0.5) -> None:
+        self.path = Path(path)
+        self.stats = stats
+        self.every = every
+        self._next = 0.0
+        self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every
+            self.write()
+
+    def write(self, *, done: bool = False) -> None:
+        data = {"pid": os.getpid(), "time": time.time(), "done": done, **self.stats.as_dict()}
+        try:
+            self._tmp.write_text(json.dumps(data))
+            os.replace(self._tmp, self.path)
+        except (OSError, TypeError, ValueError):
+            pass
+
+
+def read_task_progress(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What ``TaskProgress`` last wrote to ``path``; None if there is no such file (yet)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

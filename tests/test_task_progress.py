@@ -1,0 +1,24 @@
+"""Tasks report their counters beside their pid file for the driver's live view: written
+while they run and once more, marked done, when they end (not timed: the final write is
+checked)."""
+
+from __future__ import annotations
+
+from eos_runtime.runtime.progress import read_task_progress
+
+from scripted import END, Data, Marker, Restore, ScriptedJob
+
+
+def test_a_task_leaves_its_final_counters(tmp_path):
+    job = ScriptedJob(tmp_path, {"data_dir": str(tmp_path / "data")})
+    try:
+        job.write(Restore(0, 1, 0), Restore(1, 1, 0), Data(0, 1, 1, "a"), Data(1, 1, 2, "b"),
+                  Marker(0, 1, 1), Marker(1, 1, END), Marker(0, 1, END))
+        stats = job.run_task()
+        progress = read_task_progress(job.state_dir() / f"task-{job.task_id}.progress")
+        assert progress is not None and progress["done"] is True
+        assert progress["processed"] == stats["processed"] == 2
+        assert progress["checkpoints"] == stats["checkpoints"] >= 2
+        assert progress["buffered"] == 1     # "b" of version 2 came before version 1 closed
+    finally:
+        job.close()
