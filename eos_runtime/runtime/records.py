@@ -10,6 +10,7 @@ output of the open version and goes on. No protocol rule lives here.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, cast
 
 from ..api import FORMATS
@@ -51,7 +52,7 @@ class RecordPath:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
             self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key), _text(r.value),
-                             r.timestamp)
+                             r.timestamp, raw=(r.key, r.value))
 
     def envelope(self, msg: wire.Envelope, topic: str, partition: int, offset: int,
                  version: int) -> None:
@@ -66,7 +67,7 @@ class RecordPath:
                 raise
             self._user_error(exc, topic, partition, offset,
                              None if msg.key is None else repr(decode_key(msg.key)),
-                             _safe_repr(msg.value), msg.timestamp)
+                             _safe_repr(msg.value), msg.timestamp, raw=(msg.key, msg.value))
         self.stats.processed += 1
 
     def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int,
@@ -96,7 +97,8 @@ class RecordPath:
             write(gen, version, kb, [value], timestamp)
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
-                    key: str | None, value: str | None, timestamp: int) -> None:
+                    key: str | None, value: str | None, timestamp: int,
+                    raw: tuple[bytes | None, bytes | None] = (None, None)) -> None:
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"{type(exc).__name__}: {exc}")
@@ -116,7 +118,10 @@ class RecordPath:
         self.dead.write(None, None, [{
             "job": self.job, "task": self.task_id, "topic": topic, "partition": partition,
             "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
-            "value": value}], timestamp)
+            "value": value,
+            # The readable forms above escape what is not UTF-8 (source records) or show
+            # msgpack as Python would (channel records); these keep the exact bytes.
+            "key_base64": _b64(raw[0]), "value_base64": _b64(raw[1])}], timestamp)
         self.stats.dead_letters += 1
 
 
@@ -135,6 +140,10 @@ def _origins(stage: StagePlan) -> tuple[str, str]:
         value = value or "sent through key_by by the stage before"
         key = "the key key_by returned"
     return value, key
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
 
 
 def _text(data: bytes | None) -> str | None:
