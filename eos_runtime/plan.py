@@ -117,6 +117,10 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         sink_parts = transport.describe(sink.topic).partitions
     except TopicNotFound:
         sink_parts = sink_partitions or 1
+    if sink_partitions is not None and sink_partitions != sink_parts:
+        raise ConfigError(f"sink topic {sink.topic!r} exists with {sink_parts} partitions; "
+                          f"--sink-partitions {sink_partitions} contradicts it: drop the "
+                          f"option or give the sink another topic")
     stages: list[StagePlan] = []
     tasks: list[TaskPlan] = []
     input_topic, input_parts = source.topic, src_spec.partitions

@@ -21,9 +21,40 @@ from ..faults import crash_point
 from ..protocol import wire
 from ..transport import Producer, TopicPartition
 
-__all__ = ["ChannelWriter", "SinkWriter", "partition_for"]
+__all__ = ["ChannelWriter", "SinkWriter", "kafka_partition", "murmur2", "partition_for"]
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's ``Utils.murmur2``), as a signed 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    body = length - length % 4
+    for i in range(0, body, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length % 4
+    if tail == 3:
+        h ^= data[body + 2] << 16
+    if tail >= 2:
+        h ^= data[body + 1] << 8
+    if tail >= 1:
+        h ^= data[body]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for a keyed record."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def partition_for(key_bytes: bytes | None, partitions: int, fallback: int) -> int:
@@ -102,10 +133,14 @@ class SinkWriter:
         ser, encode, fmt = self._value, self._encode, self.value_format
         encoded = [encode(ser, fmt, "value", value) for value in values]
         pending = self._pending
+        # A sink key goes where Kafka's default partitioner (every Java client) puts it, so
+        # other clients co-partition with the job's output; keyless output by its stream key.
+        fixed = kafka_partition(k, self.partitions) if k is not None else None
         for v in encoded:
             self._rr += 1
-            pending.append((partition_for(key_bytes, self.partitions, self._rr), k, v,
-                            timestamp))
+            p = fixed if fixed is not None else partition_for(key_bytes, self.partitions,
+                                                              self._rr)
+            pending.append((p, k, v, timestamp))
 
     def _encode(self, ser: Any, fmt: str | None, what: str, value: Any) -> bytes:
         try:

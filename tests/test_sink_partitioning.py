@@ -1,0 +1,78 @@
+"""Sink output goes where Kafka's default partitioner puts a key (murmur2 of the serialized
+key, as every Java client and librdkafka's murmur2 partitioner do), so other clients
+co-partition with a job's output (issue 11, item 8)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.errors import ConfigError
+from eos_runtime.plan import plan_job
+from eos_runtime.runner import run_pipeline
+from eos_runtime.runtime.committed import read_output
+from eos_runtime.runtime.outputs import kafka_partition, murmur2
+from eos_runtime.transport import TopicSpec, open_transport
+
+# Apache Kafka's own vectors (UtilsTest.testMurmur2 in the Java client).
+JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"abc": 479470107,
+                b"a-little-bit-long-string": -985981536,
+                b"a-little-bit-longer-string": -1486304829,
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}
+
+
+def test_murmur2_is_the_java_clients():
+    for data, expected in JAVA_MURMUR2.items():
+        assert murmur2(data) == expected
+
+
+@pytest.mark.kafka
+def test_librdkafkas_murmur2_partitioner_agrees(kafka_bootstrap):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"murmur-{uuid.uuid4().hex[:6]}"
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        t.create_topics([TopicSpec(topic, 7)])
+    keys = [f"key-{i}".encode() for i in range(200)]
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2"})
+    for k in keys:
+        p.produce(topic, b"v", key=k)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": topic,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, i, 0) for i in range(7)])
+    where = {}
+    while len(where) < len(keys):
+        for m in c.consume(500, 5.0):
+            where[m.key()] = m.partition()
+    c.close()
+    assert where == {k: kafka_partition(k, 7) for k in keys}
+
+
+def test_a_keyed_sink_writes_each_key_where_kafka_would(tmp_path):
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec("words", 2), TopicSpec("counted", 5)])
+        with t.producer() as prod:
+            for i in range(300):
+                prod.produce("words", i % 2, f"w{i % 37}".encode())
+            prod.flush()
+    p = Pipeline("sinkpart")
+    p.source("words").key_by(str).map(str).sink("counted", key="utf8")
+    run_pipeline(p, state_dir=str(tmp_path / "state"), **opts)
+    with open_transport(**opts) as t:
+        out = read_output(t, "counted", job="sinkpart")
+    assert len(out) == 300
+    assert all(r.partition == kafka_partition(r.key, 5) for r in out)
+
+
+def test_sink_partitions_that_contradict_the_topic_are_refused(tmp_path):
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("in", 1), TopicSpec("out", 3)])
+        p = Pipeline("contra")
+        p.source("in").sink("out")
+        with pytest.raises(ConfigError, match="exists with 3 partitions; --sink-partitions 4"):
+            plan_job(p, t, sink_partitions=4)
+        assert plan_job(p, t, sink_partitions=3).stages[-1].output_partitions == 3
