@@ -694,7 +694,8 @@ def _text(data: bytes | None) -> str | None:
 @click.option("--job", default=None, metavar="NAME",
               help="The job (pipeline name) whose sink wrote TOPIC: on the local log, only "
                    "what its checkpoints committed is shown (Kafka reads read_committed "
-                   "anyway).")
+                   "anyway). Default: on the local log, the one job whose sink is TOPIC "
+                   "(from the jobs' control topics).")
 @click.option("--all", "read_all", is_flag=True,
               help="Read every record, uncommitted ones too.")
 @json_option("Print a JSON list of {partition, offset, key, value} (a failed command: a "
@@ -710,7 +711,8 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     By default only committed records are shown: on Kafka through read_committed, on
     the local log (which has no transactions) through the commit records of the job
     named by --job (an at-least-once job's output is all committed, as on Kafka). On the
-    local log give --job or --all.
+    local log without --job, the one job whose sink is TOPIC is read; with several, pass
+    --job (or --all).
     """
     from .runtime.committed import read_output
     from .transport import open_transport
@@ -724,9 +726,10 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
         transport.describe(topic)  # TopicNotFound names the topic
         if not read_all and not transport.supports_transactions:
             if job is None:
-                raise ConfigError(f"the local log has no transactions: to read {topic!r} as "
-                                  f"committed, pass --job NAME (the job whose sink wrote it); "
-                                  f"or pass --all to read every record, uncommitted too")
+                job = _sink_job(transport, topic, opts)
+                if not as_json:
+                    click.echo(f"committed output of job {job!r} (its sink is {topic!r})",
+                               err=True)
             try:
                 transport.describe(f"{job}.changelog")
             except TopicNotFound:
@@ -742,6 +745,24 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
                                for r in records], indent=1, ensure_ascii=False))
     else:
         _write_lines(f"{_field(r.key)}\t{_field(r.value)}" for r in records)
+
+
+def _sink_job(transport: Any, topic: str, opts: dict[str, str]) -> str:
+    """The one job whose sink is ``topic``, from the jobs' control topics; an error naming
+    them when there are several, or saying what to pass when there is none."""
+    from .runtime.control import jobs_with_sink
+
+    jobs = jobs_with_sink(transport, topic)
+    if len(jobs) == 1:
+        return jobs[0]
+    if jobs:
+        names = ", ".join(repr(j) for j in jobs)
+        raise ConfigError(f"{topic!r} is the sink of {len(jobs)} jobs on {_where(opts)}: "
+                          f"{names}; pass --job NAME to say whose commits to read (or --all "
+                          f"to read every record)")
+    raise ConfigError(f"no job on {_where(opts)} has {topic!r} as its sink, and the local log "
+                      f"has no transactions: pass --job NAME (the job whose sink wrote it), or "
+                      f"--all to read every record, uncommitted too")
 
 
 def _field(data: bytes | None) -> str:

@@ -9,6 +9,7 @@ run with a final checkpoint when one names their run.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -18,8 +19,8 @@ from ..protocol import wire
 from ..protocol.runs import MAX_RUN
 from ..transport import TopicPartition, TopicSpec, Transport
 
-__all__ = ["ControlLog", "RunInfo", "StopWatcher", "control_topic", "job_layout",
-           "layout_guarantee"]
+__all__ = ["ControlLog", "RunInfo", "StageLayout", "StopWatcher", "control_topic", "job_layout",
+           "jobs_on", "jobs_with_sink", "layout_guarantee", "layout_stages"]
 
 
 def control_topic(job: str) -> str:
@@ -45,6 +46,58 @@ def layout_guarantee(layout: tuple[str, ...]) -> str | None:
         if line.startswith("guarantee "):
             return line[len("guarantee "):]
     return None
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """One stage line of a layout from ``job_layout``, read back (for the job tools)."""
+
+    index: int
+    input_topic: str
+    input_partitions: int
+    task_ids: tuple[int, ...]
+    stores: tuple[str, ...]
+    output_topic: str
+    output_partitions: int
+
+
+_STAGE_LINE = re.compile(r"^stage (?P<index>\d+): input (?P<input>\S+) x(?P<inparts>\d+), "
+                         r"tasks (?P<tasks>[\d,]*), stores \[(?P<stores>[^\]]*)\], "
+                         r"output (?P<output>\S+) x(?P<outparts>\d+)$")
+
+
+def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
+    """The stages a layout from ``job_layout`` records, in order (lines it does not
+    recognise are skipped)."""
+    stages = []
+    for line in layout:
+        m = _STAGE_LINE.match(line)
+        if m is None:
+            continue
+        stages.append(StageLayout(
+            int(m["index"]), m["input"], int(m["inparts"]),
+            tuple(int(t) for t in m["tasks"].split(",") if t),
+            tuple(s for s in m["stores"].split(", ") if s),
+            m["output"], int(m["outparts"])))
+    return stages
+
+
+def jobs_on(transport: Transport) -> list[str]:
+    """The jobs that ever ran on ``transport``: those with a control topic, by name."""
+    suffix = control_topic("")
+    return sorted(t[:-len(suffix)] for t in transport.list_topics()
+                  if t.endswith(suffix) and len(t) > len(suffix))
+
+
+def jobs_with_sink(transport: Transport, topic: str) -> list[str]:
+    """The jobs whose last run's layout has ``topic`` as its sink (the last stage's output)."""
+    found = []
+    for job in jobs_on(transport):
+        last = ControlLog(transport, job).last_run()
+        stages = layout_stages(last.start.layout) if last is not None else []
+        if stages and stages[-1].output_topic == topic:
+            found.append(job)
+    return found
 
 
 @dataclass(frozen=True)
@@ -92,6 +145,16 @@ class ControlLog:
                         out.append((r.offset, wire.decode_control(
                             r.value, topic=r.topic, partition=r.partition, offset=r.offset)))
         return out
+
+    def runs(self) -> list[RunInfo]:
+        """Every run of the job, oldest first, each with its stop request if it had one."""
+        runs: list[RunInfo] = []
+        for offset, rec in self.records():
+            if isinstance(rec, wire.RunStart):
+                runs.append(RunInfo(rec, offset))
+            elif runs and rec.run == runs[-1].start.run and runs[-1].stopped is None:
+                runs[-1] = RunInfo(runs[-1].start, runs[-1].offset, rec)
+        return runs
 
     def last_run(self) -> RunInfo | None:
         """The latest run and whether a stop was asked for it."""
