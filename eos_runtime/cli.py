@@ -36,6 +36,12 @@ main.add_command(produce_cmd)
 main.add_command(consume_cmd)
 main.add_command(stop_cmd)
 
+# `eos jobs|topics`: the jobs that ran on a transport, and what each topic is for.
+from .cli_jobs import jobs_cmd, topics_cmd  # noqa: E402
+
+main.add_command(jobs_cmd)
+main.add_command(topics_cmd)
+
 # `eos experiment`: a workload under injected faults, verified against its oracle.
 from .cli_experiment import experiment_cmd  # noqa: E402
 

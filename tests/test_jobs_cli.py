@@ -5,6 +5,7 @@ Spark run of word count (~12 s); other jobs' control topics are written directly
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -82,3 +83,58 @@ def test_layout_lines_read_back(wordcount):
     stages = layout_stages(wordcount_layout(wordcount))
     assert [(s.input_topic, s.output_topic) for s in stages] == \
         [("lines", "wordcount.shuffle-1"), ("wordcount.shuffle-1", "counts")]
+
+
+# --------------------------------------------------------------------------- eos jobs
+
+def test_jobs_lists_each_job_its_runs_and_last_commits(wordcount, tmp_path):
+    data = copy_log(wordcount, tmp_path / "data")
+    layout = wordcount_layout(data)
+    fake_job(data, "wordcount", layout, bounded=False, stop=True)     # run 1, stopped
+    fake_job(data, "other", tuple(line.replace("wordcount.", "other.").replace("counts", "c2")
+                                  for line in layout))
+    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    assert [j["job"] for j in jobs] == ["other", "wordcount"]
+    other, wc = jobs
+    assert wc["guarantee"] == "exactly-once" and (wc["source"], wc["sink"]) == ("lines", "counts")
+    assert [(r["run"], r["bounded"], r["stopped"]) for r in wc["runs"]] == \
+        [(0, True, False), (1, False, True)]
+    tasks = [t for s in wc["stages"] for t in s["tasks"]]
+    assert [t["task_id"] for t in wc["tasks"]] == tasks
+    assert all(t["committed_version"] is not None and t["committed_run"] == 0
+               for t in wc["tasks"])
+    assert other["sink"] == "c2" and all(t["committed_version"] is None for t in other["tasks"])
+    text = ok("jobs", "--data-dir", str(data)).stdout
+    assert "wordcount (exactly-once): lines -> counts, 2 stages" in text
+    assert "run 1: unbounded" in text and "stop asked (test)" in text
+    assert "last commits: task 0 version" in text
+    assert "task 0 none" in text   # other never committed
+    fast = json.loads(ok("jobs", "--json", "--no-commits", "--data-dir", str(data)).stdout)
+    assert all(j["tasks"] == [] for j in fast)
+
+
+def test_jobs_on_an_empty_log(tmp_path):
+    assert ok("jobs", "--data-dir", str(tmp_path)).stdout.startswith("no jobs on the local log")
+    assert json.loads(ok("jobs", "--json", "--data-dir", str(tmp_path)).stdout) == []
+
+
+# --------------------------------------------------------------------------- eos topics
+
+def test_topics_says_which_job_uses_each_topic_as_what(wordcount):
+    topics = json.loads(ok("topics", "--json", "--data-dir", str(wordcount)).stdout)
+    by = {t["topic"]: t for t in topics}
+    assert by["lines"]["partitions"] == 2
+    assert by["lines"]["uses"] == [{"job": "wordcount", "role": "source"}]
+    assert by["counts"]["uses"] == [{"job": "wordcount", "role": "sink"}]
+    assert by["wordcount.shuffle-1"]["uses"] == [{"job": "wordcount", "role": "channel"}]
+    assert by["wordcount.changelog"]["uses"] == [{"job": "wordcount", "role": "changelog"}]
+    assert by["wordcount.control"]["uses"] == [{"job": "wordcount", "role": "control"}]
+    text = ok("topics", "--data-dir", str(wordcount)).stdout
+    assert any(line.startswith("lines ") and line.endswith("source of wordcount")
+               for line in text.splitlines()), text
+    assert "change log of wordcount" in text and "control topic of wordcount" in text
+
+
+def test_topics_of_a_missing_kafka_broker_is_one_line(tmp_path):
+    line = error_line(eos("topics", "--bootstrap-servers", "not a host"))
+    assert "not a host" in line

@@ -1,0 +1,183 @@
+"""``eos jobs`` and ``eos topics``: what ran on a transport, and what each topic is for.
+
+Both only read. A job is known by its control topic, ``<job>.control``: its run records
+(``RunStart``) number the runs and keep the job's layout, one line per stage naming its
+input and output topics, and its stop requests say which runs were asked to stop
+(``runtime/control.py``). Each task's last committed version is the newest commit record
+of its change-log partition (``runtime/changelog.py``: ``last_commit``, read from the
+tail).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from .cli_pipeline import (
+    _n,
+    _reading_local_log,
+    _where,
+    json_option,
+    resolve_transport,
+    transport_options,
+)
+from .errors import TopicNotFound
+
+__all__ = ["jobs_cmd", "topics_cmd", "job_info", "topic_uses"]
+
+
+def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
+    """What ``eos jobs --json`` says of one job."""
+    from .protocol.runs import run_of
+    from .runtime.changelog import last_commit
+    from .runtime.control import ControlLog, layout_guarantee, layout_stages
+    from .transport import TopicPartition
+
+    runs = ControlLog(transport, job).runs()
+    layout = runs[-1].start.layout if runs else ()
+    stages = layout_stages(layout)
+    info: dict[str, Any] = {
+        "job": job,
+        "guarantee": layout_guarantee(layout),
+        "source": stages[0].input_topic if stages else None,
+        "sink": stages[-1].output_topic if stages else None,
+        "stages": [{"stage": s.index, "input": s.input_topic, "output": s.output_topic,
+                    "tasks": list(s.task_ids), "stores": list(s.stores)} for s in stages],
+        "runs": [{"run": r.start.run, "started_ms": r.start.started_ms,
+                  "bounded": r.start.bounded, "stopped": r.stopped is not None,
+                  "stop_reason": r.stopped.reason if r.stopped is not None else None}
+                 for r in runs],
+        "tasks": [],
+    }
+    if not commits:
+        return info
+    changelog = f"{job}.changelog"
+    try:
+        transport.describe(changelog)
+        have_changelog = True
+    except TopicNotFound:
+        have_changelog = False
+    for s in stages:
+        for task in s.task_ids:
+            commit = (last_commit(transport, TopicPartition(changelog, task))
+                      if have_changelog else None)
+            info["tasks"].append({
+                "task_id": task, "stage": s.index,
+                "committed_version": None if commit is None else commit.version,
+                "committed_run": None if commit is None else run_of(commit.version),
+                "generation": None if commit is None else commit.generation})
+    return info
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def _job_lines(info: dict[str, Any]) -> list[str]:
+    tasks = sum(len(s["tasks"]) for s in info["stages"])
+    lines = [f"{info['job']} ({info['guarantee'] or 'guarantee unknown'}): "
+             f"{info['source'] or '?'} -> {info['sink'] or '?'}, "
+             f"{_n(len(info['stages']), 'stage')}, {_n(tasks, 'task')}, "
+             f"{_n(len(info['runs']), 'run')}"]
+    for r in info["runs"]:
+        kind = "bounded" if r["bounded"] else "unbounded"
+        stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
+        lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}")
+    if info["tasks"]:
+        done = [f"task {t['task_id']} version {t['committed_version']} (run "
+                f"{t['committed_run']})" if t["committed_version"] is not None
+                else f"task {t['task_id']} none" for t in info["tasks"]]
+        lines.append(f"  last commits: {', '.join(done)}")
+    return lines
+
+
+@click.command("jobs")
+@transport_options
+@click.option("--no-commits", "no_commits", is_flag=True,
+              help="Skip each task's last committed version (read from the tail of the job's "
+                   "change log).")
+@json_option("Print a JSON list of the jobs (a failed command: a JSON error object).")
+def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bool,
+             as_json: bool) -> None:
+    """List the jobs that ran on the transport, from their control topics.
+
+    For each job: its guarantee, source and sink, stages and tasks; each run (number,
+    bounded or unbounded, when it started, whether a stop was asked); and each task's last
+    committed version, from its change log.
+    """
+    from .runtime.control import jobs_on
+    from .transport import open_transport
+
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    with _reading_local_log(opts), open_transport(**opts) as transport:
+        infos = [job_info(transport, job, commits=not no_commits) for job in jobs_on(transport)]
+    if as_json:
+        click.echo(json.dumps(infos, indent=1))
+        return
+    if not infos:
+        click.echo(f"no jobs on {_where(opts)}")
+        return
+    for info in infos:
+        for line in _job_lines(info):
+            click.echo(line)
+
+
+def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
+    """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
+    control, dead-letters."""
+    from .runtime.control import ControlLog, control_topic, jobs_on, layout_stages
+
+    uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
+
+    def use(topic: str, job: str, role: str) -> None:
+        if topic in uses and {"job": job, "role": role} not in uses[topic]:
+            uses[topic].append({"job": job, "role": role})
+
+    for job in jobs_on(transport):
+        last = ControlLog(transport, job).last_run()
+        stages = layout_stages(last.start.layout) if last is not None else []
+        if stages:
+            use(stages[0].input_topic, job, "source")
+            use(stages[-1].output_topic, job, "sink")
+        for s in stages[:-1]:
+            use(s.output_topic, job, "channel")
+        use(f"{job}.changelog", job, "changelog")
+        use(control_topic(job), job, "control")
+        use(f"{job}.dead-letters", job, "dead-letters")
+    return uses
+
+
+_ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
+              "changelog": "change log of", "control": "control topic of",
+              "dead-letters": "dead letters of"}
+
+
+@click.command("topics")
+@transport_options
+@json_option("Print a JSON list of {topic, partitions, uses: [{job, role}]} (a failed "
+             "command: a JSON error object).")
+def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: bool) -> None:
+    """List the topics on the transport with their partitions and, for each, which job
+    uses it as source, sink, channel, change log, control topic or dead letters (from the
+    jobs' control topics)."""
+    from .transport import open_transport
+
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    with _reading_local_log(opts), open_transport(**opts) as transport:
+        names = sorted(t for t in transport.list_topics() if not t.startswith("__"))
+        parts = {t: transport.describe(t).partitions for t in names}
+        uses = topic_uses(transport, names)
+    if as_json:
+        click.echo(json.dumps([{"topic": t, "partitions": parts[t], "uses": uses[t]}
+                               for t in names], indent=1))
+        return
+    if not names:
+        click.echo(f"no topics on {_where(opts)}")
+        return
+    width = max(len(t) for t in names)
+    for t in names:
+        used = "; ".join(f"{_ROLE_TEXT[u['role']]} {u['job']}" for u in uses[t]) or "-"
+        click.echo(f"{t:<{width}}  {_n(parts[t], 'partition'):>13}  {used}")
