@@ -154,6 +154,36 @@ def _explicit(name: str) -> bool:
     return src not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
 
+# --------------------------------------------------------------------------- --name/--source/--sink
+
+def override_options(name_help: str, topic_help: str) -> Callable[[Callable[..., Any]],
+                                                                   Callable[..., Any]]:
+    """``--name``, ``--source``, ``--sink``: run (or stop) a pipeline file under another job
+    name and other topics, without editing it (``Pipeline.rename``)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option("--sink", "sink_override", default=None, metavar="TOPIC",
+                          help=f"Write TOPIC instead of the pipeline's sink topic{topic_help}. "
+                               f"Default: the pipeline's.")(fn)
+        fn = click.option("--source", "source_override", default=None, metavar="TOPIC",
+                          help=f"Read TOPIC instead of the pipeline's source topic{topic_help}. "
+                               f"Default: the pipeline's.")(fn)
+        fn = click.option("--name", "name_override", default=None, metavar="NAME",
+                          help=f"{name_help} Default: the pipeline's name.")(fn)
+        return fn
+    return wrap
+
+
+def apply_overrides(pipeline: Any, name: str | None, source: str | None,
+                    sink: str | None) -> None:
+    """Rename ``pipeline`` and retarget its source and sink as the options ask."""
+    if name is None and source is None and sink is None:
+        return
+    for option, value in (("--name", name), ("--source", source), ("--sink", sink)):
+        if value is not None and not value.strip():
+            raise ConfigError(f"{option}: give a non-empty value")
+    pipeline.rename(pipeline.name if name is None else name, source=source, sink=sink)
+
+
 # --------------------------------------------------------------------------- eos run
 
 def parse_crash_at(spec: str) -> tuple[str, int]:
@@ -268,6 +298,10 @@ def _summary_lines(summary: Any) -> list[str]:
                    "point (at its HIT-th hit, default 1); docs/faults.md lists the points.")
 @click.option("--crash-task", type=click.IntRange(0), default=None, metavar="N",
               help="The task --crash-at arms. Default: 0.")
+@override_options("Run the pipeline as job NAME instead of under the name PIPELINE.py gives "
+                  "it: a new name is a new job (its own change log, control topic, channels "
+                  "and state), so a pipeline whose layout changed can run without editing "
+                  "the file.", "")
 @json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
              "failed run: a JSON error object).")
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
@@ -275,7 +309,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
             master: str | None, max_attempts: int, dead_letters_on: bool,
             dead_letter_topic: str | None, unbounded: bool, crash_at: str | None,
-            crash_task: int | None, as_json: bool) -> None:
+            crash_task: int | None, name_override: str | None, source_override: str | None,
+            sink_override: str | None, as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
 
     A bounded run (the default) reads what the source topic holds when it starts, takes
@@ -300,6 +335,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         raise click.UsageError("--crash-task needs --crash-at")
 
     pipeline = load_pipeline(pipeline_file)
+    apply_overrides(pipeline, name_override, source_override, sink_override)
     if fault is not None:
         _check_crash_task(pipeline, opts, fault["task"], parallelism=parallelism,
                           sink_partitions=sink_partitions)
@@ -517,13 +553,18 @@ class _RunView:
 @click.command("stop")
 @click.argument("job_or_pipeline", metavar="JOB|PIPELINE.py")
 @transport_options
-def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None) -> None:
+@override_options("With PIPELINE.py: stop job NAME, the one eos run --name NAME started from "
+                  "that file.", " (with PIPELINE.py, as given to eos run; the job is known "
+                  "by its name alone)")
+def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None,
+             name_override: str | None, source_override: str | None,
+             sink_override: str | None) -> None:
     """Ask the latest run of a job to stop gracefully.
 
-    JOB is the pipeline's name, or a pipeline file. The run's sources take a final
-    checkpoint and end the run; every task follows once it has aligned on their
-    end-of-run markers, and `eos run` prints its summary. The next run continues
-    from there.
+    JOB is the pipeline's name, or a pipeline file (with eos run's --name, --source and
+    --sink if it ran with them). The run's sources take a final checkpoint and end the
+    run; every task follows once it has aligned on their end-of-run markers, and `eos
+    run` prints its summary. The next run continues from there.
     """
     from .runtime.control import ControlLog
     from .transport import open_transport
@@ -532,7 +573,12 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     if job.endswith(".py"):
         from .runner import load_pipeline
 
-        job = load_pipeline(job).name
+        pipeline = load_pipeline(job)
+        apply_overrides(pipeline, name_override, source_override, sink_override)
+        job = pipeline.name
+    elif name_override is not None or source_override is not None or sink_override is not None:
+        raise click.UsageError("--name, --source and --sink go with a PIPELINE.py (a JOB is "
+                               "already a name)")
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
     with open_transport(**opts) as transport:

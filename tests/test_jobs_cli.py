@@ -138,3 +138,35 @@ def test_topics_says_which_job_uses_each_topic_as_what(wordcount):
 def test_topics_of_a_missing_kafka_broker_is_one_line(tmp_path):
     line = error_line(eos("topics", "--bootstrap-servers", "not a host"))
     assert "not a host" in line
+
+
+# --------------------------------------------------------------------------- --name/--source/--sink
+
+def test_run_and_stop_under_another_name_source_and_sink(wordcount, tmp_path):
+    data = copy_log(wordcount, tmp_path / "data")
+    ok("produce", "lines2", "--generate", "words", "--count", "200", "--data-dir", str(data))
+    summary = json.loads(ok("run", WORDCOUNT, "--name", "wc2", "--source", "lines2",
+                            "--sink", "counts2", "--data-dir", str(data), "--json").stdout)
+    assert summary["job"] == "wc2"
+    jobs = {j["job"]: j for j in json.loads(ok("jobs", "--json", "--no-commits",
+                                                "--data-dir", str(data)).stdout)}
+    assert (jobs["wc2"]["source"], jobs["wc2"]["sink"]) == ("lines2", "counts2")
+    assert (jobs["wordcount"]["source"], jobs["wordcount"]["sink"]) == ("lines", "counts")
+    counts = ok("consume", "counts2", "--data-dir", str(data))   # found: wc2's sink
+    assert "'wc2'" in counts.stderr and counts.stdout
+    # eos stop with the same overrides asks the renamed job
+    stop = ok("stop", WORDCOUNT, "--name", "wc2", "--source", "lines2", "--sink", "counts2",
+              "--data-dir", str(data))
+    assert "job 'wc2'" in stop.stdout
+    with open_transport(data_dir=str(data)) as t:
+        assert ControlLog(t, "wc2").last_run().stopped is not None
+        assert ControlLog(t, "wordcount").last_run().stopped is None
+
+
+def test_override_errors_are_one_line(tmp_path):
+    line = error_line(eos("run", WORDCOUNT, "--name", "bad name!", "--data-dir", str(tmp_path)))
+    assert "bad name!" in line
+    line = error_line(eos("stop", WORDCOUNT, "--name", "never-ran", "--data-dir", str(tmp_path)))
+    assert "never-ran" in line
+    p = eos("stop", "wordcount", "--sink", "x", "--data-dir", str(tmp_path))
+    assert p.returncode == 2 and "PIPELINE.py" in p.stderr
