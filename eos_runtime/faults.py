@@ -136,14 +136,21 @@ def _split_zombie(name: str) -> None:
     instance kept alive: it stops itself and, after SIGCONT, carries on where it was."""
     if os.fork() != 0:
         os.kill(os.getpid(), signal.SIGKILL)
+    # Out of the worker's process group: an engine that kills its workers' group when it
+    # shuts down must not take the zombie along. It ends on its own, or its experiment ends it.
+    os.setsid()
     # Sockets are the engine's line to the worker: while the child held them open the
-    # engine would not see its worker die. Files (the local log, RocksDB) stay open.
+    # engine would not see its worker die. They become /dev/null rather than closed, so
+    # their numbers are never reused for a file the engine's code would then write to.
+    # Files (the local log, RocksDB) stay open.
+    null = os.open(os.devnull, os.O_RDWR)
     for fd in range(3, _max_fd()):
         try:
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                os.close(fd)
+            if fd != null and stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.dup2(null, fd)
         except OSError:
             pass
+    os.close(null)
     # The engine's code around the task reports its end on the socket just closed and
     # prints a traceback of that failure: noise, since zombie_ended() notes the real end.
     fd = os.open(os.devnull, os.O_WRONLY)

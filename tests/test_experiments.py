@@ -263,10 +263,16 @@ def test_a_schedule_is_checked_against_the_job_and_the_transport():
          "task 2 writes the sink: it sends no markers"),
         ({"kind": "torn", "task": 0}, "kafka", "fault kind 'torn' needs the local log"),
         ({"kind": "zombie", "task": 0, "point": "task.mid_version"}, "kafka", "needs the local"),
+        ({"kind": "zombie", "task": 0, "point": "task.checkpoint.after_commit"}, "local",
+         "would write the RocksDB store its successor has open"),
     ]
     for fault, transport, message in cases:
         with pytest.raises(ConfigError, match=message):
             check_schedule(parse_schedule({"fault": [fault]}), roles, transport, "exactly-once")
+    with pytest.raises(ConfigError, match="'zombie' needs exactly-once"):
+        check_schedule(parse_schedule({"fault": [{"kind": "zombie", "task": 0,
+                                                  "point": "task.mid_version"}]}), roles,
+                       "local", "at-least-once")
     with pytest.raises(ConfigError, match="no early-arrival buffer"):
         check_schedule(parse_schedule({"fault": [{"kind": "buffer", "max_bytes": 1}]}), roles,
                        "local", "at-least-once")

@@ -245,8 +245,13 @@ class Injector:
                 time.sleep(0.05)
             if pid is not None and _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-                rec["zombie_end"] = "killed after the run"
+                # its task may have ended (noted) while the process hung on its way out
+                rec["zombie_end"] = "; ".join(
+                    [*([rec["zombie_end"]] if rec.get("zombie_end") else []),
+                     f"process killed {ZOMBIE_LINGER:.0f} s after the run ended"])
         self._read_log()   # how the zombies ended
+        for _, rec in zombies:
+            rec.setdefault("zombie_end", "gone without a word (killed, or died outside its task)")
         for rec in self.records:
             if not rec["fired"] and not rec.get("missed"):
                 rec.update(missed=True, note=rec.get("note") or "never reached")

@@ -72,6 +72,11 @@ RANDOM_TORN_HITS = 4
 KILL_AFTER = (0.0, 0.6)        # seconds after the attempt started: tasks run about 1 s
 ZOMBIE_RELEASE = (0.2, 1.5)    # seconds after its successor started
 BUFFER_BYTES = (1, 64, 512)
+# A zombie must never write the RocksDB store its successor has open: the split does not
+# keep the store's lock, which a same-host zombie would hold. Split after the commit, its
+# next step is exactly that write.
+ZOMBIE_NEVER = {"task.checkpoint.after_commit": "a zombie split here would write the RocksDB "
+                "store its successor has open (its next step); choose another point"}
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "crash": {"task": int, "attempt": int, "point": str, "hit": int},
@@ -243,6 +248,10 @@ def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
             " (a zombie's Kafka client does not survive the split yet)"))
     if guarantee == "at-least-once" and kind == "buffer":
         return "fault kind 'buffer': an at-least-once job has no early-arrival buffer"
+    if guarantee == "at-least-once" and kind == "zombie":
+        return ("fault kind 'zombie' needs exactly-once: an at-least-once change log is not "
+                "fenced, so a zombie's late commits would write the RocksDB store its "
+                "successor has open (the split does not keep the store's lock)")
     return None
 
 
@@ -283,6 +292,8 @@ def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
             why = unreachable(f.point, roles[f.task])
             if why is not None:
                 raise ConfigError(f"{at}: field 'point' {f.point!r}: {why}")
+        if f.kind == "zombie" and f.point in ZOMBIE_NEVER:
+            raise ConfigError(f"{at}: field 'point' {f.point!r}: {ZOMBIE_NEVER[f.point]}")
     seen: dict[tuple[int, int], int] = {}
     for i, f in enumerate(schedule.faults, 1):
         if f.task is None:
@@ -326,8 +337,8 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
         else:
             points = [p for p in RANDOM_HITS if unreachable(p, role) is None]
             if kind == "zombie":
-                # a zombie split during recovery has sent nothing yet: nothing to write late
-                points = [p for p in points if p != "task.recovery"]
+                # one split during recovery has sent nothing yet: nothing to write late
+                points = [p for p in points if p != "task.recovery" and p not in ZOMBIE_NEVER]
             f.point = rng.choice(points)
             f.hit = rng.randint(1, RANDOM_HITS[f.point])
             if kind == "zombie":
