@@ -400,19 +400,34 @@ def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
 
 # --------------------------------------------------------------------------- the checker can fail
 
-class ForkedJob:
-    """A stand-in for the Spark engine: every task attempt is a fork of this process, so a
-    bug the test patches in here is in every task. A task that dies is retried, as Spark
-    retries it."""
+SPAWNED_ATTEMPT = (
+    "import sys, cloudpickle\n"
+    "from eos_runtime.engine import TaskAttempt\n"
+    "fn, payload, index, attempt, bug = cloudpickle.load(open(sys.argv[1], 'rb'))\n"
+    "if bug:\n"
+    "    from eos_runtime.runtime.outputs import SinkWriter\n"
+    "    SinkWriter.discard = lambda self: None\n"
+    "out = fn(TaskAttempt(index, attempt, payload))\n"
+    "open(sys.argv[2], 'wb').write(out)\n")
 
-    def __init__(self, fn, payloads, engine) -> None:
+
+class SpawnedJob:
+    """A stand-in for the Spark engine: every task attempt is a new Python process that
+    runs the task (with the bug the test names patched in first), retried when it dies,
+    as Spark retries it. Not forks of the test process: a fork taken while another thread
+    holds a lock (logging, imports) can hang the child for good."""
+
+    def __init__(self, fn, payloads, engine, bug=False) -> None:
+        import tempfile
         import threading
 
         self.fn, self.payloads, self.max_attempts = fn, payloads, engine.max_attempts
+        self.bug = bug
+        self.dir = tempfile.mkdtemp(prefix="spawned-job-")
         self.results: list[bytes | None] = [None] * len(payloads)
         self.failed = 0
         self.error: str | None = None
-        self.pids: set[int] = set()
+        self.procs: dict[int, object] = {}
         self.threads = [threading.Thread(target=self._task, args=(i,), daemon=True)
                         for i in range(len(payloads))]
         for t in self.threads:
@@ -420,31 +435,23 @@ class ForkedJob:
 
     def _task(self, index: int) -> None:
         import os
-        import traceback
+        import subprocess
+        import sys
 
-        from eos_runtime.engine import TaskAttempt
+        import cloudpickle
 
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests")]))
         for attempt in range(self.max_attempts):
-            read, write = os.pipe()
-            pid = os.fork()
-            if pid == 0:   # the attempt: run the task, hand its result back, never return
-                os.close(read)
-                try:
-                    out = self.fn(TaskAttempt(index, attempt, self.payloads[index]))
-                    with os.fdopen(write, "wb") as pipe:
-                        pipe.write(out)
-                    os._exit(0)
-                except BaseException:
-                    traceback.print_exc()
-                    os._exit(1)
-            self.pids.add(pid)
-            os.close(write)
-            with os.fdopen(read, "rb") as pipe:
-                out = pipe.read()
-            _, status = os.waitpid(pid, 0)
-            self.pids.discard(pid)
-            if status == 0:
-                self.results[index] = out
+            args = os.path.join(self.dir, f"task-{index}-{attempt}.pkl")
+            out = os.path.join(self.dir, f"task-{index}-{attempt}.out")
+            with open(args, "wb") as f:
+                cloudpickle.dump((self.fn, self.payloads[index], index, attempt, self.bug), f)
+            proc = subprocess.Popen([sys.executable, "-c", SPAWNED_ATTEMPT, args, out], env=env)
+            self.procs[index] = proc
+            if proc.wait() == 0:
+                with open(out, "rb") as f:
+                    self.results[index] = f.read()
                 return
             self.failed += 1
         self.error = f"task {index} failed after {self.max_attempts} attempts"
@@ -473,14 +480,8 @@ class ForkedJob:
                          sum(r is not None for r in self.results), self.failed, "fork")
 
     def cancel(self) -> None:
-        import os
-        import signal
-
-        for pid in list(self.pids):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for proc in list(self.procs.values()):
+            proc.kill()
 
 
 @pytest.mark.parametrize("bug", [False, True], ids=["as built", "rewind keeps output"])
@@ -494,12 +495,9 @@ def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, mo
 
     import eos_runtime.engine
     from eos_runtime.cli import main
-    from eos_runtime.runtime.outputs import SinkWriter
 
-    if bug:
-        monkeypatch.setattr(SinkWriter, "discard", lambda self: None)
     monkeypatch.setattr(eos_runtime.engine, "start_tasks",
-                        lambda fn, payloads, engine: ForkedJob(fn, payloads, engine))
+                        lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine, bug))
     (tmp_path / "faults.toml").write_text('[[fault]]\nkind = "crash"\ntask = 0\n'
                                           'point = "task.mid_version"\nhit = 2\n')
     monkeypatch.chdir(tmp_path)
@@ -533,7 +531,7 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     from eos_runtime.cli import main
 
     monkeypatch.setattr(eos_runtime.engine, "start_tasks",
-                        lambda fn, payloads, engine: ForkedJob(fn, payloads, engine))
+                        lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine))
     (tmp_path / "torn.toml").write_text('[[fault]]\nkind = "torn"\ntask = 2\n'
                                         'point = "locallog.append.mid_data"\nhit = 1\n')
     monkeypatch.chdir(tmp_path)
