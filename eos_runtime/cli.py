@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -129,6 +130,7 @@ def run() -> None:
     """Console entry point: project errors become one clear line and exit code 1 (with
     ``--json``, also a JSON error object on stdout)."""
     json_mode["on"] = False
+    _quiet_third_party_logging()
     try:
         main(standalone_mode=False, prog_name="eos")
     except EosError as exc:
@@ -142,6 +144,24 @@ def run() -> None:
             click.echo(json_error(exc.format_message(), type(exc).__name__))
         exc.show()
         sys.exit(exc.exit_code)
+
+
+class _OwnWarnings(logging.Handler):
+    """The root logger's one handler under ``eos``: the project's warnings as
+    ``warning: ...`` lines; other libraries' records are dropped. Without a root handler, a
+    library calling ``logging.exception`` (py4j does, when a Ctrl-C cancel closes its
+    gateway) makes Python print a traceback to the terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (record.name.startswith("eos_runtime") and record.levelno >= logging.WARNING
+                and not record.name.endswith(".librdkafka")):   # the client's own chatter
+            click.echo(f"warning: {record.getMessage()}", err=True)
+
+
+def _quiet_third_party_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:   # an application that configured logging keeps its own
+        root.addHandler(_OwnWarnings())
 
 
 def _fail(message: str, kind: str) -> None:

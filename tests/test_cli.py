@@ -502,3 +502,20 @@ def test_commit_every_0_turns_the_pipelines_record_count_checkpoints_off(tmp_pat
     summary = json.loads(ok("run", str(path), "--commit-every", "0", "--json",
                             "--data-dir", data).stdout)
     assert [t["checkpoints"] for t in summary["tasks"]] == [1]   # the run's final one only
+
+
+def test_a_library_logging_an_exception_prints_no_traceback(tmp_path):
+    """py4j calls logging.exception when a cancel closes its gateway; with no root handler
+    Python printed that traceback on the user's terminal (the Ctrl-C test saw it on a busy
+    machine). Under eos the project's own warnings still show, as one line each."""
+    code = ("import logging, sys\n"
+            "from eos_runtime import cli\n"
+            "cli._quiet_third_party_logging()\n"
+            "try:\n"
+            "    raise OSError('gateway closed')\n"
+            "except OSError:\n"
+            "    logging.exception('Exception while sending command.')\n"
+            "logging.getLogger('eos_runtime.runner').warning('a warning of ours')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "Traceback" not in proc.stderr and "gateway closed" not in proc.stderr
+    assert proc.stderr == "warning: a warning of ours\n"
