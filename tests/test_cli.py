@@ -386,7 +386,7 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
 
     # A second Ctrl-C cancels, and says so: one error line, exit code 130.
     code, screen = on_terminal(["run", WORDCOUNT, "--unbounded", "--data-dir", str(data)],
-                               ctrl_c_after=[("tasks 4 running", 2.0), ("stopping", 0.5)])
+                               ctrl_c_after=[("tasks 4 running", 2.0), ("stopping", 0.0)])
     assert code == 130, screen
     assert "cancelling run 1 of wordcount (second Ctrl-C)" in screen, screen
     last = screen.strip().splitlines()[-1]
