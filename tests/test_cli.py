@@ -337,7 +337,7 @@ def on_terminal(args: list[str], *, ctrl_c_after: list[tuple[str, float]],
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            if pending and shown_at is None and pending[0][0] in _screen(raw[seen:]):
+            if pending and shown_at is None and _shows(pending[0][0], _screen(raw[seen:])):
                 shown_at = time.monotonic()
             if pending and shown_at is not None and time.monotonic() - shown_at >= pending[0][1]:
                 pending.pop(0)
@@ -361,6 +361,21 @@ def on_terminal(args: list[str], *, ctrl_c_after: list[tuple[str, float]],
     return os.waitstatus_to_exitcode(status), _screen(raw)
 
 
+def _shows(wanted, screen: str) -> bool:
+    """``wanted``: a text the screen must contain, or a test of the whole screen."""
+    return wanted(screen) if callable(wanted) else wanted in screen
+
+
+def _some_input_committed(screen: str) -> bool:
+    """The live view says some, not all, of the 300,000 words are committed: the run has
+    checkpointed and is still reading (what a Ctrl-C must interrupt, on any machine)."""
+    import re
+
+    counts = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+) of 300,000 committed",
+                                                          screen)]
+    return any(0 < n < 300_000 for n in counts[-1:])
+
+
 def _screen(raw: bytes) -> str:
     import re
 
@@ -374,7 +389,7 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
     ok("produce", "lines", "--generate", "words", "--count", "300000", "--data-dir", str(data))
     # The live view shows the stages as they move; a first Ctrl-C says what it does.
     code, screen = on_terminal(["run", WORDCOUNT, "--data-dir", str(data)],
-                               ctrl_c_after=[("tasks 4 running", 4.0)])
+                               ctrl_c_after=[(_some_input_committed, 0.0)])
     assert code == 0, screen
     assert "reads -> writes" in screen and "processed" in screen and "checkpoints" in screen
     assert "of 300,000 committed" in screen, screen
@@ -388,7 +403,8 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
     code, screen = on_terminal(["run", WORDCOUNT, "--unbounded", "--data-dir", str(data)],
                                ctrl_c_after=[("tasks 4 running", 2.0), ("stopping", 0.0)])
     assert code == 130, screen
-    assert "cancelling run 1 of wordcount (second Ctrl-C)" in screen, screen
+    # (a "cancelling ..." status line may or may not be drawn before the process ends:
+    # the Ctrl-C came at once; the last line is what must always say it)
     last = screen.strip().splitlines()[-1]
     assert last == ("error: run 1 of job 'wordcount' cancelled by a second Ctrl-C: its tasks "
                     "stopped where they were, without final checkpoints; the next run recovers "
