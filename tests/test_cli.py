@@ -337,7 +337,7 @@ def on_terminal(args: list[str], *, ctrl_c_after: list[tuple[str, float]],
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            if pending and shown_at is None and _shows(pending[0][0], _screen(raw[seen:])):
+            if pending and shown_at is None and _shows(pending[0][0], _screen(raw[seen:]), pid):
                 shown_at = time.monotonic()
             if pending and shown_at is not None and time.monotonic() - shown_at >= pending[0][1]:
                 pending.pop(0)
@@ -361,12 +361,22 @@ def on_terminal(args: list[str], *, ctrl_c_after: list[tuple[str, float]],
     return os.waitstatus_to_exitcode(status), _screen(raw)
 
 
-def _shows(wanted, screen: str) -> bool:
-    """``wanted``: a text the screen must contain, or a test of the whole screen."""
-    return wanted(screen) if callable(wanted) else wanted in screen
+def _shows(wanted, screen: str, pid: int) -> bool:
+    """``wanted``: a text the screen must contain, or a test of the screen and the pid."""
+    return wanted(screen, pid) if callable(wanted) else wanted in screen
 
 
-def _some_input_committed(screen: str) -> bool:
+def _reading_stdin(screen: str, pid: int) -> bool:
+    """The process is blocked in read(0, ...): its imports are done and it waits for input
+    (a Ctrl-C before that, while Python still starts, is not what the test is about)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().startswith("0 0x0 ")
+    except OSError:
+        return False
+
+
+def _some_input_committed(screen: str, pid: int) -> bool:
     """The live view says some, not all, of the 300,000 words are committed: the run has
     checkpointed and is still reading (what a Ctrl-C must interrupt, on any machine)."""
     import re
@@ -416,7 +426,7 @@ def test_ctrl_c_in_any_command_is_one_line(tmp_path):
     # eos produce waiting for lines on the terminal: Ctrl-C ends it with a message
     code, screen = on_terminal(["produce", "lines", "--lines-from", "-",
                                 "--data-dir", str(tmp_path / "data")],
-                               ctrl_c_after=[("", 3.0)], timeout=60)
+                               ctrl_c_after=[(_reading_stdin, 0.0)], timeout=60)
     assert code == 130 and screen.strip().splitlines()[-1] == "error: interrupted", screen
 
 
