@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,8 @@ class ScriptedJob:
                  guarantee: str = "exactly-once", producers: int = 2, channels: int = 1,
                  buffer_max_bytes: int = 64 << 20, commit_every: int = 0) -> None:
         self.tmp = tmp_path
-        self.name = f"{name}-{os.getpid()}-{id(self) % 100000}"
+        # Unique on a broker shared by a whole session (id() of a collected job is reused).
+        self.name = f"{name}-{uuid.uuid4().hex[:10]}"
         self.transport_opts = transport
         self.t = open_transport(**transport)
         self.t.create_topics([TopicSpec(f"{self.name}.in", producers),

@@ -18,6 +18,7 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .. import faults
@@ -45,6 +46,7 @@ class Committer:
         self.fence_id = f"{plan.name}.task-{task_id}"
         self.log: ChangeLogWriter | None = None
         self.generation = 0
+        self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
 
     # ------------------------------------------------------------------ start
 
@@ -115,8 +117,8 @@ class Committer:
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
-        offset, _ = log.commit(wire.ChangeLogCommit(self.generation, version, outputs, inputs,
-                                                    fences, ranges))
+        record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges)
+        offset, self._sealed = log.commit(record)
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
@@ -133,6 +135,19 @@ class Committer:
         self.checkpoint(end, inputs)
         if self.channels is not None and not self.exactly_once:
             self.channels.markers(self.generation, end)
+        self.await_readable()
+
+    def await_readable(self) -> None:
+        """Kafka writes a transaction's commit markers after commit_transaction returns; a
+        read_committed reader sees the output once each partition's last stable offset has
+        passed it. Waiting here at the run's end makes "the run ended" mean "its output
+        is readable" (a reader started the moment eos run returns saw too little)."""
+        if self.log is None or not self.log.transactional:
+            return
+        deadline = time.monotonic() + 30
+        for tp, last in self._sealed.items():
+            while self.t.watermarks(tp)[1] <= last and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     # ------------------------------------------------------------------ rewind
 

@@ -272,6 +272,8 @@ class _Task:
         end = policy.end_inputs()
         if end is not None:
             self.committer.end_run(end)
+        else:   # the aligned checkpoint of run_end was the last commit
+            self.committer.await_readable()
 
     def _take_checkpoints(self, policy: Aligned | Unaligned) -> bool:
         """Take every checkpoint the policy says is due, processing what each releases;
