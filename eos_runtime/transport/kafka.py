@@ -355,6 +355,11 @@ class KafkaProducer(Producer):
             return call(*args)
         except (_KafkaException, SystemError) as exc:
             err = _kafka_error(exc)
+            if err is None and isinstance(exc, SystemError):
+                # The fatal error's pending KafkaException can be lost before the delivery
+                # callback trips over it (seen on a busy machine, with logging in between):
+                # the SystemError then carries nothing, but error_cb recorded the error.
+                err = self._state.fatal
             if err is None:
                 if isinstance(exc, SystemError):
                     raise
