@@ -349,11 +349,19 @@ class KafkaProducer(Producer):
         # Dropping the last reference destroys the handle (rd_kafka_destroy).
         del p
 
-    def _serve(self, context: str, call: Callable[..., _T], *args: Any) -> _T:
+    def _serve(self, context: str, call: Callable[..., _T], *args: Any,
+               again: bool = True) -> _T:
         """Run a librdkafka call that serves callbacks (poll, flush), mapping errors."""
         try:
             return call(*args)
         except (_KafkaException, SystemError) as exc:
+            if (again and isinstance(exc, SystemError) and _kafka_error(exc) is None
+                    and self._state.fatal is None):
+                # A fatal error's pending exception can be lost while librdkafka's log
+                # lines go through Python logging in the same call (seen with a fenced
+                # producer): the call is served once more, and the producer's state
+                # (fatal, fenced) then surfaces here or in the transaction call after it.
+                return self._serve(context, call, *args, again=False)
             err = _kafka_error(exc)
             if err is None and isinstance(exc, SystemError):
                 # The fatal error's pending KafkaException can be lost before the delivery
