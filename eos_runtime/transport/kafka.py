@@ -362,6 +362,13 @@ class KafkaProducer(Producer):
                 # producer): the call is served once more, and the producer's state
                 # (fatal, fenced) then surfaces here or in the transaction call after it.
                 return self._serve(context, call, *args, again=False)
+            if (not again and isinstance(exc, SystemError) and self.transactional
+                    and _kafka_error(exc) is None):
+                # Still nothing to read: the only cause seen is a fenced transactional
+                # producer. Failing as fenced is safe: the task stops and is retried.
+                raise ProducerFenced(f"{context}: the producer failed with a fatal error "
+                                     f"whose details librdkafka lost (fenced by a newer "
+                                     f"instance, as far as is known)") from None
             err = _kafka_error(exc)
             if err is None and isinstance(exc, SystemError):
                 # The fatal error's pending KafkaException can be lost before the delivery
