@@ -275,6 +275,8 @@ class _DeliveryState:
         elif err.code() == _KafkaError.MSG_SIZE_TOO_LARGE:
             self.fail(msg.topic(), msg.partition(), _too_large(_record_size(msg), None))
         else:
+            if err.code() in _FENCED_CODES and self.fatal is None:
+                self.fatal = err   # a fenced producer: its flush must say so, not "delivery"
             self.fail(msg.topic(), msg.partition(), _describe(err))
 
     def fail(self, topic: str, partition: int, reason: str) -> None:
