@@ -357,29 +357,24 @@ class KafkaProducer(Producer):
         try:
             return call(*args)
         except (_KafkaException, SystemError) as exc:
-            if (again and isinstance(exc, SystemError) and _kafka_error(exc) is None
-                    and self._state.fatal is None):
-                # A fatal error's pending exception can be lost while librdkafka's log
-                # lines go through Python logging in the same call (seen with a fenced
-                # producer): the call is served once more, and the producer's state
-                # (fatal, fenced) then surfaces here or in the transaction call after it.
-                return self._serve(context, call, *args, again=False)
-            if (not again and isinstance(exc, SystemError) and self.transactional
-                    and _kafka_error(exc) is None):
-                # Still nothing to read: the only cause seen is a fenced transactional
-                # producer. Failing as fenced is safe: the task stops and is retried.
-                raise ProducerFenced(f"{context}: the producer failed with a fatal error "
-                                     f"whose details librdkafka lost (fenced by a newer "
-                                     f"instance, as far as is known)") from None
             err = _kafka_error(exc)
             if err is None and isinstance(exc, SystemError):
-                # The fatal error's pending KafkaException can be lost before the delivery
-                # callback trips over it (seen on a busy machine, with logging in between):
-                # the SystemError then carries nothing, but error_cb recorded the error.
+                # A fatal error's pending KafkaException can be lost inside the call (seen
+                # with a fenced producer while librdkafka's log lines went through Python
+                # logging): serve the call once more, so the producer's state surfaces;
+                # if it still says nothing, a transactional producer counts as fenced (the
+                # only cause seen; the task stops and is retried); else use what error_cb
+                # recorded.
+                if again and self._state.fatal is None:
+                    return self._serve(context, call, *args, again=False)
+                if not again and self.transactional:
+                    raise ProducerFenced(f"{context}: the producer failed with a fatal error "
+                                         f"whose details librdkafka lost (fenced by a newer "
+                                         f"instance, as far as is known)") from None
                 err = self._state.fatal
-            if err is None:
-                if isinstance(exc, SystemError):
+                if err is None:
                     raise
+            if err is None:
                 raise _map_exception(exc, context, transactional=self.transactional) from None
             if err.fatal() and self._state.fatal is None:
                 self._state.fatal = err
