@@ -185,10 +185,6 @@ class Aligner:
     def fences_of(self, producer: int) -> tuple[tuple[int, int], ...]:
         return self._fences.of(producer)
 
-    def overflowing(self) -> dict[Channel, int]:
-        """Channels skipping early arrivals (R8), and from which offset."""
-        return {c: o[0] for c, o in self._overflow.items()}
-
     def rereads(self) -> dict[Channel, int]:
         """Channels to read again from the given offset, now that the lowest version they
         skipped is open (R8); asking clears them, the caller must seek."""
