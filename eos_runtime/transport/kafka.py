@@ -351,29 +351,21 @@ class KafkaProducer(Producer):
         # Dropping the last reference destroys the handle (rd_kafka_destroy).
         del p
 
-    def _serve(self, context: str, call: Callable[..., _T], *args: Any,
-               again: bool = True) -> _T:
+    def _serve(self, context: str, call: Callable[..., _T], *args: Any) -> _T:
         """Run a librdkafka call that serves callbacks (poll, flush), mapping errors."""
         try:
             return call(*args)
         except (_KafkaException, SystemError) as exc:
             err = _kafka_error(exc)
             if err is None and isinstance(exc, SystemError):
-                # A fatal error's pending KafkaException can be lost inside the call (seen
-                # with a fenced producer while librdkafka's log lines went through Python
-                # logging): serve the call once more, so the producer's state surfaces;
-                # if it still says nothing, a transactional producer counts as fenced (the
-                # only cause seen; the task stops and is retried); else use what error_cb
-                # recorded.
-                if again and self._state.fatal is None:
-                    return self._serve(context, call, *args, again=False)
-                if not again and self.transactional:
-                    raise ProducerFenced(f"{context}: the producer failed with a fatal error "
-                                         f"whose details librdkafka lost (fenced by a newer "
-                                         f"instance, as far as is known)") from None
-                err = self._state.fatal
-                if err is None:
-                    raise
+                # A fatal error's KafkaException can be lost inside the call (seen with a
+                # fenced producer while librdkafka's log lines went through Python
+                # logging), so ask the state librdkafka keeps instead of guessing.
+                known = self._txn_state_error(context) or self._fatal_error()
+                if known is not None:
+                    raise known from None
+                raise TransportError(f"{context}: the Kafka client failed without saying "
+                                     f"why ({exc})") from None
             if err is None:
                 raise _map_exception(exc, context, transactional=self.transactional) from None
             if err.fatal() and self._state.fatal is None:
@@ -381,6 +373,28 @@ class KafkaProducer(Producer):
             if not self.transactional and err.code() not in _FENCED_CODES:
                 raise DeliveryFailed(f"{context}: producer failed: {_describe(err)}") from None
             raise _map_error(err, context, transactional=self.transactional) from None
+
+    def _txn_state_error(self, context: str) -> TransportError | None:
+        """The error librdkafka's transaction state holds, if it is fatal or abortable.
+
+        A fence purges the queue and reaches ``error_cb`` on its own schedule, so a flush
+        can report only "purged" records, or nothing at all. ``begin_transaction`` inside
+        an open transaction opens nothing: it answers with the state's error (fatal,
+        abortable, or "not valid in state InTransaction" when all is well).
+        """
+        p = self._p
+        if p is None or not (self.transactional and self._in_transaction):
+            return None
+        try:
+            p.begin_transaction()
+        except _KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is None or not (err.fatal() or err.txn_requires_abort()):
+                return None
+            if err.fatal():
+                self._state.fatal = err
+            return _map_error(err, context, transactional=True)
+        return None
 
     def _txn_error(self, exc: BaseException, context: str) -> TransportError:
         err = _kafka_error(exc)
@@ -403,10 +417,11 @@ class KafkaProducer(Producer):
         """
         p = self._handle()
         outstanding = self._serve("flush", p.flush, timeout)
-        fatal = self._fatal_error()
-        if fatal is not None:
-            raise fatal
         st = self._state
+        if st.failure_count or outstanding or st.fatal is not None:
+            known = self._txn_state_error("flush") or self._fatal_error()
+            if known is not None:
+                raise known
         if st.failure_count or outstanding:
             failures = [(TopicPartition(t, part), reason) for t, part, reason in st.failures]
             count = st.failure_count
