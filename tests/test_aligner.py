@@ -154,6 +154,27 @@ def test_next_run_versions_follow_a_run_end_commit():
     assert again.on_data(A, 2, 1, 2, first_version(1), 0) == Decision.PROCESS
 
 
+def test_a_marker_of_a_fenced_generation_never_aligns():
+    """Defence in depth: a fenced producer cannot commit, so it should send no marker
+    above its successor's restore; if one came anyway (a transport that failed to fence),
+    counting it would close versions before the successor's messages for them arrived."""
+    al = Aligner([A], [1])
+    assert al.on_restore(A, 0, 1, 2, 0) == RestoreOutcome.FENCE
+    assert al.on_marker(A, 1, 1, 1, 3) is False
+    assert al.version == 1 and al.lanes_behind() == [(A, 1)]
+    assert al.on_marker(A, 2, 1, 2, 1) is True
+
+
+def test_a_restore_takes_back_markers_its_fence_voids():
+    """A marker read before the restore that fences it stops counting at the restore."""
+    al = Aligner([A], [1, 2])
+    al.on_marker(A, 0, 1, 1, 3)
+    assert al.lanes_behind() == [(A, 2)]
+    assert al.on_restore(A, 1, 1, 2, 0) == RestoreOutcome.FENCE
+    assert sorted(al.lanes_behind()) == [(A, 1), (A, 2)]
+    assert al.on_marker(A, 2, 2, 1, 1) is False
+
+
 # --------------------------------------------------------------------------- the model
 
 

@@ -51,6 +51,25 @@ MUTATIONS = [
     ("prune every fence but the newest", fences,
      "                         if i + 1 == len(stairs) or stairs[i + 1][1] > committed]",
      "                         if i + 1 == len(stairs)]", "aligned"),
+    # Defences the model cannot reach (a fenced producer cannot commit, so it sends no
+    # marker above its successor's restore): a unit case each.
+    ("count markers of fenced generations", aligner,
+     "        if self._fenced(producer, generation, version):\n            return self.aligned()\n",
+     "", "unit:test_a_marker_of_a_fenced_generation_never_aligns"),
+    ("keep markers a restore voids", aligner,
+     "                lane.marker = max(version, lane.committed_marker)",
+     "                pass", "unit:test_a_restore_takes_back_markers_its_fence_voids"),
+    ("forget on a rewind the fence that caused it", aligner,
+     "        self._fences = fences\n        self._snapshot", "        self._snapshot",
+     "unit:test_restore_rewinds_when_the_open_version_used_invalid_messages"),
+    ("fence the restored version too", fences,
+     "        return any(generation < g and version > v for g, v in stairs)",
+     "        return any(generation < g and version >= v for g, v in stairs)", "aligned"),
+    ("align one version early", aligner,
+     "        return all(lane.marker >= v for lanes",
+     "        return all(lane.marker >= v - 1 for lanes", "aligned"),
+    ("end a lane only past the run's end", tracker,
+     "        if version >= self.run_end:\n", "        if version > self.run_end:\n", "tracker"),
     ("drop the stale check", aligner,
      "        if version < self.version:\n            return Decision.STALE",
      "        if False:\n            return Decision.STALE", "aligned"),
@@ -93,6 +112,10 @@ def test_the_model_catches(name, module, old, new, which, monkeypatch):
         monkeypatch.setattr(test_aligner, "Aligner", copy.Aligner)
     else:
         monkeypatch.setattr(test_tracker, "Tracker", copy.Tracker)
+    if which.startswith("unit:"):
+        case = getattr(test_aligner, which[len("unit:"):])
+        assert model_fails(lambda draw: case(), 1), f"{which} did not catch: {name}"
+        return
     run = test_tracker.run_tracker_model if which == "tracker" else test_aligner.run_model
     assert model_fails(run), f"the model did not catch: {name}"
 
