@@ -1042,6 +1042,52 @@ class KafkaTransport(Transport):
                             lambda t: self._admin_client().list_topics(timeout=t))
         return sorted(name for name in md.topics if not name.startswith("__"))
 
+    def delete_topics(self, names: Iterable[str]) -> list[str]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return []
+        admin = self._admin_client()
+        try:
+            futures = admin.delete_topics(wanted, operation_timeout=self.timeout,
+                                          request_timeout=self.timeout)
+        except _KafkaException as exc:
+            raise _map_exception(exc, "delete_topics") from None
+        deleted = []
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=self.timeout + 5)
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() in _NOT_FOUND_CODES:
+                    continue
+                raise _map_exception(exc, f"delete topic {name!r}") from None
+            except Exception as exc:   # the future timed out
+                raise TransportError(f"delete topic {name!r}: {exc!r}") from None
+            deleted.append(name)
+        self._wait_until_gone(deleted)
+        return [n for n in wanted if n in deleted]
+
+    def _wait_until_gone(self, names: list[str]) -> None:
+        """Return once the metadata no longer has these topics: the controller answers a
+        deletion before every broker's metadata forgot the topic, and creating the name
+        again meanwhile would find the old one."""
+        deadline = time.monotonic() + self.topic_ready_timeout
+        pending = set(names)
+        delay = 0.02
+        while pending:
+            for name in list(pending):
+                try:
+                    self._topic_metadata(name, timeout=min(self.timeout, 5.0))
+                except TopicNotFound:
+                    pending.discard(name)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise TransportError(f"topic(s) {sorted(pending)} still listed "
+                                     f"{self.topic_ready_timeout:g}s after their deletion")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
     def producer(self, *, transactional_id: str | None = None) -> KafkaProducer:
         self._admin_client()
         p = KafkaProducer(self._producer_conf, transactional_id=transactional_id,
