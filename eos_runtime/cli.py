@@ -37,11 +37,13 @@ main.add_command(produce_cmd)
 main.add_command(consume_cmd)
 main.add_command(stop_cmd)
 
-# `eos jobs|topics`: the jobs that ran on a transport, and what each topic is for.
-from .cli_jobs import jobs_cmd, topics_cmd  # noqa: E402
+# `eos jobs|topics|reset`: the jobs that ran on a transport, what each topic is for, and
+# starting a job from scratch.
+from .cli_jobs import jobs_cmd, reset_cmd, topics_cmd  # noqa: E402
 
 main.add_command(jobs_cmd)
 main.add_command(topics_cmd)
+main.add_command(reset_cmd)
 
 # `eos experiment`: a workload under injected faults, verified against its oracle.
 from .cli_experiment import experiment_cmd  # noqa: E402
