@@ -9,6 +9,7 @@ import click
 
 from .broker.cli import kafka as kafka_group
 from .errors import EosError
+from .redact import redact
 
 
 @click.group()
@@ -157,7 +158,7 @@ class _OwnWarnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if (record.name.startswith("eos_runtime") and record.levelno >= logging.WARNING
                 and not record.name.endswith(".librdkafka")):   # the client's own chatter
-            click.echo(f"warning: {record.getMessage()}", err=True)
+            click.echo(f"warning: {redact(record.getMessage())}", err=True)
 
 
 def _quiet_third_party_logging() -> None:
@@ -167,6 +168,7 @@ def _quiet_third_party_logging() -> None:
 
 
 def _fail(message: str, kind: str) -> None:
+    message = redact(message)    # an error built from a setting must not show its secret
     if json_mode["on"]:
         click.echo(json_error(message, kind))
     click.echo(f"error: {message}", err=True)

@@ -242,7 +242,7 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
                f"starts from scratch")
 
 
-def _reset_text(plan: Any, opts: dict[str, str]) -> str:
+def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
     parts = [f"topic{'s' * (len(plan.topics) != 1)} {', '.join(plan.topics)}"
              if plan.topics else "no topics"]
     if plan.state_dir is not None:

@@ -36,6 +36,9 @@ OWNED: dict[str, str] = {
 
 def check_settings(settings: Mapping[str, Any], where: str) -> Settings:
     """``settings`` as ``Settings``: string keys, plain values, none the runtime owns."""
+    if not isinstance(settings, Mapping):
+        raise ConfigError(f"{where}: give librdkafka settings as a dict of name to value, "
+                          f"not {type(settings).__name__}")
     out = Settings()
     for key, value in settings.items():
         if not isinstance(key, str) or not key.strip():

@@ -949,8 +949,10 @@ class KafkaTransport(Transport):
             if watch.all_down or time.monotonic() >= deadline:
                 why = watch.reason or ("the connection failed" if watch.all_down
                                        else f"no answer within {seconds:g} s")
+                protocol = str(self._base.get("security.protocol", "plaintext")).upper()
                 raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers} ({why}); "
-                                     f"is a broker running there? (`eos kafka up` starts one)")
+                                     f"is a broker running there (`eos kafka up` starts one), "
+                                     f"and does it speak {protocol} (security.protocol) there?")
 
     # -- helpers
 
