@@ -161,14 +161,21 @@ def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> di
             raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local "
                                    "log), not both")
     if bootstrap_servers:
-        settings = kafka_settings()
-        if settings:
-            return {"bootstrap_servers": bootstrap_servers, "client_config": settings}
-        return {"bootstrap_servers": bootstrap_servers}
-    if _explicit_kafka_settings():
-        raise click.UsageError("--kafka-config and -X are Kafka client settings: give them "
-                               "with --bootstrap-servers (the local log takes none)")
+        return {"bootstrap_servers": bootstrap_servers, **kafka_client_config(bootstrap_servers)}
+    kafka_client_config(None)
     return {"data_dir": data_dir or DEFAULT_DATA_DIR}
+
+
+def kafka_client_config(bootstrap_servers: str | None) -> dict[str, Any]:
+    """``{"client_config": settings}`` when ``--kafka-config`` or ``-X`` gave settings
+    (``{}`` when not); a usage error when they were given without a Kafka broker."""
+    if not bootstrap_servers:
+        if _explicit_kafka_settings():
+            raise click.UsageError("--kafka-config and -X are Kafka client settings: give them "
+                                   "with --bootstrap-servers (the local log takes none)")
+        return {}
+    settings = kafka_settings()
+    return {"client_config": settings} if settings else {}
 
 
 def with_pipeline_settings(opts: dict[str, Any], pipeline: Any) -> dict[str, Any]:
