@@ -102,3 +102,31 @@ def test_reset_refuses_while_the_job_runs(tmp_path):
         time.sleep(0.5)
     assert p.returncode == 0, p.stderr
     assert not set(JOB_TOPICS) & set(topics(data))
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp_path):
+    job = f"wc{tmp_path.name[-12:]}".replace("_", "-")     # one broker, many test runs
+    source, sink = f"{job}-lines", f"{job}-counts"
+    kafka = ["--bootstrap-servers", kafka_bootstrap]
+    state = tmp_path / "state"
+    ok("produce", source, "--generate", "words", "--count", "200", *kafka)
+    run = ["run", WORDCOUNT, "--name", job, "--source", source, "--sink", sink,
+           "--state-dir", str(state), "--json", *kafka]
+    ok(*run)
+    mine = [f"{job}.changelog", f"{job}.control", f"{job}.shuffle-1"]
+    before = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert set(mine) <= set(before)
+    committed = int(ok("consume", sink, "--count", *kafka).stdout)
+
+    ok("reset", job, "--yes", "--state-dir", str(state), *kafka)
+    after = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert not set(mine) & set(after)
+    assert set(before) - set(mine) <= set(after)            # input, output, other jobs'
+    assert not (state / job).exists()
+
+    again = json.loads(ok(*run).stdout)
+    assert again["run"] == 0 and again["input_records"] == 200
+    # Kafka keeps the old run's committed output; the new run counted again from zero.
+    assert int(ok("consume", sink, "--count", *kafka).stdout) == 2 * committed
