@@ -130,3 +130,15 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     assert again["run"] == 0 and again["input_records"] == 200
     # Kafka keeps the old run's committed output; the new run counted again from zero.
     assert int(ok("consume", sink, "--count", *kafka).stdout) == 2 * committed
+
+
+def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(tmp_path):
+    data = tmp_path / "data"
+    layout = ("stage 0: input lines x1, tasks 0, stores [], output half.shuffle-1 x1",
+              "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
+              "guarantee exactly-once")
+    fake_job(data, "half", layout)           # a run recorded, no task ever committed
+    p = ok("reset", "half", "--yes", "--data-dir", str(data))
+    assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
+                               "checkpoints"), p.stderr
+    assert "deleted half.control" in p.stdout
