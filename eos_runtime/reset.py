@@ -14,9 +14,10 @@ It keeps the source and sink topics, the dead letters (output, like the sink), a
 every other job's topics. It keeps the local log's fences too (``<data dir>/fences/
 <job>.task-N``): a new task takes a generation above its fence's, so a zombie of the
 old job is fenced at its next change-log append, and the new task's restore command
-fences its channel records (an older generation) downstream. Kafka keeps nothing of the kind: the broker still fences the old
-transactional producers (change log, sink), but generations restart at 1, so channel
-records of a zombie of the old job that outlived the reset could pass for newer ones.
+fences its channel records (an older generation) downstream. Kafka keeps nothing of
+the kind: the broker still fences the old transactional producers (change log, sink),
+but generations restart at 1, so channel records of a zombie of the old job that
+outlived the reset could pass for newer ones.
 Hence the refusal while a task of the job holds its state on this machine, and the
 docs' rule: on Kafka, reset only a job whose tasks are gone.
 """

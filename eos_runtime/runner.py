@@ -334,7 +334,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
-        settings = merge(pipeline.kafka_config, client_config)
+        settings = merge(getattr(pipeline, "kafka_config", None), client_config)
         if settings:   # reaches every task through TaskConfig.transport
             transport_opts["client_config"] = settings
     else:
