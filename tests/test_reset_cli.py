@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_reset_refuses_while_the_job_runs(tmp_path):
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp_path):
-    job = f"wc{tmp_path.name[-12:]}".replace("_", "-")     # one broker, many test runs
+    job = f"wc-{uuid.uuid4().hex[:8]}"           # one broker, many test runs
     source, sink = f"{job}-lines", f"{job}-counts"
     kafka = ["--bootstrap-servers", kafka_bootstrap]
     state = tmp_path / "state"
