@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
 
 from .errors import ConfigError, UserFunctionError
+from .kafka_settings import check_settings
 
 __all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
 
@@ -281,7 +282,8 @@ class Pipeline:
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
-                 parallelism: int = 1, dead_letters: bool | str = False) -> None:
+                 parallelism: int = 1, dead_letters: bool | str = False,
+                 kafka_config: Mapping[str, Any] | None = None) -> None:
         _check_name(name)
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
@@ -302,6 +304,9 @@ class Pipeline:
         self.parallelism = parallelism
         # A record whose function raises goes to this topic instead of stopping the task.
         self.dead_letters = dead_letters
+        # librdkafka settings for every Kafka client of a run (SASL, TLS, ...), under the
+        # command line's --kafka-config and -X; ignored on the local log.
+        self.kafka_config = check_settings(kafka_config or {}, f"pipeline {name!r} kafka_config")
         self._segments: list[_Segment] = []
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",

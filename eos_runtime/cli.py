@@ -9,6 +9,7 @@ import click
 
 from .broker.cli import kafka as kafka_group
 from .errors import EosError
+from .redact import redact
 
 
 @click.group()
@@ -27,6 +28,8 @@ from .cli_pipeline import (  # noqa: E402
     json_error,
     json_mode,
     json_option,
+    kafka_client_config,
+    kafka_settings_options,
     produce_cmd,
     run_cmd,
     stop_cmd,
@@ -37,11 +40,13 @@ main.add_command(produce_cmd)
 main.add_command(consume_cmd)
 main.add_command(stop_cmd)
 
-# `eos jobs|topics`: the jobs that ran on a transport, and what each topic is for.
-from .cli_jobs import jobs_cmd, topics_cmd  # noqa: E402
+# `eos jobs|topics|reset`: the jobs that ran on a transport, what each topic is for, and
+# starting a job from scratch.
+from .cli_jobs import jobs_cmd, reset_cmd, topics_cmd  # noqa: E402
 
 main.add_command(jobs_cmd)
 main.add_command(topics_cmd)
+main.add_command(reset_cmd)
 
 # `eos experiment`: a workload under injected faults, verified against its oracle.
 from .cli_experiment import experiment_cmd  # noqa: E402
@@ -59,6 +64,7 @@ main.add_command(experiment_cmd)
               help="Also run on this Kafka broker (env EOS_BOOTSTRAP_SERVERS).")
 @click.option("--records", default=20_000, show_default=True, type=click.IntRange(1),
               metavar="N", help="Envelopes per round trip.")
+@kafka_settings_options
 @json_option("Print the results as JSON (a failed smoke run: a JSON error object).")
 def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
     """Round trip of protocol records through the local log (and Kafka, with a transaction
@@ -68,7 +74,8 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
     from . import smoke as smoke_run
 
     results = smoke_run.run(data_dir=data_dir, bootstrap_servers=bootstrap_servers,
-                            records=records, show_progress=not as_json and sys.stderr.isatty())
+                            records=records, show_progress=not as_json and sys.stderr.isatty(),
+                            **kafka_client_config(bootstrap_servers))
     if as_json:
         click.echo(json.dumps({"ok": True, "results": [r.as_dict() for r in results]}, indent=2))
         return
@@ -92,6 +99,7 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
               metavar="N", help="Text lines to count words in.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
               default="exactly-once", show_default=True, help="Processing guarantee of the job.")
+@kafka_settings_options
 @json_option("Print the result as JSON (a failed demo: a JSON error object).")
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
          as_json: bool) -> None:
@@ -100,11 +108,12 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
 
     from .demo import prepare_demo_dir, run_demo
 
+    client = kafka_client_config(bootstrap_servers)
     # A refused directory or an unreachable broker is the only line the user sees.
     if bootstrap_servers:
         from .transport import open_transport
 
-        open_transport(bootstrap_servers=bootstrap_servers).close()
+        open_transport(bootstrap_servers=bootstrap_servers, **client).close()
     else:
         prepare_demo_dir(data_dir)
     if not as_json:
@@ -112,7 +121,7 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
         click.echo(f"word count over {n_lines} generated lines, {guarantee}, on {where} ...",
                    err=True)
     result = run_demo(data_dir=data_dir, bootstrap_servers=bootstrap_servers, lines=n_lines,
-                      guarantee=guarantee)
+                      guarantee=guarantee, **client)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -155,7 +164,7 @@ class _OwnWarnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if (record.name.startswith("eos_runtime") and record.levelno >= logging.WARNING
                 and not record.name.endswith(".librdkafka")):   # the client's own chatter
-            click.echo(f"warning: {record.getMessage()}", err=True)
+            click.echo(f"warning: {redact(record.getMessage())}", err=True)
 
 
 def _quiet_third_party_logging() -> None:
@@ -165,6 +174,7 @@ def _quiet_third_party_logging() -> None:
 
 
 def _fail(message: str, kind: str) -> None:
+    message = redact(message)    # an error built from a setting must not show its secret
     if json_mode["on"]:
         click.echo(json_error(message, kind))
     click.echo(f"error: {message}", err=True)

@@ -20,7 +20,9 @@ from typing import Any
 
 import click
 
+from .cli_pipeline import kafka_client_config, kafka_settings_options
 from .errors import ConfigError
+from .redact import redact
 
 __all__ = ["experiment_cmd"]
 
@@ -56,6 +58,20 @@ def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+def _kafka_args() -> list[str]:
+    """The Kafka settings options of this command, for its replay line; secrets masked."""
+    from .redact import MASK, is_secret
+
+    meta = click.get_current_context().meta
+    args = []
+    if meta.get("eos.kafka_config") is not None:
+        args += ["--kafka-config", str(Path(meta["eos.kafka_config"]).absolute())]
+    for pair in meta.get("eos.kafka_setting") or ():
+        key = pair.partition("=")[0]
+        args += ["-X", f"{key}={MASK}" if is_secret(key) else pair]
+    return args
+
+
 @click.command("experiment")
 @click.argument("workload", metavar="WORKLOAD")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
@@ -84,6 +100,7 @@ def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
 @click.option("--report", "report", type=click.Path(file_okay=False), default=None,
               metavar="DIR", help="Where the report goes. Default: "
                                   ".eos/experiments/<workload>-<time>.")
+@kafka_settings_options
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout, and nothing else there.")
 def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: int | None,
@@ -122,12 +139,14 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         check_schedule(fixed, roles, transport_name, guarantee)
     count = 3 if n_faults is None else n_faults
     report_dir = _report_dir(report, workload)
-    transport: dict[str, str]
+    transport: dict[str, Any]
+    client = kafka_client_config(bootstrap_servers)
     if bootstrap_servers:
         from .transport import open_transport
 
-        open_transport(bootstrap_servers=bootstrap_servers).close()   # one line if unreachable
-        transport = {"bootstrap_servers": bootstrap_servers}
+        # one line if unreachable
+        open_transport(bootstrap_servers=bootstrap_servers, **client).close()
+        transport = {"bootstrap_servers": bootstrap_servers, **client}
     else:
         from .runner import check_writable_dir
 
@@ -142,14 +161,15 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     else:
         base += ["--faults", str(count), "--kinds", ",".join(fault_kinds)]
     if bootstrap_servers:
-        base += ["--bootstrap-servers", bootstrap_servers]
+        base += ["--bootstrap-servers", bootstrap_servers, *_kafka_args()]
 
     def replay(s: int) -> str:
         return shlex.join(base + ["--seed", str(s)])
 
-    # As typed when it came from a command line; else what would have run it.
-    command = (shlex.join(base[:2] + sys.argv[2:]) if sys.argv[1:2] == ["experiment"]
-               else shlex.join(base + ["--seed", str(first), "--runs", str(runs)]))
+    # As typed when it came from a command line; else what would have run it. Reports
+    # keep it, so a secret given with -X reads ***.
+    command = redact(shlex.join(base[:2] + sys.argv[2:]) if sys.argv[1:2] == ["experiment"]
+                     else shlex.join(base + ["--seed", str(first), "--runs", str(runs)]))
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / REPORT_MARKER).write_text("made by eos experiment\n")
     settings = Settings(w, report_dir, transport, guarantee=guarantee, lines=lines,

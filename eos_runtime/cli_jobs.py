@@ -1,4 +1,5 @@
-"""``eos jobs`` and ``eos topics``: what ran on a transport, and what each topic is for.
+"""``eos jobs`` and ``eos topics``: what ran on a transport, and what each topic is for;
+``eos reset``: start a job from scratch (``reset.py`` says what it deletes and keeps).
 
 Both only read. A job is known by its control topic, ``<job>.control``: its run records
 (``RunStart``) number the runs and keep the job's layout, one line per stage naming its
@@ -11,12 +12,16 @@ tail).
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .cli_pipeline import (
+    _absolute,
+    _check_writable,
     _n,
     _reading_local_log,
     _where,
@@ -24,9 +29,9 @@ from .cli_pipeline import (
     resolve_transport,
     transport_options,
 )
-from .errors import TopicNotFound
+from .errors import ConfigError, TopicNotFound
 
-__all__ = ["jobs_cmd", "topics_cmd", "job_info", "topic_uses"]
+__all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 
 
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
@@ -181,3 +186,67 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
     for t in names:
         used = "; ".join(f"{_ROLE_TEXT[u['role']]} {u['job']}" for u in uses[t]) or "-"
         click.echo(f"{t:<{width}}  {_n(parts[t], 'partition'):>13}  {used}")
+
+
+@click.command("reset")
+@click.argument("job")
+@transport_options
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Where the job's tasks kept their RocksDB state (as given to eos run). "
+                   "Default: <data dir>/state; .eos/state on Kafka.")
+@click.option("--yes", is_flag=True,
+              help="Do not ask for confirmation (needed without a terminal).")
+def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
+              state_dir: str | None, yes: bool) -> None:
+    """Delete job JOB's change log, control topic, channels and local state, so that its
+    next run starts from scratch (run 0, empty state, the source read from the start).
+
+    Asks for confirmation first. Never deletes the source or sink topic, the dead
+    letters, or another job's topics; refuses while a task of the job runs on this
+    machine.
+    """
+    from . import reset
+    from .transport import open_transport
+
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    _check_writable(opts)
+    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
+    with open_transport(**opts) as transport:
+        plan = reset.plan_reset(transport, job, root)
+        held = reset.running_tasks(plan.state_dir)
+        if held:
+            raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "
+                              f"{'holds' if len(held) == 1 else 'hold'} state in "
+                              f"{str(plan.state_dir)!r}; stop it first (eos stop {job}) and "
+                              f"reset once it ended")
+        unfinished = reset.unfinished_run(transport, job)
+        what = _reset_text(plan, opts)
+        caution = (f"run {unfinished} of job {job!r} did not end with final checkpoints (it "
+                   f"failed, was cancelled or killed, or still runs on other machines): "
+                   f"make sure none of its tasks still runs" if unfinished is not None else None)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise ConfigError(f"eos reset {job} deletes {what}; it asks for confirmation "
+                                  f"and stdin is not a terminal: pass --yes to reset anyway")
+            click.echo(f"eos reset {job} deletes {what}.", err=True)
+            if caution:
+                click.echo(f"warning: {caution}", err=True)
+            if not click.confirm("Reset?", default=False, err=True):
+                raise ConfigError(f"reset of job {job!r} not confirmed: nothing deleted")
+        elif caution:
+            click.echo(f"warning: {caution}", err=True)
+        deleted = reset.carry_out(transport, plan)
+    gone = ", ".join(deleted) or "no topics"
+    state = f" and state directory {str(plan.state_dir)!r}" if plan.state_dir else ""
+    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{state}; its next run "
+               f"starts from scratch")
+
+
+def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
+    parts = [f"topic{'s' * (len(plan.topics) != 1)} {', '.join(plan.topics)}"
+             if plan.topics else "no topics"]
+    if plan.state_dir is not None:
+        parts.append(f"state directory {str(plan.state_dir)!r}")
+    kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
+        " (the source and sink topics are kept)")
+    return f"{' and '.join(parts)} on {_where(opts)}{kept}"

@@ -81,16 +81,62 @@ def json_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 def json_error(message: str, kind: str) -> str:
     """The JSON error object a failed ``--json`` command prints on stdout."""
-    return json.dumps({"ok": False, "error": message, "type": kind})
+    from .redact import redact
+
+    return json.dumps({"ok": False, "error": redact(message), "type": kind})
 
 
 # --------------------------------------------------------------------------- transport options
 
+def _keep_kafka_setting(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta[f"eos.{param.name}"] = value
+    ctx.meta[f"eos.{param.name}.source"] = ctx.get_parameter_source(param.name or "")
+    return value
+
+
+def kafka_settings_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--kafka-config FILE`` and ``-X KEY=VALUE``: librdkafka settings for every Kafka
+    client of the command (``kafka_settings.py``). Kept in the click context, not passed
+    as arguments: ``resolve_transport`` picks them up, so every command that takes the
+    transport options has them without a parameter of its own."""
+    fn = click.option(
+        "-X", "--kafka-setting", "kafka_setting", multiple=True, metavar="KEY=VALUE",
+        expose_value=False, callback=_keep_kafka_setting,
+        help="One librdkafka setting for every Kafka client (repeatable; -X for short, as in "
+             "kcat; wins over --kafka-config), e.g. -X security.protocol=SASL_SSL.")(fn)
+    fn = click.option(
+        "--kafka-config", "kafka_config", metavar="FILE", envvar="EOS_KAFKA_CONFIG",
+        expose_value=False, callback=_keep_kafka_setting, type=click.Path(dir_okay=False),
+        help="librdkafka settings for every Kafka client, key=value a line (Java properties; "
+             "# comments): SASL and TLS settings, say (env EOS_KAFKA_CONFIG).")(fn)
+    return fn
+
+
+def kafka_settings() -> dict[str, Any] | None:
+    """The settings ``--kafka-config`` and ``-X`` gave this command (None: none)."""
+    from .kafka_settings import merge, parse_assignments, read_properties
+
+    meta = click.get_current_context().meta
+    path, pairs = meta.get("eos.kafka_config"), meta.get("eos.kafka_setting") or ()
+    if path is None and not pairs:
+        return None
+    return merge(read_properties(path) if path is not None else None, parse_assignments(pairs))
+
+
+def _explicit_kafka_settings() -> bool:
+    meta = click.get_current_context().meta
+    return bool(meta.get("eos.kafka_setting")) or (
+        meta.get("eos.kafka_config") is not None
+        and meta.get("eos.kafka_config.source") != ParameterSource.ENVIRONMENT)
+
+
 def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--bootstrap-servers`` / ``--data-dir``, shared by run, stop, produce and consume.
+    """``--bootstrap-servers`` / ``--data-dir`` and the Kafka settings, shared by the
+    commands that read or write a job's topics.
 
     Every option's help is its meaning in docs/cli.md, word for word, and a trailing
     ``Default: ...`` sentence is its default there (tests/test_cli_docs.py)."""
+    fn = kafka_settings_options(fn)
     fn = click.option(
         "--data-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
         help=f"Directory of the embedded local log, used when no Kafka broker is given; an "
@@ -103,8 +149,9 @@ def transport_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> dict[str, str]:
-    """The ``open_transport`` keywords the two options select (see the module docstring)."""
+def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> dict[str, Any]:
+    """The ``open_transport`` keywords the options select (see the module docstring): on
+    Kafka with ``client_config`` when ``--kafka-config`` or ``-X`` gave settings."""
     ctx = click.get_current_context()
     bootstrap_servers = (bootstrap_servers or "").strip() or None
     if data_dir is not None and bootstrap_servers:
@@ -114,11 +161,33 @@ def resolve_transport(bootstrap_servers: str | None, data_dir: str | None) -> di
             raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local "
                                    "log), not both")
     if bootstrap_servers:
-        return {"bootstrap_servers": bootstrap_servers}
+        return {"bootstrap_servers": bootstrap_servers, **kafka_client_config(bootstrap_servers)}
+    kafka_client_config(None)
     return {"data_dir": data_dir or DEFAULT_DATA_DIR}
 
 
-def _check_writable(opts: dict[str, str]) -> None:
+def kafka_client_config(bootstrap_servers: str | None) -> dict[str, Any]:
+    """``{"client_config": settings}`` when ``--kafka-config`` or ``-X`` gave settings
+    (``{}`` when not); a usage error when they were given without a Kafka broker."""
+    if not bootstrap_servers:
+        if _explicit_kafka_settings():
+            raise click.UsageError("--kafka-config and -X are Kafka client settings: give them "
+                                   "with --bootstrap-servers (the local log takes none)")
+        return {}
+    settings = kafka_settings()
+    return {"client_config": settings} if settings else {}
+
+
+def with_pipeline_settings(opts: dict[str, Any], pipeline: Any) -> dict[str, Any]:
+    """``opts`` with the pipeline's ``kafka_config`` under the command's own settings."""
+    from .kafka_settings import merge
+
+    if "bootstrap_servers" not in opts or not getattr(pipeline, "kafka_config", None):
+        return opts
+    return {**opts, "client_config": merge(pipeline.kafka_config, opts.get("client_config"))}
+
+
+def _check_writable(opts: dict[str, Any]) -> None:
     """A command that writes to the local log fails here, naming the directory, instead
     of over an OSError traceback halfway through."""
     if "data_dir" in opts:
@@ -130,7 +199,7 @@ def _check_writable(opts: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def _reading_local_log(opts: dict[str, str]) -> Iterator[None]:
+def _reading_local_log(opts: dict[str, Any]) -> Iterator[None]:
     """Reading a read-only local log still fails in the log itself (it opens its files
     read-write); say so in one line."""
     try:
@@ -143,7 +212,7 @@ def _reading_local_log(opts: dict[str, str]) -> Iterator[None]:
                           f"is not supported yet") from None
 
 
-def _where(opts: dict[str, str]) -> str:
+def _where(opts: dict[str, Any]) -> str:
     if "bootstrap_servers" in opts:
         return f"Kafka at {opts['bootstrap_servers']}"
     return f"the local log in {opts['data_dir']}"
@@ -336,6 +405,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
 
     pipeline = load_pipeline(pipeline_file)
     apply_overrides(pipeline, name_override, source_override, sink_override)
+    opts = with_pipeline_settings(opts, pipeline)
     if fault is not None:
         _check_crash_task(pipeline, opts, fault["task"], parallelism=parallelism,
                           sink_partitions=sink_partitions)
@@ -570,16 +640,17 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     from .transport import open_transport
 
     job = job_or_pipeline
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     if job.endswith(".py"):
         from .runner import load_pipeline
 
         pipeline = load_pipeline(job)
         apply_overrides(pipeline, name_override, source_override, sink_override)
         job = pipeline.name
+        opts = with_pipeline_settings(opts, pipeline)
     elif name_override is not None or source_override is not None or sink_override is not None:
         raise click.UsageError("--name, --source and --sink go with a PIPELINE.py (a JOB is "
                                "already a name)")
-    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
     with open_transport(**opts) as transport:
         stop, earlier = ControlLog(transport, job).request_stop(f"eos stop (pid {os.getpid()})")
@@ -587,7 +658,7 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     click.echo(f"asked run {stop.run} of job {job!r} on {_where(opts)} to stop{again}")
 
 
-def _check_crash_task(pipeline: Any, opts: dict[str, str], task: int, *,
+def _check_crash_task(pipeline: Any, opts: dict[str, Any], task: int, *,
                       parallelism: int | None, sink_partitions: int | None) -> None:
     """A --crash-task the plan does not have would never fire: fail loudly instead."""
     from .plan import plan_job
@@ -601,7 +672,7 @@ def _check_crash_task(pipeline: Any, opts: dict[str, str], task: int, *,
                           f"0..{len(plan.tasks) - 1}")
 
 
-def _absolute(opts: dict[str, str]) -> dict[str, str]:
+def _absolute(opts: dict[str, Any]) -> dict[str, Any]:
     if "data_dir" in opts:
         return {"data_dir": str(Path(opts["data_dir"]).absolute())}
     return opts
@@ -793,7 +864,7 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
         _write_lines(f"{_field(r.key)}\t{_field(r.value)}" for r in records)
 
 
-def _sink_job(transport: Any, topic: str, opts: dict[str, str]) -> str:
+def _sink_job(transport: Any, topic: str, opts: dict[str, Any]) -> str:
     """The one job whose sink is ``topic``, from the jobs' control topics; an error naming
     them when there are several, or saying what to pass when there is none."""
     from .runtime.control import jobs_with_sink

@@ -78,6 +78,7 @@ class DemoResult:
 
 
 def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | None = None,
+             client_config: dict[str, Any] | None = None,
              lines: int = 20_000, guarantee: str = "exactly-once",
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              **run_options: Any) -> DemoResult:
@@ -90,6 +91,8 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
         name = f"wordcount-{uuid.uuid4().hex[:8]}"  # one broker, many demo runs
         pipeline.rename(name, source=f"{name}-lines", sink=f"{name}-counts")
         opts = {"bootstrap_servers": bootstrap_servers}
+        if client_config:
+            opts["client_config"] = client_config
     else:
         opts = {"data_dir": str(prepare_demo_dir(data_dir or ".eos/demo"))}
     source, sink = pipeline.source_topic, pipeline.sink_topic

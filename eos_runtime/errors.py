@@ -22,6 +22,7 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     │   ├── OffsetOutOfRange     an offset outside a partition's [low, high] was asked for
     │   ├── DeliveryFailed       produced records were not acknowledged
     │   ├── LogCorrupted         the local log's files do not hold what they must
+    │   ├── AuthenticationFailed Kafka refused the client's credentials or TLS handshake
     │   └── TransactionError     carries retriable / requires_abort / fatal
     │       └── ProducerFenced   a newer producer with the same transactional id exists
     ├── StateError               a task's RocksDB state could not be opened, read or written
@@ -51,6 +52,7 @@ __all__ = [
     "OffsetOutOfRange",
     "DeliveryFailed",
     "LogCorrupted",
+    "AuthenticationFailed",
     "TransactionError",
     "ProducerFenced",
     "StateError",
@@ -136,6 +138,10 @@ class DeliveryFailed(TransportError):
 
 class LogCorrupted(TransportError):
     """The local log's files are damaged beyond the torn tail it repairs itself."""
+
+
+class AuthenticationFailed(TransportError):
+    """Kafka refused the client's credentials (SASL) or its TLS handshake failed."""
 
 
 class TransactionError(TransportError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import runpy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -312,6 +312,7 @@ class PipelineRun:
 
 
 def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
+                   client_config: Mapping[str, Any] | None = None,
                    data_dir: str | None = None, state_dir: str | None = None,
                    guarantee: str | None = None, commit_interval: float | None = None,
                    commit_every: int | None = None, parallelism: int | None = None,
@@ -324,12 +325,18 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
-    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off)."""
+    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off).
+    ``client_config``: librdkafka settings for every Kafka client of the run, the tasks'
+    included, over the pipeline's ``kafka_config``."""
     from .engine import EngineConfig, check_slots, start_tasks
+    from .kafka_settings import merge
 
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
+        settings = merge(getattr(pipeline, "kafka_config", None), client_config)
+        if settings:   # reaches every task through TaskConfig.transport
+            transport_opts["client_config"] = settings
     else:
         data_dir = data_dir or ".eos/data"
         transport_opts = {"data_dir": str(Path(data_dir).absolute())}

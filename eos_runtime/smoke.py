@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.progress import Progress
 
@@ -129,13 +130,15 @@ def kafka_transactions(transport: Transport) -> SmokeResult:
 
 
 def run(*, data_dir: str, bootstrap_servers: str | None, records: int,
-        show_progress: bool = True) -> list[SmokeResult]:
+        show_progress: bool = True,
+        client_config: dict[str, Any] | None = None) -> list[SmokeResult]:
     results = []
     with Progress(transient=True, disable=not show_progress) as progress:
         with open_transport(data_dir=data_dir) as local:
             results.append(envelope_round_trip(local, records=records, progress=progress))
         if bootstrap_servers:
-            with open_transport(bootstrap_servers=bootstrap_servers) as kafka:
+            with open_transport(bootstrap_servers=bootstrap_servers,
+                                client_config=client_config) as kafka:
                 results.append(envelope_round_trip(kafka, records=records, progress=progress))
                 results.append(kafka_transactions(kafka))
     return results

@@ -342,3 +342,33 @@ def test_send_hands_records_over_without_a_flush_and_flush_still_reports_them(tr
         report = p.flush()
     recs = read_all(transport, {tp: 0}, 2)
     assert report == {tp: recs[1].offset}
+
+
+def test_deleted_topics_are_gone_and_their_names_free(transport):
+    doomed = new_topic(transport, partitions=2)
+    kept = new_topic(transport, partitions=1)
+    with transport.producer() as p:
+        p.produce(doomed, 0, b"old")
+        p.produce(kept, 0, b"kept")
+        p.flush(10)
+    missing = "contract-missing-" + uuid.uuid4().hex[:6]
+    assert transport.delete_topics([doomed, missing]) == [doomed]
+    with pytest.raises(TopicNotFound, match=doomed):
+        transport.describe(doomed)
+    assert doomed not in transport.list_topics()
+    assert kept in transport.list_topics()
+    assert [r.value for r in read_all(transport, {TopicPartition(kept, 0): 0}, 1)] == [b"kept"]
+    # The name makes a new, empty topic, of another layout if asked.
+    transport.create_topics([TopicSpec(doomed, 3)])
+    assert transport.describe(doomed).partitions == 3
+    assert transport.watermarks(TopicPartition(doomed, 0))[1] == 0
+    with transport.producer() as p:
+        p.produce(doomed, 2, b"new")
+        p.flush(10)
+    got = read_all(transport, {TopicPartition(doomed, q): 0 for q in range(3)}, 1)
+    assert [r.value for r in got] == [b"new"]
+
+
+def test_deleting_nothing_or_only_missing_topics_deletes_nothing(transport):
+    assert transport.delete_topics([]) == []
+    assert transport.delete_topics(["contract-missing-" + uuid.uuid4().hex[:6]]) == []

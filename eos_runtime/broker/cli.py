@@ -68,27 +68,60 @@ def fetch_cmd(kafka_version: str, force: bool) -> None:
 @click.option("--fresh", is_flag=True,
               help="Delete data kept from an earlier run (--keep-data, or a crash) first "
                    "(a running broker is left alone).")
+@click.option("--sasl-plain", "sasl_plain", default=None, metavar="USER:PASSWORD",
+              envvar="EOS_KAFKA_SASL_PLAIN", show_envvar=False,
+              help="Also listen with SASL_PLAINTEXT (mechanism PLAIN) for this one user, and "
+                   "print that listener's address instead (env EOS_KAFKA_SASL_PLAIN keeps the "
+                   "password off the command line).")
+@click.option("--sasl-port", type=click.IntRange(1, 65535), default=None, metavar="N",
+              help=f"Port of the --sasl-plain listener on {_k.HOST}. Default: any free port.")
 def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: float,
-           fresh: bool) -> None:
+           fresh: bool, sasl_plain: str | None, sasl_port: int | None) -> None:
     """Start the broker detached (it outlives this command); print its bootstrap address.
 
     If it is running already, only print its address.
     """
     _progress_to_stderr()
     rd = _run_dir(run_dir)
+    credentials = _sasl_pair(sasl_plain) if sasl_plain is not None else None
+    if sasl_port is not None and credentials is None:
+        raise click.UsageError("--sasl-port goes with --sasl-plain")
     running = _k.find_running(rd)
     if running is not None:
         if port is not None and running.port != port:
             raise click.UsageError(f"the broker of {rd} runs at {running.bootstrap_servers}, "
                                    f"not on port {port}; run `eos kafka down --dir {rd}` first")
-        click.echo(running.bootstrap_servers)
+        if credentials is not None and running.sasl_user != credentials[0]:
+            had = (f"with a SASL listener for user {running.sasl_user!r}" if running.sasl_user
+                   else "without a SASL listener")
+            raise click.UsageError(f"the broker of {rd} runs {had}; run `eos kafka down "
+                                   f"--dir {rd}` first")
+        click.echo(running.client_servers)
         return
     if fresh:
         _k.stop_running(rd)               # nothing runs: only removes the kept data
     if port is None and _k.port_is_free(_k.DEFAULT_PORT):
         port = _k.DEFAULT_PORT
-    broker = _k.KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout)
-    click.echo(broker.start())
+    broker = _k.KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout,
+                            sasl_plain=credentials, sasl_port=sasl_port)
+    broker.start()
+    state = broker.state
+    assert state is not None
+    if state.sasl_port:
+        click.echo(f"eos kafka: SASL/PLAIN listener for user {state.sasl_user!r} at "
+                   f"{state.client_servers} (clients: -X security.protocol=SASL_PLAINTEXT -X "
+                   f"sasl.mechanism=PLAIN -X sasl.username={state.sasl_user} -X "
+                   f"sasl.password=...); the broker's own PLAINTEXT listener, without "
+                   f"authentication, stays at {state.bootstrap_servers}", err=True)
+    click.echo(state.client_servers)
+
+
+def _sasl_pair(value: str) -> tuple[str, str]:
+    user, sep, password = value.partition(":")
+    if not sep:
+        raise click.UsageError("--sasl-plain takes USER:PASSWORD")
+    _k.check_sasl_plain(user, password)
+    return user, password
 
 
 @kafka.command("down")
@@ -123,6 +156,8 @@ def status_cmd(run_dir: str | None) -> None:
     if state is None:
         click.echo(f"not running (run dir {rd})", err=True)
         sys.exit(1)
-    click.echo(state.bootstrap_servers)
+    click.echo(state.client_servers)
+    sasl = (f", SASL/PLAIN listener for user {state.sasl_user!r} (PLAINTEXT at "
+            f"{state.bootstrap_servers})" if state.sasl_port else "")
     click.echo(f"pid {state.pid}, Kafka {state.version}, controller port {state.controller_port}, "
-               f"log {state.log_file}", err=True)
+               f"log {state.log_file}{sasl}", err=True)

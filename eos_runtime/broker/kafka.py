@@ -59,7 +59,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BrokerError, SetupError
+from ..errors import BrokerError, ConfigError, SetupError
 from ..processes import parent_death_signal_hook
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ __all__ = [
     "stop_running",
     "port_is_free",
     "free_port",
+    "check_sasl_plain",
 ]
 
 log = logging.getLogger("eos_runtime.broker")
@@ -286,6 +287,13 @@ class BrokerState:
     log_file: str
     version: str
     started_at: float
+    sasl_port: int | None = None        # the SASL_PLAINTEXT listener's (--sasl-plain)
+    sasl_user: str | None = None        # its one user (the password is in no state file)
+
+    @property
+    def client_servers(self) -> str:
+        """The address clients are meant to use: the SASL listener's if there is one."""
+        return f"{HOST}:{self.sasl_port}" if self.sasl_port else self.bootstrap_servers
 
     @classmethod
     def load(cls, path: Path) -> BrokerState | None:
@@ -518,8 +526,13 @@ class KafkaBroker:
     def __init__(self, run_dir: str | os.PathLike[str], port: int | None = None, *,
                  version: str = KAFKA_VERSION, controller_port: int | None = None,
                  startup_timeout: float = 60.0, heap: str = "512m",
-                 die_with_parent: bool = False) -> None:
+                 die_with_parent: bool = False, sasl_plain: tuple[str, str] | None = None,
+                 sasl_port: int | None = None) -> None:
         self.run_dir = Path(run_dir).absolute()
+        if sasl_plain is not None:
+            check_sasl_plain(*sasl_plain)
+        self.sasl_plain = sasl_plain
+        self.sasl_port = sasl_port
         self.port = port
         self.controller_port = controller_port
         self.version = version
@@ -599,7 +612,8 @@ class KafkaBroker:
                 self._write_config(self.port or DEFAULT_PORT,
                                    self.controller_port or DEFAULT_PORT + 1)
                 self._format(java, libs)
-            attempts = 1 if (self.port is not None and self.controller_port is not None) else 3
+            attempts = 1 if (self.port is not None and self.controller_port is not None
+                             and (self.sasl_plain is None or self.sasl_port is not None)) else 3
             for attempt in range(1, attempts + 1):
                 try:
                     bootstrap = self._launch(java, libs, t0)
@@ -634,13 +648,32 @@ class KafkaBroker:
         (self.run_dir / "log4j2.xml").write_bytes(
             resources.files(__package__).joinpath("log4j2.xml").read_bytes())
 
-    def _write_config(self, port: int, controller_port: int) -> None:
+    def _write_config(self, port: int, controller_port: int,
+                      sasl_port: int | None = None) -> None:
         template = string.Template(
             resources.files(__package__).joinpath("server.properties").read_text())
+        sasl = {"sasl_listener": "", "sasl_protocol": "", "sasl_settings": ""}
+        if self.sasl_plain is not None:
+            user, password = self.sasl_plain
+            sasl = {
+                "sasl_listener": f",SASL_PLAINTEXT://{HOST}:{sasl_port or DEFAULT_PORT + 2}",
+                "sasl_protocol": ",SASL_PLAINTEXT:SASL_PLAINTEXT",
+                "sasl_settings": (
+                    "sasl.enabled.mechanisms=PLAIN\n"
+                    "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN\n"
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f'user_{user}="{password}";\n'),
+            }
         text = template.substitute(port=port, controller_port=controller_port,
                                    data_dir=str(self.data_dir),
-                                   internal_partitions=INTERNAL_TOPIC_PARTITIONS)
-        _server_properties(self.run_dir).write_text(text)
+                                   internal_partitions=INTERNAL_TOPIC_PARTITIONS, **sasl)
+        path = _server_properties(self.run_dir)
+        # It may hold the SASL user's password: readable by its owner only.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
 
     def _jvm_logging(self) -> list[str]:
         return [f"-Dlog4j2.configurationFile={self.run_dir / 'log4j2.xml'}",
@@ -665,7 +698,14 @@ class KafkaBroker:
                               f"(or stop what listens there)")
         cport = (self.controller_port if self.controller_port is not None
                  else free_port(avoid=(port,)))
-        self._write_config(port, cport)
+        sport = None
+        if self.sasl_plain is not None:
+            sport = self.sasl_port if self.sasl_port is not None else free_port(
+                avoid=(port, cport))
+            if self.sasl_port is not None and not port_is_free(sport):
+                raise BrokerError(f"port {sport} on {HOST} is in use; pick another with "
+                                  f"--sasl-port (or stop what listens there)")
+        self._write_config(port, cport, sport)
         cmd = [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
                "-Djava.awt.headless=true", *self._jvm_logging(),
@@ -681,7 +721,8 @@ class KafkaBroker:
         self.state = BrokerState(
             pid=proc.pid, bootstrap_servers=f"{HOST}:{port}", port=port, controller_port=cport,
             run_dir=str(self.run_dir), data_dir=str(self.data_dir), log_file=str(self.log_file),
-            version=self.version, started_at=time.time())
+            version=self.version, started_at=time.time(), sasl_port=sport,
+            sasl_user=self.sasl_plain[0] if self.sasl_plain is not None else None)
         self.state.save(self.run_dir / _STATE_FILE)
         try:
             self._wait_ready(proc, port, t0)
@@ -703,8 +744,9 @@ class KafkaBroker:
             code = proc.poll()
             if code is not None:
                 logs = self._log_tails()
-                if "Address already in use" in logs and (self.port is None
-                                                         or self.controller_port is None):
+                if "Address already in use" in logs and (
+                        self.port is None or self.controller_port is None
+                        or (self.sasl_plain is not None and self.sasl_port is None)):
                     raise _PortTaken()
                 raise BrokerError(f"Kafka broker exited with code {code} while starting "
                                   f"(run dir {self.run_dir}):\n{logs}")
@@ -731,6 +773,18 @@ class KafkaBroker:
         if text.strip() and text != "(no log)":
             parts.append(f"--- {stdout_log} (last lines)\n{text}")
         return "\n".join(parts)
+
+
+_SASL_USER = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+
+
+def check_sasl_plain(user: str, password: str) -> None:
+    """``ConfigError`` unless the pair fits the broker's JAAS line as it is written there."""
+    if not _SASL_USER.match(user):
+        raise ConfigError(f"--sasl-plain: user {user!r} must be 1-64 of A-Z a-z 0-9 . _ @ -")
+    if not password or any(c in password for c in '"\\\n\r'):
+        raise ConfigError("--sasl-plain: the password must be non-empty, without quotes, "
+                          "backslashes or line breaks")
 
 
 class _PortTaken(Exception):

@@ -45,7 +45,7 @@ ZOMBIE_LINGER = 5.0   # seconds a released zombie may go on after the run before
 class Settings:
     workload: Workload
     report_dir: Path
-    transport: dict[str, str]           # {"data_dir": root of the runs' logs} or Kafka's
+    transport: dict[str, Any]           # {"data_dir": root of the runs' logs} or Kafka's
     guarantee: str = "exactly-once"
     lines: int = 10_000
     commit_every: int = 200

@@ -213,6 +213,15 @@ class Transport(abc.ABC):
     def list_topics(self) -> list[str]: ...
 
     @abc.abstractmethod
+    def delete_topics(self, names: Iterable[str]) -> list[str]:
+        """Delete these topics, records and all; names that do not exist are skipped.
+        Returns the names deleted. On return each is gone: ``describe`` raises
+        ``TopicNotFound``, ``list_topics`` leaves it out, and ``create_topics`` makes a
+        new, empty topic of that name (of any partition count). Clients still holding
+        the old topic (another process's producer, say) are not warned: delete only
+        what nothing uses. Fences (``fenced_producer``) are not topics and stay."""
+
+    @abc.abstractmethod
     def producer(self, *, transactional_id: str | None = None) -> Producer:
         """A new producer; a transactional one needs ``supports_transactions``."""
 

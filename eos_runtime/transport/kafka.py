@@ -45,6 +45,7 @@ from confluent_kafka.admin import NewTopic as _NewTopic
 from confluent_kafka.admin import ResourceType as _ResourceType
 
 from ..errors import (
+    AuthenticationFailed,
     ConfigError,
     DeliveryFailed,
     OffsetOutOfRange,
@@ -54,6 +55,7 @@ from ..errors import (
     TransactionError,
     TransportError,
 )
+from ..redact import redact, remember
 from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
 
 __all__ = ["KafkaTransport", "KafkaProducer", "KafkaConsumer", "check_bootstrap_servers"]
@@ -65,6 +67,19 @@ rdkafka_log = logging.getLogger(__name__ + ".librdkafka")
 # ERROR lines (a FAIL per refused connection) on the terminal next to our own error.
 # An application that configures logging still gets them through propagation.
 rdkafka_log.addHandler(logging.NullHandler())
+
+
+class _Redacting(logging.Filter):
+    """librdkafka's lines (a ``debug=conf`` dump, say) and ours pass ``redact`` first."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = None
+        return True
+
+
+rdkafka_log.addFilter(_Redacting())
+log.addFilter(_Redacting())
 
 _T = TypeVar("_T")
 
@@ -181,10 +196,12 @@ def _make_client(factory: Callable[[dict], _T], conf: dict, what: str) -> _T:
     except _KafkaException as exc:
         err = _kafka_error(exc)
         if err is not None and err.code() == _KafkaError._INVALID_ARG:
-            raise ConfigError(f"invalid Kafka client setting for the {what}: {err.str()}") from None
+            raise ConfigError(f"invalid Kafka client setting for the {what}: "
+                              f"{redact(err.str())}") from None
         raise _map_exception(exc, f"creating the Kafka {what}") from None
     except (TypeError, ValueError) as exc:   # confluent's own config checks
-        raise ConfigError(f"invalid Kafka client setting for the {what}: {exc}") from None
+        raise ConfigError(f"invalid Kafka client setting for the {what}: "
+                          f"{redact(str(exc))}") from None
 
 
 _SERVER = re.compile(
@@ -222,25 +239,51 @@ def _connect_reason(text: str) -> str:
     return rest if sep and "/" in head else text
 
 
+#: The broker refused the client's credentials, or the TLS handshake failed: librdkafka
+#: would try again and again until a metadata call timed out (30 s), so opening fails at once.
+_AUTH_CODES = frozenset({_KafkaError._AUTHENTICATION, _KafkaError.SASL_AUTHENTICATION_FAILED})
+_TLS_CODES = frozenset({_KafkaError._SSL})
+
+
 class _ConnectWatch:
     """The admin client's error callback, watched while the transport opens.
 
     librdkafka reports ``_ALL_BROKERS_DOWN`` as soon as every bootstrap address has
-    refused or failed to resolve, while its metadata calls would only time out (30 s)."""
+    refused or failed to resolve, and an authentication or TLS failure at once, while its
+    metadata calls would only time out (30 s)."""
 
-    __slots__ = ("all_down", "reason")
+    __slots__ = ("all_down", "reason", "refused")
 
     def __init__(self) -> None:
         self.all_down = False
         self.reason: str | None = None
+        self.refused: _KafkaError | None = None   # credentials or TLS: trying again is futile
 
     def on_error(self, err: _KafkaError) -> None:
         code = err.code()
         if code == _KafkaError._ALL_BROKERS_DOWN:
             self.all_down = True
+        elif code in _AUTH_CODES or code in _TLS_CODES:
+            if self.refused is None:
+                self.refused = err
         else:
             self.reason = _connect_reason(err.str())
         _log_client_error(err)
+
+
+def _refusal(err: _KafkaError, servers: str, conf: Mapping[str, Any]) -> AuthenticationFailed:
+    """One line for a broker that refused the client's credentials or TLS handshake."""
+    detail = redact(_connect_reason(err.str()))
+    if err.code() in _TLS_CODES:
+        return AuthenticationFailed(
+            f"Kafka at {servers} failed the TLS handshake ({detail}); check ssl.ca.location "
+            f"and the client certificate settings, and that the listener speaks TLS")
+    user = conf.get("sasl.username")
+    mechanism = conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI"
+    who = f"of user {str(user)!r}" if user else "of this client"
+    return AuthenticationFailed(
+        f"Kafka at {servers} refused the credentials {who} (SASL {mechanism} authentication "
+        f"failed: {detail}); check sasl.username and sasl.password")
 
 
 def _log_client_error(err: _KafkaError) -> None:
@@ -849,6 +892,7 @@ class KafkaTransport(Transport):
             # A metadata look-up of a missing topic must never create it.
             "allow.auto.create.topics": False,
         }
+        remember(client_config or {})   # masked in every error and log line from here on
         self._base.update(client_config or {})
         self._producer_conf: dict[str, Any] = {
             **self._base,
@@ -894,15 +938,21 @@ class KafkaTransport(Transport):
                 return
             except _KafkaException as exc:
                 err = _kafka_error(exc)
+                if err is not None and (err.code() in _AUTH_CODES or err.code() in _TLS_CODES):
+                    raise _refusal(err, self.bootstrap_servers, self._base) from None
                 if err is None or err.code() not in _CONNECT_CODES:
                     raise _map_exception(
                         exc, f"connecting to Kafka at {self.bootstrap_servers}") from None
             admin.poll(0)
+            if watch.refused is not None:
+                raise _refusal(watch.refused, self.bootstrap_servers, self._base)
             if watch.all_down or time.monotonic() >= deadline:
                 why = watch.reason or ("the connection failed" if watch.all_down
                                        else f"no answer within {seconds:g} s")
+                protocol = str(self._base.get("security.protocol", "plaintext")).upper()
                 raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers} ({why}); "
-                                     f"is a broker running there? (`eos kafka up` starts one)")
+                                     f"is a broker running there (`eos kafka up` starts one), "
+                                     f"and does it speak {protocol} (security.protocol) there?")
 
     # -- helpers
 
@@ -1041,6 +1091,52 @@ class KafkaTransport(Transport):
         md = self._retrying("list topics",
                             lambda t: self._admin_client().list_topics(timeout=t))
         return sorted(name for name in md.topics if not name.startswith("__"))
+
+    def delete_topics(self, names: Iterable[str]) -> list[str]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return []
+        admin = self._admin_client()
+        try:
+            futures = admin.delete_topics(wanted, operation_timeout=self.timeout,
+                                          request_timeout=self.timeout)
+        except _KafkaException as exc:
+            raise _map_exception(exc, "delete_topics") from None
+        deleted = []
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=self.timeout + 5)
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() in _NOT_FOUND_CODES:
+                    continue
+                raise _map_exception(exc, f"delete topic {name!r}") from None
+            except Exception as exc:   # the future timed out
+                raise TransportError(f"delete topic {name!r}: {exc!r}") from None
+            deleted.append(name)
+        self._wait_until_gone(deleted)
+        return [n for n in wanted if n in deleted]
+
+    def _wait_until_gone(self, names: list[str]) -> None:
+        """Return once the metadata no longer has these topics: the controller answers a
+        deletion before every broker's metadata forgot the topic, and creating the name
+        again meanwhile would find the old one."""
+        deadline = time.monotonic() + self.topic_ready_timeout
+        pending = set(names)
+        delay = 0.02
+        while pending:
+            for name in list(pending):
+                try:
+                    self._topic_metadata(name, timeout=min(self.timeout, 5.0))
+                except TopicNotFound:
+                    pending.discard(name)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise TransportError(f"topic(s) {sorted(pending)} still listed "
+                                     f"{self.topic_ready_timeout:g}s after their deletion")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def producer(self, *, transactional_id: str | None = None) -> KafkaProducer:
         self._admin_client()

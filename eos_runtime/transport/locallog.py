@@ -48,6 +48,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import struct
 import time
 import uuid
@@ -276,6 +277,33 @@ class LocalLogTransport(Transport):
             return []                    # a read-only directory that holds no log yet
         return sorted(p.name for p in self.topics_dir.iterdir()
                       if not p.name.startswith(".") and (p / "topic.json").exists())
+
+    def delete_topics(self, names: Iterable[str]) -> list[str]:
+        deleted = []
+        for name in dict.fromkeys(names):
+            if not _TOPIC_NAME.match(name) or name in (".", ".."):
+                raise ConfigError(f"invalid topic name {name!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+            self._forget(name)
+            path = self.topics_dir / name
+            if not (path / "topic.json").exists():
+                continue
+            # Renamed out of the way first: the name is free at once and readers never see
+            # half a topic, whatever happens to the removal after it.
+            doomed = self.topics_dir / f".deleting-{uuid.uuid4().hex}"
+            try:
+                os.rename(path, doomed)
+            except FileNotFoundError:
+                continue                      # another process deleted it first
+            except OSError as exc:
+                raise self._not_writable(f"cannot delete topic {name!r}", exc) from None
+            shutil.rmtree(doomed, ignore_errors=True)
+            deleted.append(name)
+        return deleted
+
+    def _forget(self, topic: str) -> None:
+        self._specs.pop(topic, None)
+        for tp in [tp for tp in self._files if tp.topic == topic]:
+            self._files.pop(tp).close()
 
     def _partition(self, tp: TopicPartition) -> _PartitionFiles:
         files = self._files.get(tp)

@@ -1,0 +1,145 @@
+"""``eos reset JOB`` as a user runs it (issue 11, item 7): real processes, the real local
+log, real Spark runs of word count. A reset deletes the job's change log, control topic,
+channels and state, keeps its input, output and other jobs' topics and the local log's
+fences, asks before it deletes, and refuses while the job runs."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+from test_cli import (
+    WORDCOUNT,
+    assert_exactly_once,
+    eos,
+    error_line,
+    ok,
+    start_eos,
+    wait_for_counts,
+    word_counts,
+)
+from test_jobs_cli import fake_job, wordcount_layout
+
+JOB_TOPICS = ["wordcount.changelog", "wordcount.control", "wordcount.shuffle-1"]
+
+
+def topics(data) -> list[str]:
+    return [t["topic"] for t in json.loads(ok("topics", "--json", "--data-dir", str(data)).stdout)]
+
+
+@pytest.mark.slow
+def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scratch(tmp_path):
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "400", "--seed", "7",
+       "--data-dir", str(data))
+    ok("run", WORDCOUNT, "--data-dir", str(data), "--json")
+    fake_job(data, "other", wordcount_layout(data))          # another job, same topics
+    before = topics(data)
+    assert set(JOB_TOPICS) <= set(before)
+    state = data / "state" / "wordcount"
+    assert state.is_dir()
+
+    # Without a terminal and without --yes: one line, nothing deleted.
+    line = error_line(eos("reset", "wordcount", "--data-dir", str(data)))
+    assert "--yes" in line and "wordcount.changelog" in line
+    assert topics(data) == before and state.is_dir()
+
+    done = ok("reset", "wordcount", "--yes", "--data-dir", str(data))
+    assert "deleted wordcount.changelog, wordcount.control, wordcount.shuffle-1" in done.stdout
+    after = topics(data)
+    assert not set(JOB_TOPICS) & set(after)
+    assert {"lines", "counts", "other.control"} <= set(after)
+    assert not state.exists()
+    assert sorted(p.name for p in (data / "fences").iterdir()) == [
+        f"wordcount.task-{i}" for i in range(4)]                 # kept against zombies
+    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    assert [j["job"] for j in jobs] == ["other"]
+
+    # The next run is run 0 again, reads all the input, and counts from empty state.
+    again = json.loads(ok("run", WORDCOUNT, "--data-dir", str(data), "--json").stdout)
+    assert again["run"] == 0 and again["input_records"] == 400
+    assert_exactly_once(data, word_counts(data))
+
+    line = error_line(eos("reset", "nosuchjob", "--yes", "--data-dir", str(data)))
+    assert "nothing to reset" in line
+
+
+def test_reset_refuses_a_state_directory_with_what_no_task_made(tmp_path):
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "10", "--data-dir", str(data))
+    mine = data / "state" / "wordcount" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    line = error_line(eos("reset", "wordcount", "--yes", "--data-dir", str(data)))
+    assert "'notes.txt'" in line and "no task" in line
+    assert mine.read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_reset_refuses_while_the_job_runs(tmp_path):
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "200", "--seed", "8",
+       "--data-dir", str(data))
+    proc = start_eos("run", WORDCOUNT, "--unbounded", "--commit-interval", "0.3",
+                     "--data-dir", str(data))
+    try:
+        wait_for_counts(data, sum(word_counts(data).values()), proc)
+        line = error_line(eos("reset", "wordcount", "--yes", "--data-dir", str(data)))
+        assert "is running" in line and "eos stop wordcount" in line
+        assert set(JOB_TOPICS) <= set(topics(data))
+        ok("stop", "wordcount", "--data-dir", str(data))
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    finally:
+        proc.kill()
+    deadline = time.monotonic() + 60     # the stores' locks go with the worker processes
+    while True:
+        p = eos("reset", "wordcount", "--yes", "--data-dir", str(data))
+        if p.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert p.returncode == 0, p.stderr
+    assert not set(JOB_TOPICS) & set(topics(data))
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp_path):
+    job = f"wc-{uuid.uuid4().hex[:8]}"           # one broker, many test runs
+    source, sink = f"{job}-lines", f"{job}-counts"
+    kafka = ["--bootstrap-servers", kafka_bootstrap]
+    state = tmp_path / "state"
+    ok("produce", source, "--generate", "words", "--count", "200", *kafka)
+    run = ["run", WORDCOUNT, "--name", job, "--source", source, "--sink", sink,
+           "--state-dir", str(state), "--json", *kafka]
+    ok(*run)
+    mine = [f"{job}.changelog", f"{job}.control", f"{job}.shuffle-1"]
+    before = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert set(mine) <= set(before)
+    committed = int(ok("consume", sink, "--count", *kafka).stdout)
+
+    ok("reset", job, "--yes", "--state-dir", str(state), *kafka)
+    after = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert not set(mine) & set(after)
+    assert set(before) - set(mine) <= set(after)            # input, output, other jobs'
+    assert not (state / job).exists()
+
+    again = json.loads(ok(*run).stdout)
+    assert again["run"] == 0 and again["input_records"] == 200
+    # Kafka keeps the old run's committed output; the new run counted again from zero.
+    assert int(ok("consume", sink, "--count", *kafka).stdout) == 2 * committed
+
+
+def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(tmp_path):
+    data = tmp_path / "data"
+    layout = ("stage 0: input lines x1, tasks 0, stores [], output half.shuffle-1 x1",
+              "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
+              "guarantee exactly-once")
+    fake_job(data, "half", layout)           # a run recorded, no task ever committed
+    p = ok("reset", "half", "--yes", "--data-dir", str(data))
+    assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
+                               "checkpoints"), p.stderr
+    assert "deleted half.control" in p.stdout
