@@ -200,16 +200,15 @@ def _check_writable(opts: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def _reading_local_log(opts: dict[str, Any]) -> Iterator[None]:
-    """Reading a read-only local log still fails in the log itself (it opens its files
-    read-write); say so in one line."""
+    """Reads work on a read-only local log; a file the reader cannot open at all (no
+    permission) is still one line naming it, not a traceback."""
     try:
         yield
     except OSError as exc:
         if "data_dir" not in opts or exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
-        raise ConfigError(f"cannot read the local log in {opts['data_dir']!r}: it is read-only "
-                          f"({exc.strerror}: {exc.filename!r}), and reading a read-only local log "
-                          f"is not supported yet") from None
+        raise ConfigError(f"cannot read the local log in {opts['data_dir']!r}: {exc.strerror}: "
+                          f"{exc.filename!r}") from None
 
 
 def _where(opts: dict[str, Any]) -> str:

@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# A developer's own Kafka settings (a secured cluster's) would reach every command the
+# tests start; the tests choose their settings themselves.
+os.environ.pop("EOS_KAFKA_CONFIG", None)
+
 # --------------------------------------------------------------------------- Kafka
 
 @pytest.fixture(scope="session")

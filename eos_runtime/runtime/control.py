@@ -185,7 +185,8 @@ class ControlLog:
                 f"job {self.job!r} ran before (run {last.start.run}) with another layout:\n"
                 f"    {was}\nnow:\n    {now}\nits checkpoints are per task and channel, so "
                 f"parallelism, stages, stores, topics and guarantee cannot change between runs; "
-                f"give the pipeline a new name to start afresh")
+                f"run it under a new name (eos run --name NEW) or start the job afresh "
+                f"(eos reset {self.job})")
         run = 0 if last is None else last.start.run + 1
         if run > MAX_RUN:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
