@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,13 @@ import pytest
 # A developer's own Kafka settings (a secured cluster's) would reach every command the
 # tests start; the tests choose their settings themselves.
 os.environ.pop("EOS_KAFKA_CONFIG", None)
+
+# A suite started in the background of a non-interactive shell (nohup ... &, some CI
+# runners) inherits SIGINT ignored, and an ignored signal stays ignored across exec: every
+# Ctrl-C test would then see its command ignore the Ctrl-C and time out. A handled signal
+# is reset to the default at exec, so the commands the tests start get Python's usual one.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --------------------------------------------------------------------------- Kafka
 
