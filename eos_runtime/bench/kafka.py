@@ -1,0 +1,191 @@
+"""The bench's own Kafka I/O, straight on confluent-kafka.
+
+Not the runtime's transport: the bench measures the runtime against peers, so the topics
+it times, the burst it feeds them and the reading of their output must not depend on the
+code under test. Its topics keep the broker's append time
+(``message.timestamp.type=LogAppendTime``): every system is then timed by the same clock,
+the broker's, from the first input record's append to the last output record's.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaException
+from confluent_kafka import Producer as _Producer
+from confluent_kafka import TopicPartition as _TP
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ..errors import EosError
+from ..transport import Record
+
+__all__ = ["BenchKafka", "OutputWatch", "APPEND_TIME"]
+
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+
+class BenchKafka:
+    def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
+        self.bootstrap = bootstrap_servers
+        self.timeout = timeout
+        self.admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+
+    def check(self) -> None:
+        """One clear error when the broker does not answer."""
+        try:
+            self.admin.list_topics(timeout=min(self.timeout, 10.0))
+        except KafkaException as exc:
+            raise EosError(f"Kafka at {self.bootstrap} does not answer: {exc}") from None
+
+    def create_topics(self, names: Iterable[str], partitions: int) -> None:
+        new = [NewTopic(n, num_partitions=partitions, replication_factor=-1, config=APPEND_TIME)
+               for n in names]
+        for name, fut in self.admin.create_topics(new, operation_timeout=self.timeout).items():
+            try:
+                fut.result(timeout=self.timeout + 5)
+            except KafkaException as exc:
+                raise EosError(f"creating bench topic {name!r}: {exc}") from None
+        # A producer that races the leader election gets UNKNOWN_TOPIC errors; wait it out.
+        deadline = time.monotonic() + self.timeout
+        for topic in new:
+            while True:
+                md = self.admin.list_topics(topic=topic.topic, timeout=self.timeout).topics
+                parts = md.get(topic.topic)
+                if (parts is not None and parts.error is None and len(parts.partitions) ==
+                        partitions and all(p.leader >= 0 for p in parts.partitions.values())):
+                    break
+                if time.monotonic() > deadline:
+                    raise EosError(f"bench topic {topic.topic!r} has no leader after "
+                                   f"{self.timeout:g}s")
+                time.sleep(0.1)
+
+    def delete_topics_with_prefix(self, prefix: str) -> None:
+        """Drop a finished run's topics (its own and those its system made)."""
+        names = [t for t in self.admin.list_topics(timeout=self.timeout).topics
+                 if t.startswith(prefix)]
+        if names:
+            for fut in self.admin.delete_topics(names, operation_timeout=self.timeout).values():
+                try:
+                    fut.result(timeout=self.timeout + 5)
+                except KafkaException:
+                    pass   # cleanup is best effort; a left topic only costs disk
+
+    def produce(self, topic: str, records: Sequence[tuple[bytes | None, bytes]],
+                partitions: int) -> None:
+        """The burst: record i into partition i mod ``partitions``, as fast as the client goes."""
+        p = _Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                       "queue.buffering.max.messages": 1_000_000})
+        failed: list[str] = []
+
+        def report(err: object, _msg: object) -> None:
+            if err is not None and len(failed) < 5:
+                failed.append(str(err))
+
+        for i, (key, value) in enumerate(records):
+            while True:
+                try:
+                    p.produce(topic, value, key, partition=i % partitions, on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if i % 10_000 == 0:
+                p.poll(0)
+        left = p.flush(self.timeout)
+        if left or failed:
+            raise EosError(f"producing the burst into {topic!r}: {left} records undelivered, "
+                           f"errors: {failed}")
+
+    def first_append_ms(self, topic: str, partitions: int) -> int:
+        """The broker's append time of the topic's first record (all partitions)."""
+        first: list[int] = []
+        with _consumer(self.bootstrap, read_committed=False) as c:
+            c.assign([_TP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+            deadline = time.monotonic() + self.timeout
+            seen: set[int] = set()
+            while len(seen) < partitions and time.monotonic() < deadline:
+                for m in c.consume(100, 0.5):
+                    part = m.partition()
+                    if m.error() is not None or part is None or part in seen:
+                        continue
+                    kind, ts = m.timestamp()
+                    if kind != TIMESTAMP_LOG_APPEND_TIME:
+                        raise EosError(f"topic {topic!r} does not keep append times")
+                    seen.add(part)
+                    first.append(ts)
+        if not first:
+            raise EosError(f"topic {topic!r} holds no record")
+        return min(first)
+
+
+class _consumer:
+    """A group-less consumer as a context manager (offsets are never committed)."""
+
+    def __init__(self, bootstrap: str, *, read_committed: bool) -> None:
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                           "isolation.level": "read_committed" if read_committed
+                           else "read_uncommitted",
+                           "enable.partition.eof": False})
+
+    def __enter__(self) -> Consumer:
+        return self.c
+
+    def __exit__(self, *exc: object) -> None:
+        self.c.close()
+
+
+class OutputWatch:
+    """Reads a sink topic as a read_committed reader, keeping every record with its append
+    time, and ticks the expected results off as they arrive."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int,
+                 expected: dict[tuple[bytes, bytes], int]) -> None:
+        self._ctx = _consumer(bootstrap, read_committed=True)
+        self.c = self._ctx.__enter__()
+        self.c.assign([_TP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self.topic = topic
+        self.partitions = partitions
+        self.remaining = dict(expected)
+        self.missing = sum(expected.values())
+        self.records: list[Record] = []
+        self.complete_ms: int | None = None     # append time of the record that completed it
+        self.last_ms: int | None = None
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Read what is there; return how many expected results were newly ticked off."""
+        ticked = 0
+        for m in self.c.consume(50_000, timeout):
+            if m.error() is not None:
+                continue
+            ts = m.timestamp()[1]
+            key, value = m.key(), m.value()
+            self.records.append(Record(self.topic, m.partition() or 0, m.offset() or 0,
+                                       key, value, ts))
+            self.last_ms = ts if self.last_ms is None else max(self.last_ms, ts)
+            pair = (key or b"", value or b"")
+            left = self.remaining.get(pair, 0)
+            if left:
+                self.remaining[pair] = left - 1
+                self.missing -= 1
+                ticked += 1
+                if self.missing == 0:
+                    self.complete_ms = ts
+        return ticked
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Read up to the topic's current committed end."""
+        ends = {}
+        for p in range(self.partitions):
+            ends[p] = self.c.get_watermark_offsets(_TP(self.topic, p), timeout=timeout)[1]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pos = {tp.partition: tp.offset for tp in self.c.position(
+                [_TP(self.topic, p) for p in range(self.partitions)])}
+            if all(pos.get(p, -1) >= ends[p] or ends[p] == 0 for p in ends):
+                return
+            self.poll(0.2)
+
+    def close(self) -> None:
+        self._ctx.__exit__()

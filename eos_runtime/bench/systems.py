@@ -1,0 +1,227 @@
+"""The systems a bench compares, each behind one small interface.
+
+A system is started on empty topics, says when it is ready (warm: past start-up, reading
+its input), and is stopped once its output is complete. ``guarantee`` is what it really
+promises, as the report prints it; ``verify_as`` is how its output is judged: exactly-once
+must match the oracle exactly, the others must lose nothing and invent nothing, and their
+duplicates are counted. A system whose software is missing says why in ``unavailable``
+and is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .workloads import BenchWorkload
+
+__all__ = ["Setup", "Running", "System", "SYSTEMS", "EosSystem", "RawSystem", "QuixSystem",
+           "SparkStructuredStreaming"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One run's world: the broker, the workload, and its topics (made by the bench)."""
+
+    bootstrap: str
+    workload: BenchWorkload
+    name: str                   # unique per run; every topic of the run starts with it
+    source: str
+    sink: str
+    partitions: int
+    commit_interval: float
+    work_dir: Path              # scratch space for the run, removed after it
+
+
+class Running(Protocol):
+    def failure(self) -> str | None:
+        """Why the system died, once it has (None while it runs)."""
+
+    def ready(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+class System(Protocol):
+    name: str
+    guarantee: str
+    verify_as: str
+
+    def unavailable(self) -> str | None: ...
+
+    def start(self, setup: Setup) -> Running: ...
+
+
+# --------------------------------------------------------------------------- eos_runtime
+
+class _EosRun:
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self._failure: str | None = None
+
+    def failure(self) -> str | None:
+        if self._failure is None and self.run.wait(0):
+            try:
+                self.run.summary()
+                self._failure = "the run ended on its own"
+            except Exception as exc:   # what ended it, as the summary raises it
+                self._failure = f"{type(exc).__name__}: {exc}"
+        return self._failure
+
+    def ready(self) -> bool:
+        # A task writes its counters first from inside its loop, after recovery and
+        # assignment: every task reporting means every task is reading.
+        p = self.run.progress()
+        return all(st["reporting"] == st["tasks"] for st in p["stages"])
+
+    def stop(self) -> None:
+        self.run.stop("bench run complete")
+        if not self.run.wait(60):
+            self.run.cancel()
+            self.run.wait(30)
+        self.run.close()
+
+
+class EosSystem:
+    def __init__(self, guarantee: str) -> None:
+        self.guarantee = guarantee
+        self.verify_as = guarantee
+        self.name = f"eos-{guarantee}"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from ..runner import start_pipeline
+
+        pipeline = setup.workload.make_pipeline()
+        pipeline.rename(setup.name, source=setup.source, sink=setup.sink)
+        run = start_pipeline(pipeline, bootstrap_servers=setup.bootstrap,
+                             state_dir=str(setup.work_dir / "state"), guarantee=self.guarantee,
+                             commit_interval=setup.commit_interval,
+                             parallelism=setup.partitions, bounded=False)
+        return _EosRun(run)
+
+
+# --------------------------------------------------------------------------- raw client
+
+class _Processes:
+    """Child processes that each print ``ready`` once warm."""
+
+    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path]) -> None:
+        self.procs = procs
+        self.logs = logs   # one per process, named after it
+        self._ready = [False] * len(procs)
+
+    def failure(self) -> str | None:
+        for proc, log in zip(self.procs, self.logs, strict=True):
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                return f"{log.stem} exited with {proc.returncode}: {' | '.join(tail)}"
+        return None
+
+    def ready(self) -> bool:
+        for i, proc in enumerate(self.procs):
+            out = proc.stdout
+            if not self._ready[i] and out is not None and select.select([out], [], [], 0)[0]:
+                # the child prints whole lines and flushes: a readable pipe holds one
+                self._ready[i] = out.readline().strip() == "ready"
+        return all(self._ready)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class RawSystem:
+    name = "raw-kafka"
+    guarantee = "none"
+    verify_as = "at-least-once"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from .kafka import BenchKafka
+
+        stages = setup.workload.raw_stages
+        # Between two stages: a shuffle topic of the run's own, as wide as the source.
+        between = [f"{setup.name}.raw-shuffle-{i + 1}" for i in range(len(stages) - 1)]
+        if between:
+            BenchKafka(setup.bootstrap).create_topics(between, setup.partitions)
+        inputs = [setup.source, *between]
+        outputs = [*between, setup.sink]
+        procs, logs = [], []
+        for stage, src, dst in zip(stages, inputs, outputs, strict=True):
+            for p in range(setup.partitions):
+                log = setup.work_dir / f"raw-{stage}-{p}.log"
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "eos_runtime.bench.raw_dataflow", stage,
+                     "--bootstrap-servers", setup.bootstrap, "--input", src,
+                     "--partition", str(p), "--output", dst,
+                     "--output-partitions", str(setup.partitions)],
+                    stdout=subprocess.PIPE, stderr=log.open("w"), text=True))
+        return _Processes(procs, logs)
+
+
+# --------------------------------------------------------------------------- peers
+
+class QuixSystem:
+    def __init__(self, guarantee: str) -> None:
+        self.guarantee = guarantee
+        self.verify_as = guarantee
+        self.name = f"quix-{guarantee}"
+
+    def unavailable(self) -> str | None:
+        if importlib.util.find_spec("quixstreams") is None:
+            return "Quix Streams is not installed (pip install -e '.[bench]')"
+        return "not built yet"
+
+    def start(self, setup: Setup) -> Running:
+        raise NotImplementedError
+
+
+class SparkStructuredStreaming:
+    name = "spark-structured-streaming"
+    guarantee = "at-least-once"     # Spark's Kafka sink, even in Spark 4
+    verify_as = "at-least-once"
+
+    def unavailable(self) -> str | None:
+        return "not built yet"
+
+    def start(self, setup: Setup) -> Running:
+        raise NotImplementedError
+
+
+def _all() -> dict[str, System]:
+    systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
+                             QuixSystem("exactly-once"), QuixSystem("at-least-once"),
+                             SparkStructuredStreaming()]
+    return {s.name: s for s in systems}
+
+
+SYSTEMS: dict[str, System] = _all()
+
+
+def scratch_dir(root: Path, name: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+
+
+def remove_scratch(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
