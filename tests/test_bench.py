@@ -1,0 +1,72 @@
+"""``eos bench`` end to end on a tiny input: every system it runs is verified, the files
+exist. What it measures is never asserted here (benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eos_runtime.bench.report import summarize
+from eos_runtime.bench.workloads import WORKLOADS, expected_pairs
+from eos_runtime.experiments.verify import compare
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_each_oracle_accepts_the_answer_it_describes(name):
+    from eos_runtime.transport import Record
+
+    w = WORKLOADS[name]
+    inputs = w.generate(50, 3)
+    assert inputs == w.generate(50, 3)
+    expected = w.oracle(inputs)
+    pairs = [(str(k).encode(), str(v).encode()) for k, vs in expected.results.items()
+             for v in vs]
+    assert sorted(pairs) == sorted(expected_pairs(expected).elements())
+    records = [Record("out", 0, i, k, v, 0) for i, (k, v) in enumerate(pairs)]
+    verdict = compare(expected, records, "exactly-once", key_decode=bytes.decode,
+                      value_decode=bytes.decode)
+    assert verdict.passed, verdict.reasons()
+    # and a lost result is seen
+    assert not compare(expected, records[1:], "at-least-once", key_decode=bytes.decode,
+                       value_decode=bytes.decode).passed
+
+
+def test_a_wrong_answer_is_marked_and_never_ranked():
+    row = {"workload": "wordcount", "unit": "words", "round": 1}
+    runs = [{**row, "system": "eos-exactly-once", "guarantee": "exactly-once",
+             "verified": True, "throughput": 100.0},
+            {**row, "system": "eos-at-least-once", "guarantee": "at-least-once",
+             "verified": True, "throughput": 200.0},
+            {**row, "system": "raw-kafka", "guarantee": "none", "verified": False,
+             "throughput": 1e9, "error": "wrong answer: 3 lost"}]
+    s = summarize(runs, skipped={"quix-exactly-once": "not installed"})["wordcount"]
+    assert s["systems"]["raw-kafka"]["status"] == "wrong"
+    assert "median" not in s["systems"]["raw-kafka"]
+    ratios = {(r["numerator"], r["denominator"]): r["ratio"] for r in s["ratios"]}
+    assert ratios == {("eos-exactly-once", "eos-at-least-once"): 0.5,
+                      ("eos-exactly-once", "raw-kafka"): None,
+                      ("eos-at-least-once", "raw-kafka"): None}
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    ok("bench", "--records", "300", "--rounds", "1", "--commit-interval", "0.5",
+       "--idle-timeout", "60", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
+       "--json", cwd=tmp_path, timeout=600)
+    out = tmp_path / "out"
+    result = json.loads((out / "results.json").read_text())
+    ran = [name for name in result["settings"]["systems"] if name not in result["skipped"]]
+    assert {"eos-exactly-once", "eos-at-least-once", "raw-kafka"} <= set(ran)
+    assert {(r["workload"], r["system"]) for r in result["runs"]} == \
+        {(w, s) for w in ("wordcount", "passthrough") for s in ran}
+    for r in result["runs"]:
+        assert r["verified"], r
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
+    for w in result["summary"].values():
+        assert all(st["status"] == "ok" for st in w["systems"].values())
+    assert (out / "throughput.png").stat().st_size > 0
+    assert "| eos-exactly-once / eos-at-least-once |" in (out / "report.md").read_text()
