@@ -13,7 +13,13 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaException
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    ConsumerGroupState,
+    KafkaException,
+)
 from confluent_kafka import Producer as _Producer
 from confluent_kafka import TopicPartition as _TP
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -61,16 +67,29 @@ class BenchKafka:
                                    f"{self.timeout:g}s")
                 time.sleep(0.1)
 
-    def delete_topics_with_prefix(self, prefix: str) -> None:
-        """Drop a finished run's topics (its own and those its system made)."""
-        names = [t for t in self.admin.list_topics(timeout=self.timeout).topics
-                 if t.startswith(prefix)]
+    def delete_topics_of(self, run: str) -> None:
+        """Drop a finished run's topics: its own and those its system made, all of which
+        carry the run's unique name (as a prefix, or inside a peer's naming scheme)."""
+        names = [t for t in self.admin.list_topics(timeout=self.timeout).topics if run in t]
         if names:
             for fut in self.admin.delete_topics(names, operation_timeout=self.timeout).values():
                 try:
                     fut.result(timeout=self.timeout + 5)
                 except KafkaException:
                     pass   # cleanup is best effort; a left topic only costs disk
+
+    def group_ready(self, group: str, members: int, topic: str, partitions: int) -> bool:
+        """The consumer group is stable with ``members`` members, and together they hold
+        every partition of ``topic``."""
+        try:
+            desc = self.admin.describe_consumer_groups([group])[group].result(timeout=10)
+        except KafkaException:
+            return False
+        if desc.state != ConsumerGroupState.STABLE or len(desc.members) != members:
+            return False
+        held = {tp.partition for m in desc.members if m.assignment is not None
+                for tp in m.assignment.topic_partitions if tp.topic == topic}
+        return held == set(range(partitions))
 
     def produce(self, topic: str, records: Sequence[tuple[bytes | None, bytes]],
                 partitions: int) -> None:
@@ -123,7 +142,10 @@ class _consumer:
     """A group-less consumer as a context manager (offsets are never committed)."""
 
     def __init__(self, bootstrap: str, *, read_committed: bool) -> None:
+        # A short fetch wait: the broker answers a fetch as soon as records are visible
+        # anyway; this only bounds how late an empty one returns.
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                           "fetch.wait.max.ms": 20,
                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
                            "isolation.level": "read_committed" if read_committed
                            else "read_uncommitted",
@@ -151,12 +173,20 @@ class OutputWatch:
         self.missing = sum(expected.values())
         self.records: list[Record] = []
         self.complete_ms: int | None = None     # append time of the record that completed it
+        self.visible_ms: int | None = None      # when this reader saw it (this host's clock)
         self.last_ms: int | None = None
 
     def poll(self, timeout: float = 0.5) -> int:
         """Read what is there; return how many expected results were newly ticked off."""
         ticked = 0
-        for m in self.c.consume(50_000, timeout):
+        # consume(n, t) waits all of t unless n records come: take what is fetched, else
+        # wait for the first record only, so the answer's arrival is seen when it happens
+        msgs = self.c.consume(50_000, 0)
+        if not msgs:
+            msgs = self.c.consume(1, timeout)
+            if msgs:
+                msgs += self.c.consume(50_000, 0)
+        for m in msgs:
             if m.error() is not None:
                 continue
             ts = m.timestamp()[1]
@@ -172,6 +202,7 @@ class OutputWatch:
                 ticked += 1
                 if self.missing == 0:
                     self.complete_ms = ts
+                    self.visible_ms = int(time.time() * 1000)
         return ticked
 
     def drain(self, timeout: float = 30.0) -> None:

@@ -78,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     consumer.consume(1, 0.5)
     print("ready", flush=True)
     produce = producer.produce
+    consume = consumer.consume
     while not stopping:
-        batch = consumer.consume(10_000, 0.2)
+        # consume(n, t) waits all of t unless n records come: take what is fetched, else
+        # wait for the first record only
+        batch = consume(10_000, 0) or consume(1, 0.2)
         for m in batch:
             if m.error() is not None:
                 continue
