@@ -90,6 +90,10 @@ def _out_dir(path: str | None) -> Path:
               metavar="HOST:PORT",
               help="Kafka broker to measure on (env EOS_BOOTSTRAP_SERVERS). Default: the "
                    "project's running broker, else one started for the bench.")
+@click.option("--quix-python", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Python interpreter of a venv with Quix Streams (its own: Quix pins an "
+                   "older confluent-kafka than the runtime's). Default: "
+                   "$EOS_BENCH_QUIX_PYTHON, else .venv-quix/bin/python if it exists.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Where results.json, throughput.png and report.md go. Default: "
                    ".eos/bench/<time>.")
@@ -97,7 +101,8 @@ def _out_dir(path: str | None) -> Path:
               help="Print results.json on stdout, and nothing else there.")
 def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, partitions: int,
               commit_interval: float, seed: int, idle_timeout: float,
-              bootstrap_servers: str | None, out: str | None, as_json: bool) -> None:
+              bootstrap_servers: str | None, quix_python: str | None, out: str | None,
+              as_json: bool) -> None:
     """Measure workloads on eos_runtime and its peers, side by side on one Kafka broker.
 
     Each run starts a system on empty topics and waits until it is warm, produces a burst
@@ -109,12 +114,13 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
     from .bench.kafka import BenchKafka
     from .bench.measure import Settings, measure
     from .bench.report import summarize, write_report
-    from .bench.systems import SYSTEMS
+    from .bench.systems import SYSTEM_NAMES, all_systems
     from .bench.workloads import WORKLOADS
     from .cli_pipeline import _stdout_to_stderr
 
     chosen_w = _names(workloads, list(WORKLOADS), "workloads")
-    chosen_s = _names(systems, list(SYSTEMS), "systems") if systems else list(SYSTEMS)
+    chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
+    by_name = all_systems(quix_python=_quix_python(quix_python))
     out_dir = _out_dir(out)
 
     def say(text: str) -> None:
@@ -122,11 +128,11 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
 
     skipped = {}
     for name in chosen_s:
-        why = SYSTEMS[name].unavailable()
+        why = by_name[name].unavailable()
         if why is not None:
             skipped[name] = why
             say(f"skipping {name}: {why}")
-    active = [SYSTEMS[n] for n in chosen_s if n not in skipped]
+    active = [by_name[n] for n in chosen_s if n not in skipped]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     tag = time.strftime("%H%M%S", time.gmtime())
     runs: list[dict[str, Any]] = []
@@ -166,6 +172,14 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
         body = markdown(result, paths["png"].name)
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
+
+
+def _quix_python(given: str | None) -> str | None:
+    found = given or os.environ.get("EOS_BENCH_QUIX_PYTHON") or None
+    if found is None and Path(".venv-quix/bin/python").exists():
+        found = ".venv-quix/bin/python"
+    # absolute: the bench's processes run in other directories
+    return str(Path(found).absolute()) if found else None
 
 
 def _row_line(row: dict[str, Any]) -> str:

@@ -10,20 +10,21 @@ and is skipped.
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import select
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from .workloads import BenchWorkload
 
-__all__ = ["Setup", "Running", "System", "SYSTEMS", "EosSystem", "RawSystem", "QuixSystem",
-           "SparkStructuredStreaming"]
+__all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
+           "RawSystem", "QuixSystem", "SparkStructuredStreaming"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,19 @@ class _Processes:
                 proc.wait()
 
 
+class _Group(_Processes):
+    """Processes of one consumer group: warm once the group is stable and every source
+    partition is assigned (their own output says nothing about it)."""
+
+    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path],
+                 assigned: Callable[[], bool]) -> None:
+        super().__init__(procs, logs)
+        self.assigned = assigned
+
+    def ready(self) -> bool:
+        return self.assigned()
+
+
 class RawSystem:
     name = "raw-kafka"
     guarantee = "none"
@@ -182,18 +196,53 @@ class RawSystem:
 # --------------------------------------------------------------------------- peers
 
 class QuixSystem:
-    def __init__(self, guarantee: str) -> None:
+    """Quix Streams, one process per core (at most one per partition), one consumer group.
+
+    It runs on an interpreter of its own: Quix pins confluent-kafka below the version the
+    runtime is built and tested on, so sharing one venv would change the runtime under
+    measurement."""
+
+    def __init__(self, guarantee: str, python: str | None = None) -> None:
         self.guarantee = guarantee
         self.verify_as = guarantee
         self.name = f"quix-{guarantee}"
+        self.python = python
+        self.version: str | None = None
 
     def unavailable(self) -> str | None:
-        if importlib.util.find_spec("quixstreams") is None:
-            return "Quix Streams is not installed (pip install -e '.[bench]')"
-        return "not built yet"
+        if self.python is None:
+            return ("no interpreter with Quix Streams: python3 -m venv .venv-quix && "
+                    ".venv-quix/bin/pip install quixstreams (or --quix-python)")
+        try:
+            found = subprocess.run([self.python, "-c", "import quixstreams as q; "
+                                    "print(q.__version__)"],
+                                   capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{self.python} does not run: {exc}"
+        if found.returncode != 0:
+            return f"{self.python} cannot import quixstreams"
+        self.version = found.stdout.strip()
+        return None
 
     def start(self, setup: Setup) -> Running:
-        raise NotImplementedError
+        from .kafka import BenchKafka
+
+        assert self.python is not None
+        count = max(1, min(os.cpu_count() or 1, setup.partitions))
+        procs, logs = [], []
+        for i in range(count):
+            log = setup.work_dir / f"quix-{i}.log"
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [self.python, str(Path(__file__).with_name("quix_app.py")),
+                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
+                 "--guarantee", self.guarantee, "--commit-interval", str(setup.commit_interval),
+                 "--state-dir", str(setup.work_dir / f"quix-state-{i}")],
+                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
+        kafka = BenchKafka(setup.bootstrap)
+        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
+                                                              setup.partitions))
 
 
 class SparkStructuredStreaming:
@@ -208,14 +257,16 @@ class SparkStructuredStreaming:
         raise NotImplementedError
 
 
-def _all() -> dict[str, System]:
+def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
+    """Every system by name, in the order the bench runs them."""
     systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
-                             QuixSystem("exactly-once"), QuixSystem("at-least-once"),
+                             QuixSystem("exactly-once", quix_python),
+                             QuixSystem("at-least-once", quix_python),
                              SparkStructuredStreaming()]
     return {s.name: s for s in systems}
 
 
-SYSTEMS: dict[str, System] = _all()
+SYSTEM_NAMES = list(all_systems())
 
 
 def scratch_dir(root: Path, name: str) -> Path:
