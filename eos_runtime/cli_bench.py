@@ -133,6 +133,7 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
             skipped[name] = why
             say(f"skipping {name}: {why}")
     active = [by_name[n] for n in chosen_s if n not in skipped]
+    versions = _versions(active)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     tag = time.strftime("%H%M%S", time.gmtime())
     runs: list[dict[str, Any]] = []
@@ -162,7 +163,7 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
                      "rounds": rounds, "partitions": partitions,
                      "commit_interval": commit_interval, "seed": seed,
                      "bootstrap_servers": bootstrap_shown},
-        "skipped": skipped, "summary": summarize(runs, skipped), "runs": runs}
+        "versions": versions, "skipped": skipped, "summary": summarize(runs, skipped), "runs": runs}
     paths = write_report(result, out_dir)
     if as_json:
         click.echo(paths["json"].read_text(), nl=False)
@@ -172,6 +173,19 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
         body = markdown(result, paths["png"].name)
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
+
+
+def _versions(active: list[Any]) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in ("eos_runtime", "confluent-kafka", "pyspark"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[dist] = version(dist)
+    for system in active:
+        if getattr(system, "version", None):
+            found[f"quixstreams ({system.name})"] = system.version
+    return found
 
 
 def _quix_python(given: str | None) -> str | None:

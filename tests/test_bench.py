@@ -49,6 +49,23 @@ def test_a_wrong_answer_is_marked_and_never_ranked():
                       ("eos-at-least-once", "raw-kafka"): None}
 
 
+def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
+    import sys
+
+    from eos_runtime.bench.systems import all_systems
+
+    systems = all_systems(quix_python=None)
+    assert ".venv-quix" in systems["quix-exactly-once"].unavailable()
+    assert systems["spark-structured-streaming"].unavailable() == "not built yet"
+    assert systems["eos-exactly-once"].unavailable() is None
+    without = all_systems(quix_python=sys.executable)["quix-at-least-once"]   # the runtime's
+    if without.unavailable() is None:
+        pytest.skip("this venv has quixstreams")
+    assert "cannot import quixstreams" in without.unavailable()
+    gone = all_systems(quix_python=str(tmp_path / "python"))["quix-exactly-once"]
+    assert "does not run" in gone.unavailable()
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
@@ -61,6 +78,7 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
     result = json.loads((out / "results.json").read_text())
     ran = [name for name in result["settings"]["systems"] if name not in result["skipped"]]
     assert {"eos-exactly-once", "eos-at-least-once", "raw-kafka"} <= set(ran)
+    assert result["skipped"]["spark-structured-streaming"] == "not built yet"   # no crash
     assert {(r["workload"], r["system"]) for r in result["runs"]} == \
         {(w, s) for w in ("wordcount", "passthrough") for s in ran}
     for r in result["runs"]:
