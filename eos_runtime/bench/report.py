@@ -86,9 +86,10 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"{result['started']}; {result['machine']['cpus']} cores, Python "
         f"{result['machine']['python']}; Kafka at {s['bootstrap_servers']}; "
         f"{s['records']:,} input records per run, {s['rounds']} rounds, "
-        f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s.", "",
-        "Throughput: the oracle's results per second, from the first input record's append "
-        "to the append of the output record that completed the answer (broker clock). "
+        f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s. "
+        + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items()) + ".", "",
+        "Throughput: the oracle's results per second, from the first input record's broker "
+        "append to the moment the complete answer was visible to a read_committed reader. "
         "Median over rounds; spread = (max − min) / median. A system is ranked only if "
         "every round's output matched the oracle.", "",
         f"![throughput]({plot_name})", ""]
