@@ -4,8 +4,10 @@
     systems.py       who runs it: eos_runtime in both guarantees, the raw client dataflow,
                      peers (skipped with a reason when not installed)
     raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage
-    kafka.py         the bench's own Kafka I/O: topics with broker append times, the burst,
-                     reading output with its append times
+    quix_app.py      the Quix Streams peer's application (runs on Quix's own venv)
+    kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
+                     output with its append times, when output became visible
+    burst.py         the burst producer, a process of its own
     measure.py       one measured run: start, warm up, burst, watch, stop, verify
     report.py        medians, spread and ratios; JSON, PNG and markdown
 

@@ -9,9 +9,10 @@ the broker's, from the first input record's append to the last output record's.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -20,14 +21,13 @@ from confluent_kafka import (
     ConsumerGroupState,
     KafkaException,
 )
-from confluent_kafka import Producer as _Producer
 from confluent_kafka import TopicPartition as _TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import EosError
 from ..transport import Record
 
-__all__ = ["BenchKafka", "OutputWatch", "APPEND_TIME"]
+__all__ = ["BenchKafka", "OutputWatch", "VisibilityClock", "APPEND_TIME"]
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
@@ -91,31 +91,6 @@ class BenchKafka:
                 for tp in m.assignment.topic_partitions if tp.topic == topic}
         return held == set(range(partitions))
 
-    def produce(self, topic: str, records: Sequence[tuple[bytes | None, bytes]],
-                partitions: int) -> None:
-        """The burst: record i into partition i mod ``partitions``, as fast as the client goes."""
-        p = _Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
-                       "queue.buffering.max.messages": 1_000_000})
-        failed: list[str] = []
-
-        def report(err: object, _msg: object) -> None:
-            if err is not None and len(failed) < 5:
-                failed.append(str(err))
-
-        for i, (key, value) in enumerate(records):
-            while True:
-                try:
-                    p.produce(topic, value, key, partition=i % partitions, on_delivery=report)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            if i % 10_000 == 0:
-                p.poll(0)
-        left = p.flush(self.timeout)
-        if left or failed:
-            raise EosError(f"producing the burst into {topic!r}: {left} records undelivered, "
-                           f"errors: {failed}")
-
     def first_append_ms(self, topic: str, partitions: int) -> int:
         """The broker's append time of the topic's first record (all partitions)."""
         first: list[int] = []
@@ -172,9 +147,10 @@ class OutputWatch:
         self.remaining = dict(expected)
         self.missing = sum(expected.values())
         self.records: list[Record] = []
-        self.complete_ms: int | None = None     # append time of the record that completed it
+        self.complete_ms: int | None = None     # the latest append among the answer's records
         self.visible_ms: int | None = None      # when this reader saw it (this host's clock)
         self.last_ms: int | None = None
+        self.needed: dict[int, int] = {}        # per partition, the answer's last offset
 
     def poll(self, timeout: float = 0.5) -> int:
         """Read what is there; return how many expected results were newly ticked off."""
@@ -200,8 +176,10 @@ class OutputWatch:
                 self.remaining[pair] = left - 1
                 self.missing -= 1
                 ticked += 1
+                part, offset = m.partition() or 0, m.offset() or 0
+                self.needed[part] = max(self.needed.get(part, -1), offset)
+                self.complete_ms = ts if self.complete_ms is None else max(self.complete_ms, ts)
                 if self.missing == 0:
-                    self.complete_ms = ts
                     self.visible_ms = int(time.time() * 1000)
         return ticked
 
@@ -220,3 +198,50 @@ class OutputWatch:
 
     def close(self) -> None:
         self._ctx.__exit__()
+
+
+class VisibilityClock(threading.Thread):
+    """Samples a topic's last stable offsets (what read_committed readers may read) every
+    ``every`` seconds, on this host's clock.
+
+    Reading the output itself is per-record Python, which lags behind a fast system on
+    a busy machine; an offset look-up is one small request. ``visible_at`` answers when
+    given offsets were first readable."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, every: float = 0.02) -> None:
+        super().__init__(name="bench-visibility", daemon=True)
+        self.topic = topic
+        self.partitions = partitions
+        self.every = every
+        self.samples: list[tuple[int, list[int]]] = []   # (ms after the look-up, LSO per partition)
+        self._halt = threading.Event()
+        self._ctx = _consumer(bootstrap, read_committed=True)
+        self.start()
+
+    def run(self) -> None:
+        c = self._ctx.c
+        tps = [_TP(self.topic, p) for p in range(self.partitions)]
+        while not self._halt.is_set():
+            try:
+                ends = [c.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in tps]
+            except KafkaException:
+                ends = []
+            if ends:
+                # the time after the answer: an offset seen then was readable by then
+                self.samples.append((int(time.time() * 1000), ends))
+            self._halt.wait(self.every)
+
+    def close(self) -> None:
+        self._halt.set()
+        self.join()
+        self._ctx.__exit__()
+
+    def visible_at(self, needed: dict[int, int]) -> int | None:
+        """When every partition's offset in ``needed`` had become readable (None: not seen)."""
+        latest = 0
+        for part, offset in needed.items():
+            when = next((t for t, ends in self.samples if ends[part] > offset), None)
+            if when is None:
+                return None
+            latest = max(latest, when)
+        return latest

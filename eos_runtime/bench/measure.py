@@ -3,7 +3,7 @@
 1. Fresh topics for the run, keeping the broker's append time.
 2. The system starts on the empty input and warms up until it says it is ready, so
    start-up (a JVM, a Spark context, a consumer group) is outside the measurement.
-3. The burst is produced.
+3. The burst is produced, by a process of its own, loaded and connected beforehand.
 4. The output is read as a read_committed reader reads it, until every result the
    oracle expects is there, or until nothing new came for ``idle_timeout`` seconds.
 5. A settle period (two commit intervals) lets late duplicates show, then the system
@@ -21,7 +21,9 @@ record that completed the answer. ``append_seconds`` keeps the append-to-append 
 
 from __future__ import annotations
 
-import threading
+import select
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -29,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from ..experiments.verify import compare
 from ..experiments.workloads import Expected
-from .kafka import BenchKafka, OutputWatch
+from .kafka import BenchKafka, OutputWatch, VisibilityClock
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .workloads import BenchWorkload, InputRecord, expected_pairs
 
@@ -73,30 +77,41 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         "results_expected": sum(wanted.values()), "verified": False, "error": None}
     running = None
     watch = None
+    burst = None
     try:
         kafka.create_topics([setup.source, setup.sink], settings.partitions)
         # The reader warms up with the system (connections, offset look-ups), so it sees
         # the answer when it is there, not after its own start-up.
         watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted))
+        burst = _Burst(setup, inputs)
         started = time.monotonic()
         running = system.start(setup)
-        while not running.ready():
+        while not (running.ready() and burst.is_ready()):
             why = running.failure()
             if why is not None:
                 raise _RunFailed(f"died while starting: {why}")
+            if burst.error is not None:
+                raise _RunFailed(f"the burst producer died: {burst.error}")
             if time.monotonic() - started > settings.ready_timeout:
                 raise _RunFailed(f"not ready after {settings.ready_timeout:g} s")
             watch.poll(0.2)
         row["ready_seconds"] = round(time.monotonic() - started, 2)
-        # The burst from a thread of its own: the watch must see the answer the moment it
-        # is complete, also when a fast system finishes before the producer has returned.
-        burst = _Burst(kafka, setup.source, inputs, settings.partitions)
-        _watch(watch, running, burst, settings, say,
-               f"{workload.name} {system.name} round {round_no}")
-        row["produce_seconds"] = burst.finish()
-        settle_until = time.monotonic() + 2 * settings.commit_interval
-        while time.monotonic() < settle_until:
-            watch.poll(0.2)
+        # When the answer became readable comes from the clock's offset samples: the watch
+        # reads record by record and may lag behind a fast system.
+        clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
+        try:
+            burst.go()
+            _watch(watch, running, burst, settings, say,
+                   f"{workload.name} {system.name} round {round_no}")
+            row["produce_seconds"] = burst.finish()
+            settle_until = time.monotonic() + 2 * settings.commit_interval
+            while time.monotonic() < settle_until:
+                watch.poll(0.2)
+        finally:
+            clock.close()
+        visible = clock.visible_at(watch.needed)
+        if visible is not None:
+            watch.visible_ms = min(visible, watch.visible_ms or visible)
         running.stop()
         running = None
         watch.drain()
@@ -121,6 +136,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                 row["error"] = row["error"] or f"stopping failed: {exc}"
         if watch is not None:
             watch.close()
+        if burst is not None:
+            burst.close()
         kafka.delete_topics_of(name)
         remove_scratch(setup.work_dir)
     return row
@@ -130,30 +147,59 @@ class _RunFailed(Exception):
     pass
 
 
-class _Burst(threading.Thread):
-    def __init__(self, kafka: BenchKafka, topic: str, inputs: list[InputRecord],
-                 partitions: int) -> None:
-        super().__init__(name="bench-burst", daemon=True)
-        self.args_ = (topic, inputs, partitions)
-        self.kafka = kafka
-        self.error: BaseException | None = None
-        self.seconds = 0.0
-        self.start()
+class _Burst:
+    """The burst producer process (``burst.py``): loaded and connected while the system
+    warms up, producing on ``go``."""
 
-    def run(self) -> None:
-        started = time.monotonic()
-        try:
-            self.kafka.produce(*self.args_)
-        except BaseException as exc:   # handed to the measuring thread by join()
-            self.error = exc
-        self.seconds = time.monotonic() - started
+    def __init__(self, setup: Setup, inputs: list[InputRecord]) -> None:
+        data = setup.work_dir / "burst.msgpack"
+        data.write_bytes(msgpack.packb([list(r) for r in inputs], use_bin_type=True))
+        self.log = setup.work_dir / "burst.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "eos_runtime.bench.burst", str(data),
+             "--bootstrap-servers", setup.bootstrap, "--topic", setup.source,
+             "--partitions", str(setup.partitions)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
+        self.ready = False
+        self.answer: str | None = None
+
+    def _line(self) -> str | None:
+        out = self.proc.stdout
+        if out is not None and select.select([out], [], [], 0)[0]:
+            return out.readline().strip()
+        return None
+
+    def is_ready(self) -> bool:
+        if not self.ready:
+            self.ready = self._line() == "ready"
+        return self.ready
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    @property
+    def error(self) -> str | None:
+        if self.answer is None and self.proc.poll() is not None:
+            self.answer = self._line() or ""
+        if self.proc.poll() not in (None, 0):
+            tail = self.log.read_text(errors="replace").strip().splitlines()[-2:]
+            return f"{self.answer or ''} {' | '.join(tail)}".strip() or "it died"
+        return None
 
     def finish(self) -> float:
-        """The burst's seconds, once it is all delivered; raises what stopped it."""
-        self.join()
+        """The burst's seconds, once it is all delivered."""
+        self.proc.wait(120)
         if self.error is not None:
-            raise self.error
-        return round(self.seconds, 2)
+            raise _RunFailed(f"producing the burst failed: {self.error}")
+        answer = self.answer or ""
+        return float(answer.split()[1]) if answer.startswith("done ") else 0.0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, say: Say,
