@@ -32,6 +32,17 @@ def test_each_oracle_accepts_the_answer_it_describes(name):
                        value_decode=bytes.decode).passed
 
 
+def test_the_answer_is_readable_once_every_partition_passed_its_last_record():
+    from eos_runtime.bench.kafka import readable_at
+
+    samples = [(100, [0, 0]), (120, [5, 0]), (140, [5, 3]), (160, [9, 9])]
+    assert readable_at(samples, {0: 4, 1: 2}) == 140   # partition 1 came last
+    assert readable_at(samples, {0: 4}) == 120
+    assert readable_at(samples, {0: 5}) == 160         # the end must pass the offset
+    assert readable_at(samples, {1: 9}) is None        # never seen: the caller falls back
+    assert readable_at(samples, {}) is None
+
+
 def test_a_wrong_answer_is_marked_and_never_ranked():
     row = {"workload": "wordcount", "unit": "words", "round": 1}
     runs = [{**row, "system": "eos-exactly-once", "guarantee": "exactly-once",

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..errors import EosError
 from ..transport import Record
 
-__all__ = ["BenchKafka", "OutputWatch", "VisibilityClock", "APPEND_TIME"]
+__all__ = ["BenchKafka", "OutputWatch", "VisibilityClock", "readable_at", "APPEND_TIME"]
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
@@ -238,10 +238,19 @@ class VisibilityClock(threading.Thread):
 
     def visible_at(self, needed: dict[int, int]) -> int | None:
         """When every partition's offset in ``needed`` had become readable (None: not seen)."""
-        latest = 0
-        for part, offset in needed.items():
-            when = next((t for t, ends in self.samples if ends[part] > offset), None)
-            if when is None:
-                return None
-            latest = max(latest, when)
-        return latest
+        return readable_at(self.samples, needed)
+
+
+def readable_at(samples: list[tuple[int, list[int]]], needed: dict[int, int]) -> int | None:
+    """The first sample time by which each partition's end had passed its offset in
+    ``needed``: the latest of those per partition (None if a partition never got there,
+    or nothing is needed)."""
+    if not needed:
+        return None
+    latest = 0
+    for part, offset in needed.items():
+        when = next((t for t, ends in samples if ends[part] > offset), None)
+        if when is None:
+            return None
+        latest = max(latest, when)
+    return latest
