@@ -67,8 +67,8 @@ def _out_dir(path: str | None) -> Path:
 
 
 @click.command("bench")
-@click.option("--workloads", default="wordcount,passthrough", show_default=True,
-              metavar="W1,W2", help="Workloads to run: wordcount, passthrough.")
+@click.option("--workloads", default="wordcount,pageviews,passthrough", show_default=True,
+              metavar="W1,W2", help="Workloads to run: wordcount, pageviews, passthrough.")
 @click.option("--systems", default=None, metavar="S1,S2",
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
@@ -147,6 +147,12 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
         for r in range(rounds):
             for w in chosen_w:
                 for system in active:
+                    why = system.cannot_run(WORKLOADS[w])
+                    if why is not None:
+                        if r == 0:
+                            skipped[f"{system.name} on {w}"] = why
+                            say(f"skipping {w} on {system.name}: {why}")
+                        continue
                     say(f"round {r + 1}/{rounds}: {w} on {system.name} ...")
                     row = measure(system, WORKLOADS[w], inputs[w], expected[w], settings,
                                   round_no=r + 1, tag=tag, say=say)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -138,13 +138,15 @@ class OutputWatch:
     time, and ticks the expected results off as they arrive."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int,
-                 expected: dict[tuple[bytes, bytes], int]) -> None:
+                 expected: dict[tuple[bytes, bytes], int],
+                 value_part: Callable[[bytes], bytes] | None = None) -> None:
         self._ctx = _consumer(bootstrap, read_committed=True)
         self.c = self._ctx.__enter__()
         self.c.assign([_TP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.topic = topic
         self.partitions = partitions
         self.remaining = dict(expected)
+        self.value_part = value_part
         self.missing = sum(expected.values())
         self.records: list[Record] = []
         self.complete_ms: int | None = None     # the latest append among the answer's records
@@ -170,14 +172,17 @@ class OutputWatch:
             self.records.append(Record(self.topic, m.partition() or 0, m.offset() or 0,
                                        key, value, ts))
             self.last_ms = ts if self.last_ms is None else max(self.last_ms, ts)
-            pair = (key or b"", value or b"")
+            part = value or b""
+            if self.value_part is not None:
+                part = self.value_part(part)
+            pair = (key or b"", part)
             left = self.remaining.get(pair, 0)
             if left:
                 self.remaining[pair] = left - 1
                 self.missing -= 1
                 ticked += 1
-                part, offset = m.partition() or 0, m.offset() or 0
-                self.needed[part] = max(self.needed.get(part, -1), offset)
+                p, offset = m.partition() or 0, m.offset() or 0
+                self.needed[p] = max(self.needed.get(p, -1), offset)
                 self.complete_ms = ts if self.complete_ms is None else max(self.complete_ms, ts)
                 if self.missing == 0:
                     self.visible_ms = int(time.time() * 1000)

@@ -82,7 +82,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         kafka.create_topics([setup.source, setup.sink], settings.partitions)
         # The reader warms up with the system (connections, offset look-ups), so it sees
         # the answer when it is there, not after its own start-up.
-        watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted))
+        watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted),
+                            workload.value_part)
         burst = _Burst(setup, inputs)
         started = time.monotonic()
         running = system.start(setup)

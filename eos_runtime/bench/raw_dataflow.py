@@ -9,13 +9,16 @@ repeat work, and nothing here pretends otherwise.
         --input TOPIC --partition P --output TOPIC --output-partitions N
 
 Stages: ``split`` (a line into its words, keyed by word), ``count`` (a running count
-per word, as eos_runtime's wordcount writes it), ``copy`` (the record as it came). The
+per word, as eos_runtime's wordcount writes it), ``copy`` (the record as it came);
+pageviews' ``by-user`` (a view keyed by its user), ``first-visit`` (per user, whether
+the page is new to them, keyed by page) and ``page-total`` ("views:visitors" per page). The
 process prints ``ready`` once it is assigned and has polled once, and ends on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import uuid
@@ -49,8 +52,38 @@ def _copy(key: bytes | None, value: bytes | None) -> Out:
     yield key or b"", value
 
 
+def _by_user(key: bytes | None, value: bytes | None) -> Out:
+    view = json.loads(value or b"{}")
+    yield view["user"].encode(), view["page"].encode()
+
+
+def _first_visits() -> Callable[[bytes | None, bytes | None], Out]:
+    pages: dict[bytes, set[bytes]] = {}
+
+    def first_visit(key: bytes | None, value: bytes | None) -> Out:
+        seen = pages.setdefault(key or b"", set())
+        page = value or b""
+        new = page not in seen
+        seen.add(page)
+        yield page, b"1" if new else b"0"
+    return first_visit
+
+
+def _page_totals() -> Callable[[bytes | None, bytes | None], Out]:
+    totals: dict[bytes, tuple[int, int]] = {}
+
+    def page_total(key: bytes | None, value: bytes | None) -> Out:
+        page = key or b""
+        views, visitors = totals.get(page, (0, 0))
+        views, visitors = views + 1, visitors + (value == b"1")
+        totals[page] = (views, visitors)
+        yield page, f"{views}:{visitors}".encode()
+    return page_total
+
+
 STAGES: dict[str, Callable[[], Callable[[bytes | None, bytes | None], Out]]] = {
     "split": lambda: _split, "count": _counter, "copy": lambda: _copy,
+    "by-user": lambda: _by_user, "first-visit": _first_visits, "page-total": _page_totals,
 }
 
 

@@ -57,6 +57,9 @@ class System(Protocol):
 
     def unavailable(self) -> str | None: ...
 
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        """Why this system cannot run ``workload`` as the others do (None: it can)."""
+
     def start(self, setup: Setup) -> Running: ...
 
 
@@ -97,6 +100,9 @@ class EosSystem:
         self.name = f"eos-{guarantee}"
 
     def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
         return None
 
     def start(self, setup: Setup) -> Running:
@@ -169,6 +175,9 @@ class RawSystem:
     def unavailable(self) -> str | None:
         return None
 
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None
+
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
 
@@ -224,6 +233,14 @@ class QuixSystem:
         self.version = found.stdout.strip()
         return None
 
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        if workload.name == "pageviews":
+            # A Quix user would chain two applications through a topic of their own;
+            # that is another dataflow, not this one.
+            return ("Quix refuses a second group_by in one application "
+                    "(GroupByNestingLimit)")
+        return None
+
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
 
@@ -252,6 +269,9 @@ class SparkStructuredStreaming:
 
     def unavailable(self) -> str | None:
         return "not built yet"
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None
 
     def start(self, setup: Setup) -> Running:
         raise NotImplementedError
