@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shlex
@@ -137,6 +138,20 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     tag = time.strftime("%H%M%S", time.gmtime())
     runs: list[dict[str, Any]] = []
+    machine = {"python": platform.python_version(), "cpus": os.cpu_count(),
+               "platform": platform.platform()}
+
+    def result(bootstrap: str, complete: bool) -> dict[str, Any]:
+        return {
+            "benchmark": "eos bench", "command": _command(), "started": started,
+            "complete": complete, "machine": machine,
+            "settings": {"workloads": chosen_w, "systems": chosen_s, "records": records,
+                         "rounds": rounds, "partitions": partitions,
+                         "commit_interval": commit_interval, "seed": seed,
+                         "bootstrap_servers": bootstrap},
+            "versions": versions, "skipped": skipped, "summary": summarize(runs, skipped),
+            "runs": runs}
+
     with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()
         settings = Settings(bootstrap=bootstrap, partitions=partitions,
@@ -158,25 +173,19 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
                                   round_no=r + 1, tag=tag, say=say)
                     runs.append(row)
                     say(_row_line(row))
-        bootstrap_shown = bootstrap
+                    # after every run: a long bench stopped halfway keeps what it measured
+                    (out_dir / "results.json").write_text(
+                        json.dumps(result(bootstrap, complete=False), indent=2) + "\n")
+        final = result(bootstrap, complete=True)
     with contextlib.suppress(OSError):
         (out_dir / "work").rmdir()
-    result = {
-        "benchmark": "eos bench", "command": _command(), "started": started,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
-        "settings": {"workloads": chosen_w, "systems": chosen_s, "records": records,
-                     "rounds": rounds, "partitions": partitions,
-                     "commit_interval": commit_interval, "seed": seed,
-                     "bootstrap_servers": bootstrap_shown},
-        "versions": versions, "skipped": skipped, "summary": summarize(runs, skipped), "runs": runs}
-    paths = write_report(result, out_dir)
+    paths = write_report(final, out_dir)
     if as_json:
         click.echo(paths["json"].read_text(), nl=False)
     else:
         from .bench.report import markdown
 
-        body = markdown(result, paths["png"].name)
+        body = markdown(final, paths["png"].name)
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
 
