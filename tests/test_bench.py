@@ -82,6 +82,7 @@ def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.timeout(900)   # six Spark starts, for the eos_runtime runs alone
 def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
     from test_cli import ok
 
