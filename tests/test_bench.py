@@ -63,6 +63,17 @@ def test_a_wrong_answer_is_marked_and_never_ranked():
                       ("eos-at-least-once", "raw-kafka"): None}
 
 
+def test_ratios_are_also_paired_round_by_round():
+    runs = [{"workload": "w", "unit": "u", "round": n, "system": s, "guarantee": s,
+             "verified": True, "throughput": t}
+            for n, eo, alo in ((1, 90.0, 100.0), (2, 45.0, 50.0), (3, 100.0, 200.0))
+            for s, t in (("eos-exactly-once", eo), ("eos-at-least-once", alo))]
+    (r,) = summarize(runs, skipped={})["w"]["ratios"]
+    # the machine halved its speed in round 2: the paired ratio does not care
+    assert r["per_round"] == [0.9, 0.9, 0.5] and r["paired_median"] == 0.9
+    assert (r["paired_min"], r["paired_max"]) == (0.5, 0.9)
+
+
 def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
     import sys
 

@@ -44,6 +44,20 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
+    """The ratio round by round: both sides of a round ran next to each other, so drift
+    between rounds cancels; its range says how sure the median ratio is."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["system"] in (num, den) and "throughput" in r:
+            by_round.setdefault(r["round"], {})[r["system"]] = r["throughput"]
+    xs = [round(t[num] / t[den], 3) for t in by_round.values() if num in t and den in t and t[den]]
+    if not xs:
+        return {}
+    return {"per_round": xs, "paired_median": round(statistics.median(xs), 3),
+            "paired_min": min(xs), "paired_max": max(xs)}
+
+
 def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
     """Per workload: each system's summary, and the ratios of ranked systems' medians."""
     out: dict[str, Any] = {}
@@ -59,7 +73,8 @@ def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, 
             ratios.append({"numerator": num, "denominator": den,
                            "ratio": round(a / b, 3) if a and b else None,
                            "why_none": None if a and b else "a side is not ranked "
-                                                            "(failed or wrong)"})
+                                                            "(failed or wrong)",
+                           **(_paired(mine, num, den) if a and b else {})})
         out[workload] = {"unit": mine[0]["unit"], "systems": systems, "ratios": ratios}
     return out
 
@@ -108,10 +123,17 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
                          f"{spread} | {st['verified_rounds']}/{st['rounds']} | "
                          f"{st['duplicates']:,} | {status} |")
         if w["ratios"]:
-            lines += ["", "| ratio | value |", "|---|---|"]
+            lines += ["", "| ratio | of medians | per round: median (min – max) |",
+                      "|---|---|---|"]
             for r in w["ratios"]:
-                value = f"{r['ratio']:.2f}" if r["ratio"] is not None else f"– ({r['why_none']})"
-                lines.append(f"| {r['numerator']} / {r['denominator']} | {value} |")
+                if r["ratio"] is None:
+                    lines.append(f"| {r['numerator']} / {r['denominator']} | – | "
+                                 f"{r['why_none']} |")
+                    continue
+                paired = (f"{r['paired_median']:.2f} ({r['paired_min']:.2f} – "
+                          f"{r['paired_max']:.2f})" if "paired_median" in r else "–")
+                lines.append(f"| {r['numerator']} / {r['denominator']} | {r['ratio']:.2f} | "
+                             f"{paired} |")
         lines.append("")
     if result["skipped"]:
         lines += ["## Skipped", ""]
