@@ -115,3 +115,43 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
         assert all(st["status"] == "ok" for st in w["systems"].values())
     assert (out / "throughput.png").stat().st_size > 0
     assert "| eos-exactly-once / eos-at-least-once |" in (out / "report.md").read_text()
+
+
+class _Silent:
+    """A system that warms up at once and never writes a thing."""
+
+    name, guarantee, verify_as = "silent", "exactly-once", "exactly-once"
+
+    def unavailable(self):
+        return None
+
+    def cannot_run(self, workload):
+        return None
+
+    def start(self, setup):
+        class Running:
+            def failure(self):
+                return None
+
+            def ready(self):
+                return True
+
+            def stop(self):
+                pass
+        return Running()
+
+
+@pytest.mark.kafka
+def test_a_system_that_never_answers_is_marked_and_its_run_verified(kafka_bootstrap, tmp_path):
+    from eos_runtime.bench.measure import Settings, measure
+
+    w = WORKLOADS["passthrough"]
+    inputs = w.generate(20, 1)
+    said = []
+    row = measure(_Silent(), w, inputs, w.oracle(inputs),
+                  Settings(kafka_bootstrap, idle_timeout=1, work_root=tmp_path),
+                  round_no=1, tag="t", say=said.append)
+    assert not row["verified"] and "throughput" not in row
+    assert row["error"].startswith("incomplete: 20 of 20 results missing"), row["error"]
+    assert row["lost"] == 20
+    assert not any(tmp_path.iterdir())   # its scratch space is gone

@@ -102,28 +102,32 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
         try:
             burst.go()
-            _watch(watch, running, burst, settings, say,
-                   f"{workload.name} {system.name} round {round_no}")
+            incomplete = _watch(watch, running, burst, settings, say,
+                                f"{workload.name} {system.name} round {round_no}")
             row["produce_seconds"] = burst.finish()
-            settle_until = time.monotonic() + 2 * settings.commit_interval
+            settle_until = time.monotonic() + (0 if incomplete else 2 * settings.commit_interval)
             while time.monotonic() < settle_until:
                 watch.poll(0.2)
         finally:
             clock.close()
-        visible = clock.visible_at(watch.needed)
+        visible = clock.visible_at(watch.needed) if incomplete is None else None
         if visible is not None:
             watch.visible_ms = min(visible, watch.visible_ms or visible)
         running.stop()
         running = None
         watch.drain()
         first_ms = kafka.first_append_ms(setup.source, settings.partitions)
-        _timing(row, first_ms, watch, workload)
+        if incomplete is None:
+            _timing(row, first_ms, watch, workload)
         verdict = compare(expected, watch.records, system.verify_as, key_decode=_utf8,
                           value_decode=_utf8)
         row.update(verdict.counts())
         row["output_records"] = verdict.committed
-        row["verified"] = verdict.passed
-        if not verdict.passed:
+        row["verified"] = verdict.passed and incomplete is None
+        if incomplete is not None:
+            row["error"] = f"{incomplete} ({', '.join(verdict.reasons()) or 'nothing wrong'} " \
+                           f"in what arrived)"
+        elif not verdict.passed:
             row["error"] = "wrong answer: " + ", ".join(verdict.reasons())
     except _RunFailed as exc:
         row["error"] = str(exc)
@@ -204,8 +208,9 @@ class _Burst:
 
 
 def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, say: Say,
-           label: str) -> None:
-    """Read output until the answer is complete; give up after ``idle_timeout`` s of nothing."""
+           label: str) -> str | None:
+    """Read output until the answer is complete; after ``idle_timeout`` s of nothing new,
+    say why it is not (the run is then verified as far as it got)."""
     last_new = time.monotonic()
     next_say = time.monotonic() + settings.progress_every
     total = watch.missing
@@ -220,9 +225,10 @@ def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, 
             say(f"  {label}: {total - watch.missing:,} / {total:,} results")
         if now - last_new > settings.idle_timeout:
             why = running.failure()
-            raise _RunFailed(f"incomplete: {watch.missing:,} of {total:,} results missing after "
-                             f"{settings.idle_timeout:g} s without new output"
-                             + (f"; the system died: {why}" if why else ""))
+            return (f"incomplete: {watch.missing:,} of {total:,} results missing after "
+                    f"{settings.idle_timeout:g} s without new output"
+                    + (f"; the system died: {why}" if why else ""))
+    return None
 
 
 def _timing(row: dict[str, Any], first_ms: int, watch: OutputWatch,
