@@ -155,3 +155,30 @@ def test_a_system_that_never_answers_is_marked_and_its_run_verified(kafka_bootst
     assert row["error"].startswith("incomplete: 20 of 20 results missing"), row["error"]
     assert row["lost"] == 20
     assert not any(tmp_path.iterdir())   # its scratch space is gone
+
+
+def _quix_python():
+    import os
+    from pathlib import Path
+
+    found = os.environ.get("EOS_BENCH_QUIX_PYTHON") or \
+        str(Path(__file__).resolve().parent.parent / ".venv-quix" / "bin" / "python")
+    return found if Path(found).exists() else None
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.skipif(_quix_python() is None, reason="no Quix venv (bash scripts/bench-peers)")
+def test_quix_runs_beside_the_runtime(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    ok("bench", "--systems", "quix-exactly-once,quix-at-least-once", "--records", "300",
+       "--rounds", "1", "--commit-interval", "0.5", "--bootstrap-servers", kafka_bootstrap,
+       "--quix-python", _quix_python(), "--out", "out", "--json", cwd=tmp_path, timeout=280)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "GroupByNestingLimit" in result["skipped"]["quix-exactly-once on pageviews"]
+    assert {(r["workload"], r["system"]) for r in result["runs"]} == \
+        {(w, s) for w in ("wordcount", "passthrough")
+         for s in ("quix-exactly-once", "quix-at-least-once")}
+    assert all(r["verified"] for r in result["runs"]), result["runs"]
+    assert any(k.startswith("quixstreams") for k in result["versions"])
