@@ -53,6 +53,11 @@ from .cli_experiment import experiment_cmd  # noqa: E402
 
 main.add_command(experiment_cmd)
 
+# `eos bench`: workloads on eos_runtime and its peers, side by side, verified.
+from .cli_bench import bench_cmd  # noqa: E402
+
+main.add_command(bench_cmd)
+
 
 @main.command()
 @click.option("--data-dir", default=".eos/smoke", show_default=True, metavar="DIR",

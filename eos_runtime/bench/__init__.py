@@ -1,0 +1,15 @@
+"""``eos bench``: the same workloads on several stream processors, side by side, verified.
+
+    workloads.py     what runs: input generators, oracles, the eos_runtime pipeline of each
+    systems.py       who runs it: eos_runtime in both guarantees, the raw client dataflow,
+                     peers (skipped with a reason when not installed)
+    raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage
+    quix_app.py      the Quix Streams peer's application (runs on Quix's own venv)
+    kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
+                     output with its append times, when output became visible
+    burst.py         the burst producer, a process of its own
+    measure.py       one measured run: start, warm up, burst, watch, stop, verify
+    report.py        medians, spread and ratios; JSON, PNG and markdown
+
+docs/benchmarks.md describes the method and the report.
+"""

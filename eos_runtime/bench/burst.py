@@ -1,0 +1,65 @@
+"""The burst producer: a process of its own, so the bench's reading threads cannot slow it.
+
+    python -m eos_runtime.bench.burst --bootstrap-servers B --topic T --partitions N FILE
+
+FILE holds the records (msgpack: a list of [key, value]). The process loads them,
+connects, prints ``ready``; on a line ``go`` on stdin it produces record i into partition
+i mod N as fast as the client goes, waits for every acknowledgement and prints
+``done SECONDS`` (or ``failed REASON``). A producer much faster than the systems under
+test keeps the burst a burst: the systems then work through a backlog, not at the
+producer's pace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import msgpack
+from confluent_kafka import Producer
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("file")
+    ap.add_argument("--bootstrap-servers", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, required=True)
+    args = ap.parse_args(argv)
+
+    with open(args.file, "rb") as f:
+        records = msgpack.unpackb(f.read(), raw=False)
+    failed: list[str] = []
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None and len(failed) < 5:
+            failed.append(str(err))
+
+    p = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5,
+                  "queue.buffering.max.messages": 2_000_000, "on_delivery": report})
+    p.list_topics(args.topic, timeout=30)   # metadata before the clock starts
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+    started = time.monotonic()
+    produce, parts, topic = p.produce, args.partitions, args.topic
+    for i, (key, value) in enumerate(records):
+        while True:
+            try:
+                produce(topic, value, key, i % parts)
+                break
+            except BufferError:   # the client's queue is full: let it send
+                p.poll(0.05)
+    left = p.flush(60)
+    if left or failed:
+        print(f"failed {left} records undelivered, errors: {failed}", flush=True)
+        return 1
+    print(f"done {time.monotonic() - started:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""One measured run of one system on one workload: the method, in order.
+
+1. Fresh topics for the run, keeping the broker's append time.
+2. The system starts on the empty input and warms up until it says it is ready, so
+   start-up (a JVM, a Spark context, a consumer group) is outside the measurement.
+3. The burst is produced, by a process of its own, loaded and connected beforehand.
+4. The output is read as a read_committed reader reads it, until every result the
+   oracle expects is there, or until nothing new came for ``idle_timeout`` seconds.
+5. A settle period (two commit intervals) lets late duplicates show, then the system
+   is stopped and the output is read to its end.
+6. The whole output is compared with the oracle; a run that fails is marked, and its
+   throughput is not ranked (``report.py``).
+
+Throughput is the oracle's results over the time from the first input record's broker
+append to the moment the complete answer became visible to a read_committed reader:
+start-up is excluded and commit latency included, alike for every system. Both ends
+are one clock when the broker runs on this host (the project's broker does); where the
+bench's clock runs behind the broker's, the end falls back to the append time of the
+record that completed the answer. ``append_seconds`` keeps the append-to-append time.
+"""
+
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from ..experiments.verify import compare
+from ..experiments.workloads import Expected
+from .kafka import BenchKafka, OutputWatch, VisibilityClock
+from .systems import Setup, System, remove_scratch, scratch_dir
+from .workloads import BenchWorkload, InputRecord, expected_pairs
+
+__all__ = ["Settings", "measure"]
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap: str
+    partitions: int = 2
+    commit_interval: float = 1.0
+    ready_timeout: float = 180.0
+    idle_timeout: float = 60.0
+    work_root: Path = Path(".eos/bench-work")
+    progress_every: float = 2.0
+
+
+def _utf8(b: bytes) -> str:
+    return b.decode("utf-8")
+
+
+def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
+            expected: Expected, settings: Settings, *, round_no: int, tag: str,
+            say: Say) -> dict[str, Any]:
+    """Run ``system`` on ``inputs`` once; return the run's row for the report."""
+    kafka = BenchKafka(settings.bootstrap)
+    # unique, and no run's name inside another's: cleanup finds a run's topics by it
+    name = f"bench-{tag}-{workload.name}-{system.name}-r{round_no}-{uuid.uuid4().hex[:6]}"
+    setup = Setup(bootstrap=settings.bootstrap, workload=workload, name=name,
+                  source=f"{name}.in", sink=f"{name}.out", partitions=settings.partitions,
+                  commit_interval=settings.commit_interval,
+                  work_dir=scratch_dir(settings.work_root, name))
+    wanted = expected_pairs(expected)
+    row: dict[str, Any] = {
+        "workload": workload.name, "system": system.name, "guarantee": system.guarantee,
+        "round": round_no, "input_records": len(inputs), "unit": workload.unit,
+        "results_expected": sum(wanted.values()), "verified": False, "error": None}
+    running = None
+    watch = None
+    burst = None
+    try:
+        kafka.create_topics([setup.source, setup.sink], settings.partitions)
+        # The reader warms up with the system (connections, offset look-ups), so it sees
+        # the answer when it is there, not after its own start-up.
+        watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted),
+                            workload.value_part)
+        burst = _Burst(setup, inputs)
+        started = time.monotonic()
+        running = system.start(setup)
+        while not (running.ready() and burst.is_ready()):
+            why = running.failure()
+            if why is not None:
+                raise _RunFailed(f"died while starting: {why}")
+            if burst.error is not None:
+                raise _RunFailed(f"the burst producer died: {burst.error}")
+            if time.monotonic() - started > settings.ready_timeout:
+                raise _RunFailed(f"not ready after {settings.ready_timeout:g} s")
+            watch.poll(0.2)
+        row["ready_seconds"] = round(time.monotonic() - started, 2)
+        # When the answer became readable comes from the clock's offset samples: the watch
+        # reads record by record and may lag behind a fast system.
+        clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
+        try:
+            burst.go()
+            incomplete = _watch(watch, running, burst, settings, say,
+                                f"{workload.name} {system.name} round {round_no}")
+            row["produce_seconds"] = burst.finish()
+            settle_until = time.monotonic() + (0 if incomplete else 2 * settings.commit_interval)
+            while time.monotonic() < settle_until:
+                watch.poll(0.2)
+        finally:
+            clock.close()
+        visible = clock.visible_at(watch.needed) if incomplete is None else None
+        if visible is not None:
+            watch.visible_ms = min(visible, watch.visible_ms or visible)
+        running.stop()
+        running = None
+        watch.drain()
+        first_ms = kafka.first_append_ms(setup.source, settings.partitions)
+        if incomplete is None:
+            _timing(row, first_ms, watch, workload)
+        verdict = compare(expected, watch.records, system.verify_as, key_decode=_utf8,
+                          value_decode=_utf8)
+        row.update(verdict.counts())
+        row["output_records"] = verdict.committed
+        row["verified"] = verdict.passed and incomplete is None
+        if incomplete is not None:
+            row["error"] = f"{incomplete} ({', '.join(verdict.reasons()) or 'nothing wrong'} " \
+                           f"in what arrived)"
+        elif not verdict.passed:
+            row["error"] = "wrong answer: " + ", ".join(verdict.reasons())
+    except _RunFailed as exc:
+        row["error"] = str(exc)
+    except Exception as exc:   # one system's failure is a row of the report, not the bench's end
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        if running is not None:
+            try:
+                running.stop()
+            except Exception as exc:   # a failed system's stop may fail too; report the first
+                row["error"] = row["error"] or f"stopping failed: {exc}"
+        if watch is not None:
+            watch.close()
+        if burst is not None:
+            burst.close()
+        kafka.delete_topics_of(name)
+        remove_scratch(setup.work_dir)
+    return row
+
+
+class _RunFailed(Exception):
+    pass
+
+
+class _Burst:
+    """The burst producer process (``burst.py``): loaded and connected while the system
+    warms up, producing on ``go``."""
+
+    def __init__(self, setup: Setup, inputs: list[InputRecord]) -> None:
+        data = setup.work_dir / "burst.msgpack"
+        data.write_bytes(msgpack.packb([list(r) for r in inputs], use_bin_type=True))
+        self.log = setup.work_dir / "burst.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "eos_runtime.bench.burst", str(data),
+             "--bootstrap-servers", setup.bootstrap, "--topic", setup.source,
+             "--partitions", str(setup.partitions)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
+        self.ready = False
+        self.answer: str | None = None
+
+    def _line(self) -> str | None:
+        out = self.proc.stdout
+        if out is not None and select.select([out], [], [], 0)[0]:
+            return out.readline().strip()
+        return None
+
+    def is_ready(self) -> bool:
+        if not self.ready:
+            self.ready = self._line() == "ready"
+        return self.ready
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    @property
+    def error(self) -> str | None:
+        if self.answer is None and self.proc.poll() is not None:
+            self.answer = self._line() or ""
+        if self.proc.poll() not in (None, 0):
+            tail = self.log.read_text(errors="replace").strip().splitlines()[-2:]
+            return f"{self.answer or ''} {' | '.join(tail)}".strip() or "it died"
+        return None
+
+    def finish(self) -> float:
+        """The burst's seconds, once it is all delivered."""
+        self.proc.wait(120)
+        if self.error is not None:
+            raise _RunFailed(f"producing the burst failed: {self.error}")
+        answer = self.answer or ""
+        return float(answer.split()[1]) if answer.startswith("done ") else 0.0
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, say: Say,
+           label: str) -> str | None:
+    """Read output until the answer is complete; after ``idle_timeout`` s of nothing new,
+    say why it is not (the run is then verified as far as it got)."""
+    last_new = time.monotonic()
+    next_say = time.monotonic() + settings.progress_every
+    total = watch.missing
+    while watch.missing:
+        if watch.poll(0.5):
+            last_new = time.monotonic()
+        if burst.error is not None:
+            raise _RunFailed(f"producing the burst failed: {burst.error}")
+        now = time.monotonic()
+        if now >= next_say:
+            next_say = now + settings.progress_every
+            say(f"  {label}: {total - watch.missing:,} / {total:,} results")
+        if now - last_new > settings.idle_timeout:
+            why = running.failure()
+            return (f"incomplete: {watch.missing:,} of {total:,} results missing after "
+                    f"{settings.idle_timeout:g} s without new output"
+                    + (f"; the system died: {why}" if why else ""))
+    return None
+
+
+def _timing(row: dict[str, Any], first_ms: int, watch: OutputWatch,
+            workload: BenchWorkload) -> None:
+    if watch.complete_ms is None or watch.visible_ms is None:
+        return
+    # The end is when the answer became visible to a read_committed reader. The append
+    # time of its last record alone would favour a system that writes into an open
+    # transaction early and commits later: its records are appended before they count.
+    end_ms = watch.visible_ms
+    if end_ms < watch.complete_ms - 50:   # this host's clock is not the broker's
+        end_ms = watch.complete_ms
+        row["clock"] = "broker append time only (the bench's clock disagrees with the broker's)"
+    seconds = max(end_ms - first_ms, 1) / 1000
+    row["seconds"] = round(seconds, 3)
+    row["append_seconds"] = round(max(watch.complete_ms - first_ms, 1) / 1000, 3)
+    row["throughput"] = round(row["results_expected"] / seconds, 1)
+    row["input_per_second"] = round(row["input_records"] / seconds, 1)

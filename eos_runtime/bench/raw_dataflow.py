@@ -1,0 +1,138 @@
+"""The raw dataflow: a workload written straight on confluent-kafka, with no guarantee.
+
+One process per partition per stage, each reading one partition and producing per
+record: what per-record Python costs on this machine, the floor a framework is measured
+against. No checkpoints, no transactions, no state beyond a dict: a crash would lose or
+repeat work, and nothing here pretends otherwise.
+
+    python -m eos_runtime.bench.raw_dataflow STAGE --bootstrap-servers B \
+        --input TOPIC --partition P --output TOPIC --output-partitions N
+
+Stages: ``split`` (a line into its words, keyed by word), ``count`` (a running count
+per word, as eos_runtime's wordcount writes it), ``copy`` (the record as it came);
+pageviews' ``by-user`` (a view keyed by its user), ``first-visit`` (per user, whether
+the page is new to them, keyed by page) and ``page-total`` ("views:visitors" per page). The
+process prints ``ready`` once it is assigned and has polled once, and ends on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import uuid
+import zlib
+from collections.abc import Callable, Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+__all__ = ["STAGES", "main"]
+
+Out = Iterator[tuple[bytes, bytes | None]]
+
+
+def _split(key: bytes | None, value: bytes | None) -> Out:
+    for word in (value or b"").split():
+        yield word, word
+
+
+def _counter() -> Callable[[bytes | None, bytes | None], Out]:
+    counts: dict[bytes, int] = {}
+
+    def count(key: bytes | None, value: bytes | None) -> Out:
+        word = key or b""
+        n = counts.get(word, 0) + 1
+        counts[word] = n
+        yield word, str(n).encode()
+    return count
+
+
+def _copy(key: bytes | None, value: bytes | None) -> Out:
+    yield key or b"", value
+
+
+def _by_user(key: bytes | None, value: bytes | None) -> Out:
+    view = json.loads(value or b"{}")
+    yield view["user"].encode(), view["page"].encode()
+
+
+def _first_visits() -> Callable[[bytes | None, bytes | None], Out]:
+    pages: dict[bytes, set[bytes]] = {}
+
+    def first_visit(key: bytes | None, value: bytes | None) -> Out:
+        seen = pages.setdefault(key or b"", set())
+        page = value or b""
+        new = page not in seen
+        seen.add(page)
+        yield page, b"1" if new else b"0"
+    return first_visit
+
+
+def _page_totals() -> Callable[[bytes | None, bytes | None], Out]:
+    totals: dict[bytes, tuple[int, int]] = {}
+
+    def page_total(key: bytes | None, value: bytes | None) -> Out:
+        page = key or b""
+        views, visitors = totals.get(page, (0, 0))
+        views, visitors = views + 1, visitors + (value == b"1")
+        totals[page] = (views, visitors)
+        yield page, f"{views}:{visitors}".encode()
+    return page_total
+
+
+STAGES: dict[str, Callable[[], Callable[[bytes | None, bytes | None], Out]]] = {
+    "split": lambda: _split, "count": _counter, "copy": lambda: _copy,
+    "by-user": lambda: _by_user, "first-visit": _first_visits, "page-total": _page_totals,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stage", choices=sorted(STAGES))
+    ap.add_argument("--bootstrap-servers", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--partition", type=int, required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--output-partitions", type=int, required=True)
+    args = ap.parse_args(argv)
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    step = STAGES[args.stage]()
+    parts = args.output_partitions
+    out_topic = args.output
+    consumer = Consumer({"bootstrap.servers": args.bootstrap_servers,
+                         "group.id": f"raw-{uuid.uuid4()}", "enable.auto.commit": False,
+                         "enable.partition.eof": False})
+    producer = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5,
+                         "queue.buffering.max.messages": 1_000_000})
+    consumer.assign([TopicPartition(args.input, args.partition, OFFSET_BEGINNING)])
+    consumer.consume(1, 0.5)
+    print("ready", flush=True)
+    produce = producer.produce
+    consume = consumer.consume
+    while not stopping:
+        # consume(n, t) waits all of t unless n records come: take what is fetched, else
+        # wait for the first record only
+        batch = consume(10_000, 0) or consume(1, 0.2)
+        for m in batch:
+            if m.error() is not None:
+                continue
+            for key, value in step(m.key(), m.value()):
+                # crc32, not hash(): the partition must be the same in every process
+                part = zlib.crc32(key) % parts
+                while True:
+                    try:
+                        produce(out_topic, value, key, partition=part)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(10)
+    consumer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

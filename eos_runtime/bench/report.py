@@ -1,0 +1,170 @@
+"""The bench's results: medians with their spread, ratios side by side, in three files.
+
+``results.json`` holds every run and the summary; ``throughput.png`` the bars;
+``report.md`` the tables. A system is ranked only if every one of its rounds was
+verified: a fast wrong answer gets a mark, never a median or a ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+__all__ = ["summarize", "RATIOS", "write_report"]
+
+#: The ratios the report shows: (numerator, denominator), systems by name.
+RATIOS = [
+    ("eos-exactly-once", "eos-at-least-once"),
+    ("eos-exactly-once", "raw-kafka"),
+    ("eos-at-least-once", "raw-kafka"),
+    ("eos-exactly-once", "quix-exactly-once"),
+    ("eos-at-least-once", "quix-at-least-once"),
+    ("eos-exactly-once", "spark-structured-streaming"),
+]
+
+
+def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    failed = [r for r in rows if r.get("error") and "throughput" not in r]
+    wrong = [r for r in rows if not r["verified"] and r not in failed]
+    xs = [r["throughput"] for r in rows if r["verified"] and "throughput" in r]
+    out: dict[str, Any] = {
+        "guarantee": rows[0]["guarantee"], "rounds": len(rows),
+        "verified_rounds": sum(1 for r in rows if r["verified"]),
+        "duplicates": sum(int(r.get("duplicated", 0)) for r in rows),
+        "status": "failed" if failed else "wrong" if wrong else "ok",
+        "errors": sorted({r["error"] for r in rows if r.get("error")}),
+        "throughputs": [r.get("throughput") for r in rows],
+    }
+    if out["status"] == "ok" and xs:
+        med = statistics.median(xs)
+        out.update(median=round(med, 1), min=min(xs), max=max(xs),
+                   spread=round((max(xs) - min(xs)) / med, 3) if med else None)
+    return out
+
+
+def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
+    """The ratio round by round: both sides of a round ran next to each other, so drift
+    between rounds cancels; its range says how sure the median ratio is."""
+    by_round: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["system"] in (num, den) and "throughput" in r:
+            by_round.setdefault(r["round"], {})[r["system"]] = r["throughput"]
+    xs = [round(t[num] / t[den], 3) for t in by_round.values() if num in t and den in t and t[den]]
+    if not xs:
+        return {}
+    return {"per_round": xs, "paired_median": round(statistics.median(xs), 3),
+            "paired_min": min(xs), "paired_max": max(xs)}
+
+
+def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
+    """Per workload: each system's summary, and the ratios of ranked systems' medians."""
+    out: dict[str, Any] = {}
+    for workload in dict.fromkeys(r["workload"] for r in runs):
+        mine = [r for r in runs if r["workload"] == workload]
+        systems = {s: _system_summary([r for r in mine if r["system"] == s])
+                   for s in dict.fromkeys(r["system"] for r in mine)}
+        ratios = []
+        for num, den in RATIOS:
+            if num in skipped or den in skipped or num not in systems or den not in systems:
+                continue
+            a, b = systems[num].get("median"), systems[den].get("median")
+            ratios.append({"numerator": num, "denominator": den,
+                           "ratio": round(a / b, 3) if a and b else None,
+                           "why_none": None if a and b else "a side is not ranked "
+                                                            "(failed or wrong)",
+                           **(_paired(mine, num, den) if a and b else {})})
+        out[workload] = {"unit": mine[0]["unit"], "systems": systems, "ratios": ratios}
+    return out
+
+
+def write_report(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "png": out_dir / "throughput.png",
+             "markdown": out_dir / "report.md"}
+    paths["json"].write_text(json.dumps(result, indent=2) + "\n")
+    _plot(result, paths["png"])
+    paths["markdown"].write_text(markdown(result, paths["png"].name))
+    return paths
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f}"
+
+
+def markdown(result: dict[str, Any], plot_name: str) -> str:
+    s = result["settings"]
+    lines = [
+        "# eos bench", "",
+        f"`{result['command']}`", "",
+        f"{result['started']}; {result['machine']['cpus']} cores, Python "
+        f"{result['machine']['python']}; Kafka at {s['bootstrap_servers']}; "
+        f"{s['records']:,} input records per run, {s['rounds']} rounds, "
+        f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s. "
+        + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items()) + ".", "",
+        "Throughput: the oracle's results per second, from the first input record's broker "
+        "append to the moment the complete answer was visible to a read_committed reader. "
+        "Median over rounds; spread = (max − min) / median. A system is ranked only if "
+        "every round's output matched the oracle.", "",
+        f"![throughput]({plot_name})", ""]
+    for workload, w in result["summary"].items():
+        unit = w["unit"]
+        lines += [f"## {workload}", "",
+                  f"| system | guarantee | median {unit}/s | min – max | spread | verified "
+                  f"rounds | duplicates | status |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, st in w["systems"].items():
+            rng = (f"{_fmt(st.get('min'))} – {_fmt(st.get('max'))}" if "median" in st else "–")
+            spread = f"{st['spread']:.0%}" if st.get("spread") is not None else "–"
+            status = st["status"] if st["status"] == "ok" else \
+                f"**{st['status']}**: {'; '.join(st['errors'])[:200]}"
+            lines.append(f"| {name} | {st['guarantee']} | {_fmt(st.get('median'))} | {rng} | "
+                         f"{spread} | {st['verified_rounds']}/{st['rounds']} | "
+                         f"{st['duplicates']:,} | {status} |")
+        if w["ratios"]:
+            lines += ["", "| ratio | of medians | per round: median (min – max) |",
+                      "|---|---|---|"]
+            for r in w["ratios"]:
+                if r["ratio"] is None:
+                    lines.append(f"| {r['numerator']} / {r['denominator']} | – | "
+                                 f"{r['why_none']} |")
+                    continue
+                paired = (f"{r['paired_median']:.2f} ({r['paired_min']:.2f} – "
+                          f"{r['paired_max']:.2f})" if "paired_median" in r else "–")
+                lines.append(f"| {r['numerator']} / {r['denominator']} | {r['ratio']:.2f} | "
+                             f"{paired} |")
+        lines.append("")
+    if result["skipped"]:
+        lines += ["## Skipped", ""]
+        lines += [f"- {name}: {why}" for name, why in result["skipped"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = result["summary"]
+    fig, axes = plt.subplots(1, max(len(summary), 1), figsize=(4.5 * max(len(summary), 1), 3.6),
+                             squeeze=False)
+    for ax, (workload, w) in zip(axes[0], summary.items(), strict=False):
+        names = list(w["systems"])
+        for i, name in enumerate(names):
+            st = w["systems"][name]
+            if "median" in st:
+                ax.bar(i, st["median"], width=0.6, alpha=0.5,
+                       yerr=[[st["median"] - st["min"]], [st["max"] - st["median"]]], capsize=4)
+                ys = [x for x in st["throughputs"] if x is not None]
+                ax.scatter([i] * len(ys), ys, s=12, color="black", zorder=3)
+            else:
+                ax.text(i, 0, st["status"], ha="center", va="bottom", color="red", rotation=90)
+        ax.set_xticks(range(len(names)), [n.replace("-", "\n", 1) for n in names], fontsize=7)
+        ax.set_ylabel(f"{w['unit']} / s")
+        ax.set_title(workload, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

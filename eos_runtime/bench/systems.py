@@ -1,0 +1,298 @@
+"""The systems a bench compares, each behind one small interface.
+
+A system is started on empty topics, says when it is ready (warm: past start-up, reading
+its input), and is stopped once its output is complete. ``guarantee`` is what it really
+promises, as the report prints it; ``verify_as`` is how its output is judged: exactly-once
+must match the oracle exactly, the others must lose nothing and invent nothing, and their
+duplicates are counted. A system whose software is missing says why in ``unavailable``
+and is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .workloads import BenchWorkload
+
+__all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
+           "RawSystem", "QuixSystem", "SparkStructuredStreaming"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One run's world: the broker, the workload, and its topics (made by the bench)."""
+
+    bootstrap: str
+    workload: BenchWorkload
+    name: str                   # unique per run; every topic of the run starts with it
+    source: str
+    sink: str
+    partitions: int
+    commit_interval: float
+    work_dir: Path              # scratch space for the run, removed after it
+
+
+class Running(Protocol):
+    def failure(self) -> str | None:
+        """Why the system died, once it has (None while it runs)."""
+
+    def ready(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+class System(Protocol):
+    name: str
+    guarantee: str
+    verify_as: str
+
+    def unavailable(self) -> str | None: ...
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        """Why this system cannot run ``workload`` as the others do (None: it can)."""
+
+    def start(self, setup: Setup) -> Running: ...
+
+
+# --------------------------------------------------------------------------- eos_runtime
+
+class _EosRun:
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self._failure: str | None = None
+
+    def failure(self) -> str | None:
+        if self._failure is None and self.run.wait(0):
+            try:
+                self.run.summary()
+                self._failure = "the run ended on its own"
+            except Exception as exc:   # what ended it, as the summary raises it
+                self._failure = f"{type(exc).__name__}: {exc}"
+        return self._failure
+
+    def ready(self) -> bool:
+        # A task writes its counters first from inside its loop, after recovery and
+        # assignment: every task reporting means every task is reading.
+        p = self.run.progress()
+        return all(st["reporting"] == st["tasks"] for st in p["stages"])
+
+    def stop(self) -> None:
+        self.run.stop("bench run complete")
+        if not self.run.wait(60):
+            self.run.cancel()
+            self.run.wait(30)
+        self.run.close()
+
+
+class EosSystem:
+    def __init__(self, guarantee: str) -> None:
+        self.guarantee = guarantee
+        self.verify_as = guarantee
+        self.name = f"eos-{guarantee}"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from ..runner import start_pipeline
+
+        pipeline = setup.workload.make_pipeline()
+        pipeline.rename(setup.name, source=setup.source, sink=setup.sink)
+        run = start_pipeline(pipeline, bootstrap_servers=setup.bootstrap,
+                             state_dir=str(setup.work_dir / "state"), guarantee=self.guarantee,
+                             commit_interval=setup.commit_interval,
+                             parallelism=setup.partitions, bounded=False)
+        return _EosRun(run)
+
+
+# --------------------------------------------------------------------------- raw client
+
+class _Processes:
+    """Child processes that each print ``ready`` once warm."""
+
+    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path]) -> None:
+        self.procs = procs
+        self.logs = logs   # one per process, named after it
+        self._ready = [False] * len(procs)
+
+    def failure(self) -> str | None:
+        for proc, log in zip(self.procs, self.logs, strict=True):
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                return f"{log.stem} exited with {proc.returncode}: {' | '.join(tail)}"
+        return None
+
+    def ready(self) -> bool:
+        for i, proc in enumerate(self.procs):
+            out = proc.stdout
+            if not self._ready[i] and out is not None and select.select([out], [], [], 0)[0]:
+                # the child prints whole lines and flushes: a readable pipe holds one
+                self._ready[i] = out.readline().strip() == "ready"
+        return all(self._ready)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class _Group(_Processes):
+    """Processes of one consumer group: warm once the group is stable and every source
+    partition is assigned (their own output says nothing about it)."""
+
+    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path],
+                 assigned: Callable[[], bool]) -> None:
+        super().__init__(procs, logs)
+        self.assigned = assigned
+
+    def ready(self) -> bool:
+        return self.assigned()
+
+
+class RawSystem:
+    name = "raw-kafka"
+    guarantee = "none"
+    verify_as = "at-least-once"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from .kafka import BenchKafka
+
+        stages = setup.workload.raw_stages
+        # Between two stages: a shuffle topic of the run's own, as wide as the source.
+        between = [f"{setup.name}.raw-shuffle-{i + 1}" for i in range(len(stages) - 1)]
+        if between:
+            BenchKafka(setup.bootstrap).create_topics(between, setup.partitions)
+        inputs = [setup.source, *between]
+        outputs = [*between, setup.sink]
+        procs, logs = [], []
+        for stage, src, dst in zip(stages, inputs, outputs, strict=True):
+            for p in range(setup.partitions):
+                log = setup.work_dir / f"raw-{stage}-{p}.log"
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "eos_runtime.bench.raw_dataflow", stage,
+                     "--bootstrap-servers", setup.bootstrap, "--input", src,
+                     "--partition", str(p), "--output", dst,
+                     "--output-partitions", str(setup.partitions)],
+                    stdout=subprocess.PIPE, stderr=log.open("w"), text=True))
+        return _Processes(procs, logs)
+
+
+# --------------------------------------------------------------------------- peers
+
+class QuixSystem:
+    """Quix Streams, one process per core (at most one per partition), one consumer group.
+
+    It runs on an interpreter of its own: Quix pins confluent-kafka below the version the
+    runtime is built and tested on, so sharing one venv would change the runtime under
+    measurement."""
+
+    def __init__(self, guarantee: str, python: str | None = None) -> None:
+        self.guarantee = guarantee
+        self.verify_as = guarantee
+        self.name = f"quix-{guarantee}"
+        self.python = python
+        self.version: str | None = None
+
+    def unavailable(self) -> str | None:
+        if self.python is None:
+            return ("no interpreter with Quix Streams: python3 -m venv .venv-quix && "
+                    ".venv-quix/bin/pip install quixstreams (or --quix-python)")
+        try:
+            found = subprocess.run([self.python, "-c", "import quixstreams as q; "
+                                    "print(q.__version__)"],
+                                   capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{self.python} does not run: {exc}"
+        if found.returncode != 0:
+            return f"{self.python} cannot import quixstreams"
+        self.version = found.stdout.strip()
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        if workload.name == "pageviews":
+            # A Quix user would chain two applications through a topic of their own;
+            # that is another dataflow, not this one.
+            return ("Quix refuses a second group_by in one application "
+                    "(GroupByNestingLimit)")
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from .kafka import BenchKafka
+
+        assert self.python is not None
+        count = max(1, min(os.cpu_count() or 1, setup.partitions))
+        procs, logs = [], []
+        for i in range(count):
+            log = setup.work_dir / f"quix-{i}.log"
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [self.python, str(Path(__file__).with_name("quix_app.py")),
+                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
+                 "--guarantee", self.guarantee, "--commit-interval", str(setup.commit_interval),
+                 "--state-dir", str(setup.work_dir / f"quix-state-{i}")],
+                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
+        kafka = BenchKafka(setup.bootstrap)
+        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
+                                                              setup.partitions))
+
+
+class SparkStructuredStreaming:
+    name = "spark-structured-streaming"
+    guarantee = "at-least-once"     # Spark's Kafka sink, even in Spark 4
+    verify_as = "at-least-once"
+
+    def unavailable(self) -> str | None:
+        return "not built yet"
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        raise NotImplementedError
+
+
+def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
+    """Every system by name, in the order the bench runs them."""
+    systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
+                             QuixSystem("exactly-once", quix_python),
+                             QuixSystem("at-least-once", quix_python),
+                             SparkStructuredStreaming()]
+    return {s.name: s for s in systems}
+
+
+SYSTEM_NAMES = list(all_systems())
+
+
+def scratch_dir(root: Path, name: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+
+
+def remove_scratch(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""Bench workloads: a seeded input, an oracle, and the dataflow each system runs.
+
+Generators and oracles are those of ``eos experiment`` where one exists
+(``experiments/workloads.py``), so the bench and the fault experiments agree on what a
+correct answer is. Every workload's sink writes utf8 keys and utf8 values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..api import Pipeline
+from ..experiments.workloads import (
+    Expected,
+    page_views,
+    pageviews_expected,
+    pageviews_pipeline,
+    word_lines,
+    wordcount_expected,
+    wordcount_pipeline,
+)
+
+__all__ = ["BenchWorkload", "WORKLOADS", "InputRecord", "expected_pairs"]
+
+InputRecord = tuple[bytes | None, bytes]     # (key, value) as the source topic holds it
+
+
+@dataclass(frozen=True)
+class BenchWorkload:
+    name: str
+    description: str
+    unit: str                                          # what one expected result stands for
+    generate: Callable[[int, int], list[InputRecord]]  # (n, seed) -> the burst
+    oracle: Callable[[list[InputRecord]], Expected]
+    make_pipeline: Callable[[], Pipeline]              # the eos_runtime job (runs rename it)
+    raw_stages: tuple[str, ...]                        # raw_dataflow's stages, in order
+    # The part of an output value the oracle fixes (None: all of it); the rest is the
+    # oracle's ``check``'s to judge, after the run.
+    value_part: Callable[[bytes], bytes] | None = None
+
+
+def expected_pairs(expected: Expected) -> Counter[tuple[bytes, bytes]]:
+    """The oracle's results as the sink's bytes (of ``value_part`` where the workload has
+    one): what the output watch ticks off."""
+    return Counter((str(k).encode(), str(v).encode())
+                   for k, vs in expected.results.items() for v in vs)
+
+
+# --------------------------------------------------------------------------- wordcount
+
+def _lines(n: int, seed: int) -> list[InputRecord]:
+    return [(None, line.encode()) for line in word_lines(n, seed)]
+
+
+def _wordcount_oracle(records: list[InputRecord]) -> Expected:
+    return wordcount_expected([v.decode() for _, v in records])
+
+
+# --------------------------------------------------------------------------- pageviews
+
+def _views(n: int, seed: int) -> list[InputRecord]:
+    return [(None, json.dumps(v, separators=(",", ":")).encode()) for v in page_views(n, seed)]
+
+
+def _pageviews_oracle(records: list[InputRecord]) -> Expected:
+    return pageviews_expected([json.loads(v) for _, v in records])
+
+
+def _views_part(value: bytes) -> bytes:
+    # "views:visitors": the visitor count depends on the order a task merges its
+    # producers' records; the views part does not
+    return value.split(b":", 1)[0]
+
+
+# --------------------------------------------------------------------------- passthrough
+
+def _keyed_lines(n: int, seed: int) -> list[InputRecord]:
+    # Unique keys make every output record checkable on its own, whatever partition
+    # and order it lands in.
+    return [(f"r{i:09d}".encode(), line.encode()) for i, line in enumerate(word_lines(n, seed))]
+
+
+def _passthrough_oracle(records: list[InputRecord]) -> Expected:
+    return Expected({(k or b"").decode(): [v.decode()] for k, v in records})
+
+
+def passthrough_pipeline() -> Pipeline:
+    """Source to sink, no step: what the framework costs per record and nothing else."""
+    pipeline = Pipeline("passthrough", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2)
+    (pipeline.source("records", key="utf8", value="utf8")
+        .sink("records-out", key="utf8", value="utf8"))
+    return pipeline
+
+
+WORKLOADS: dict[str, BenchWorkload] = {
+    "wordcount": BenchWorkload(
+        "wordcount", "split lines, shuffle by word, count per word (examples/wordcount.py)",
+        "words", _lines, _wordcount_oracle, wordcount_pipeline, ("split", "count")),
+    "pageviews": BenchWorkload(
+        "pageviews", "views by user, first visits per user, totals per page: three stages, "
+        "state in two (examples/pageviews.py)",
+        "views", _views, _pageviews_oracle, pageviews_pipeline,
+        ("by-user", "first-visit", "page-total"), value_part=_views_part),
+    "passthrough": BenchWorkload(
+        "passthrough", "copy keyed records from source to sink: the stateless floor",
+        "records", _keyed_lines, _passthrough_oracle, passthrough_pipeline, ("copy",)),
+}

@@ -1,0 +1,228 @@
+"""``eos bench``: workloads on several systems, side by side, verified (docs/benchmarks.md).
+
+    eos bench                                        # every workload and system, 3 rounds
+    eos bench --workloads wordcount --rounds 5 --records 400000
+    eos bench --systems eos-exactly-once,raw-kafka --bootstrap-servers 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import ConfigError
+
+__all__ = ["bench_cmd"]
+
+
+def _names(text: str, known: list[str], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ConfigError(f"--{what}: unknown {', '.join(unknown) or '(none given)'}; "
+                          f"choose from {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
+    """The broker to measure on: the one given, else the project's running one, else the
+    project's broker started for this bench alone (and stopped after it)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from .broker import KafkaBroker, default_run_dir, find_running
+
+    running = find_running(default_run_dir())
+    if running is not None:
+        yield running.bootstrap_servers
+        return
+    with tempfile.TemporaryDirectory(prefix="eos-bench-kafka-") as d:
+        say(f"starting the project's Kafka broker in {d} for this bench")
+        broker = KafkaBroker(d, die_with_parent=True)
+        try:
+            yield broker.start()
+        finally:
+            broker.stop()
+
+
+def _out_dir(path: str | None) -> Path:
+    from .runner import check_writable_dir
+
+    d = Path(path or f".eos/bench/{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"--out {str(d)!r} is not a directory")
+    check_writable_dir(d, "report directory", "--out")
+    return d
+
+
+@click.command("bench")
+@click.option("--workloads", default="wordcount,pageviews,passthrough", show_default=True,
+              metavar="W1,W2", help="Workloads to run: wordcount, pageviews, passthrough.")
+@click.option("--systems", default=None, metavar="S1,S2",
+              help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
+                   "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
+                   "that is not installed is skipped with the reason. Default: all of them.")
+@click.option("--records", type=click.IntRange(1), default=100_000, show_default=True,
+              metavar="N", help="Input records in each run's burst (lines for wordcount).")
+@click.option("--rounds", type=click.IntRange(1), default=3, show_default=True, metavar="N",
+              help="Rounds; each runs every system once, in turn, so drift hits all alike.")
+@click.option("--partitions", type=click.IntRange(1), default=2, show_default=True,
+              metavar="N", help="Partitions of every topic; tasks or processes per stage.")
+@click.option("--commit-interval", type=click.FloatRange(min=0.05), default=1.0,
+              show_default=True, metavar="S", help="Seconds between checkpoints (commits).")
+@click.option("--seed", type=click.IntRange(0), default=1, show_default=True, metavar="S",
+              help="Seed of the generated input.")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              metavar="S", help="Give a run up (marked failed) after S seconds without new "
+                                "output while results are missing.")
+@click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,
+              metavar="HOST:PORT",
+              help="Kafka broker to measure on (env EOS_BOOTSTRAP_SERVERS). Default: the "
+                   "project's running broker, else one started for the bench.")
+@click.option("--quix-python", type=click.Path(dir_okay=False), default=None, metavar="PATH",
+              help="Python interpreter of a venv with Quix Streams (its own: Quix pins an "
+                   "older confluent-kafka than the runtime's). Default: "
+                   "$EOS_BENCH_QUIX_PYTHON, else .venv-quix/bin/python if it exists.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Where results.json, throughput.png and report.md go. Default: "
+                   ".eos/bench/<time>.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print results.json on stdout, and nothing else there.")
+def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, partitions: int,
+              commit_interval: float, seed: int, idle_timeout: float,
+              bootstrap_servers: str | None, quix_python: str | None, out: str | None,
+              as_json: bool) -> None:
+    """Measure workloads on eos_runtime and its peers, side by side on one Kafka broker.
+
+    Each run starts a system on empty topics and waits until it is warm, produces a burst
+    of input, and times it by the broker's append times: from the first input record to
+    the output record that completed the answer. Every output is checked against an
+    oracle; a wrong or failed run is marked and never ranked. Writes results.json,
+    throughput.png and report.md, and prints the report's tables.
+    """
+    from .bench.kafka import BenchKafka
+    from .bench.measure import Settings, measure
+    from .bench.report import summarize, write_report
+    from .bench.systems import SYSTEM_NAMES, all_systems
+    from .bench.workloads import WORKLOADS
+    from .cli_pipeline import _stdout_to_stderr
+
+    chosen_w = _names(workloads, list(WORKLOADS), "workloads")
+    chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
+    by_name = all_systems(quix_python=_quix_python(quix_python))
+    out_dir = _out_dir(out)
+
+    def say(text: str) -> None:
+        click.echo(text, err=True)
+
+    skipped = {}
+    for name in chosen_s:
+        why = by_name[name].unavailable()
+        if why is not None:
+            skipped[name] = why
+            say(f"skipping {name}: {why}")
+    active = [by_name[n] for n in chosen_s if n not in skipped]
+    versions = _versions(active)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    tag = time.strftime("%H%M%S", time.gmtime())
+    runs: list[dict[str, Any]] = []
+    machine = {"python": platform.python_version(), "cpus": os.cpu_count(),
+               "platform": platform.platform()}
+
+    def result(bootstrap: str, complete: bool) -> dict[str, Any]:
+        return {
+            "benchmark": "eos bench", "command": _command(), "started": started,
+            "complete": complete, "machine": machine,
+            "settings": {"workloads": chosen_w, "systems": chosen_s, "records": records,
+                         "rounds": rounds, "partitions": partitions,
+                         "commit_interval": commit_interval, "seed": seed,
+                         "bootstrap_servers": bootstrap},
+            "versions": versions, "skipped": skipped, "summary": summarize(runs, skipped),
+            "runs": runs}
+
+    with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
+        BenchKafka(bootstrap).check()
+        settings = Settings(bootstrap=bootstrap, partitions=partitions,
+                            commit_interval=commit_interval, idle_timeout=idle_timeout,
+                            work_root=out_dir / "work")
+        inputs = {w: WORKLOADS[w].generate(records, seed) for w in chosen_w}
+        expected = {w: WORKLOADS[w].oracle(inputs[w]) for w in chosen_w}
+        for r in range(rounds):
+            for w in chosen_w:
+                for system in active:
+                    why = system.cannot_run(WORKLOADS[w])
+                    if why is not None:
+                        if r == 0:
+                            skipped[f"{system.name} on {w}"] = why
+                            say(f"skipping {w} on {system.name}: {why}")
+                        continue
+                    say(f"round {r + 1}/{rounds}: {w} on {system.name} ...")
+                    row = measure(system, WORKLOADS[w], inputs[w], expected[w], settings,
+                                  round_no=r + 1, tag=tag, say=say)
+                    runs.append(row)
+                    say(_row_line(row))
+                    # after every run: a long bench stopped halfway keeps what it measured
+                    (out_dir / "results.json").write_text(
+                        json.dumps(result(bootstrap, complete=False), indent=2) + "\n")
+        final = result(bootstrap, complete=True)
+    with contextlib.suppress(OSError):
+        (out_dir / "work").rmdir()
+    paths = write_report(final, out_dir)
+    if as_json:
+        click.echo(paths["json"].read_text(), nl=False)
+    else:
+        from .bench.report import markdown
+
+        body = markdown(final, paths["png"].name)
+        click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
+        click.echo(f"report: {paths['markdown']}")
+
+
+def _versions(active: list[Any]) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in ("eos_runtime", "confluent-kafka", "pyspark"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[dist] = version(dist)
+    for system in active:
+        if getattr(system, "version", None):
+            found[f"quixstreams ({system.name})"] = system.version
+    return found
+
+
+def _quix_python(given: str | None) -> str | None:
+    found = given or os.environ.get("EOS_BENCH_QUIX_PYTHON") or None
+    if found is None and Path(".venv-quix/bin/python").exists():
+        found = ".venv-quix/bin/python"
+    # absolute: the bench's processes run in other directories
+    return str(Path(found).absolute()) if found else None
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    if "throughput" in row:
+        what = (f"{row['throughput']:,.0f} {row['unit']}/s in {row['seconds']:.2f} s "
+                f"(warm after {row.get('ready_seconds', 0):.1f} s)")
+    else:
+        what = "no throughput"
+    mark = "verified" if row["verified"] else f"NOT VERIFIED: {row['error']}"
+    dup = f", {row['duplicated']:,} duplicates" if row.get("duplicated") else ""
+    return f"  {what}; {mark}{dup}"
+
+
+def _command() -> str:
+    if sys.argv[1:2] == ["bench"]:
+        return shlex.join(["eos", *sys.argv[1:]])
+    return "eos bench"

@@ -1,0 +1,184 @@
+"""``eos bench`` end to end on a tiny input: every system it runs is verified, the files
+exist. What it measures is never asserted here (benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eos_runtime.bench.report import summarize
+from eos_runtime.bench.workloads import WORKLOADS, expected_pairs
+from eos_runtime.experiments.verify import compare
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_the_raw_dataflow_gives_the_answer_each_oracle_describes(name):
+    from eos_runtime.bench.raw_dataflow import STAGES
+    from eos_runtime.transport import Record
+
+    w = WORKLOADS[name]
+    inputs = w.generate(200, 3)
+    assert inputs == w.generate(200, 3)
+    expected = w.oracle(inputs)
+    records = list(inputs)
+    for stage in w.raw_stages:   # one process per stage, in-process: every key meets one step
+        step = STAGES[stage]()
+        records = [out for key, value in records for out in step(key, value)]
+    out = [Record("out", 0, i, k, v, 0) for i, (k, v) in enumerate(records)]
+    verdict = compare(expected, out, "exactly-once", key_decode=bytes.decode,
+                      value_decode=bytes.decode)
+    assert verdict.passed, verdict.reasons()
+    part = w.value_part or (lambda v: v)
+    assert sorted((k, part(v)) for k, v in records) == sorted(expected_pairs(expected).elements())
+    assert not compare(expected, out[1:], "at-least-once", key_decode=bytes.decode,
+                       value_decode=bytes.decode).passed   # a lost result is seen
+
+
+def test_the_answer_is_readable_once_every_partition_passed_its_last_record():
+    from eos_runtime.bench.kafka import readable_at
+
+    samples = [(100, [0, 0]), (120, [5, 0]), (140, [5, 3]), (160, [9, 9])]
+    assert readable_at(samples, {0: 4, 1: 2}) == 140   # partition 1 came last
+    assert readable_at(samples, {0: 4}) == 120
+    assert readable_at(samples, {0: 5}) == 160         # the end must pass the offset
+    assert readable_at(samples, {1: 9}) is None        # never seen: the caller falls back
+    assert readable_at(samples, {}) is None
+
+
+def test_a_wrong_answer_is_marked_and_never_ranked():
+    row = {"workload": "wordcount", "unit": "words", "round": 1}
+    runs = [{**row, "system": "eos-exactly-once", "guarantee": "exactly-once",
+             "verified": True, "throughput": 100.0},
+            {**row, "system": "eos-at-least-once", "guarantee": "at-least-once",
+             "verified": True, "throughput": 200.0},
+            {**row, "system": "raw-kafka", "guarantee": "none", "verified": False,
+             "throughput": 1e9, "error": "wrong answer: 3 lost"}]
+    s = summarize(runs, skipped={"quix-exactly-once": "not installed"})["wordcount"]
+    assert s["systems"]["raw-kafka"]["status"] == "wrong"
+    assert "median" not in s["systems"]["raw-kafka"]
+    ratios = {(r["numerator"], r["denominator"]): r["ratio"] for r in s["ratios"]}
+    assert ratios == {("eos-exactly-once", "eos-at-least-once"): 0.5,
+                      ("eos-exactly-once", "raw-kafka"): None,
+                      ("eos-at-least-once", "raw-kafka"): None}
+
+
+def test_ratios_are_also_paired_round_by_round():
+    runs = [{"workload": "w", "unit": "u", "round": n, "system": s, "guarantee": s,
+             "verified": True, "throughput": t}
+            for n, eo, alo in ((1, 90.0, 100.0), (2, 45.0, 50.0), (3, 100.0, 200.0))
+            for s, t in (("eos-exactly-once", eo), ("eos-at-least-once", alo))]
+    (r,) = summarize(runs, skipped={})["w"]["ratios"]
+    # the machine halved its speed in round 2: the paired ratio does not care
+    assert r["per_round"] == [0.9, 0.9, 0.5] and r["paired_median"] == 0.9
+    assert (r["paired_min"], r["paired_max"]) == (0.5, 0.9)
+
+
+def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
+    import sys
+
+    from eos_runtime.bench.systems import all_systems
+
+    systems = all_systems(quix_python=None)
+    assert ".venv-quix" in systems["quix-exactly-once"].unavailable()
+    assert systems["spark-structured-streaming"].unavailable() == "not built yet"
+    assert systems["eos-exactly-once"].unavailable() is None
+    without = all_systems(quix_python=sys.executable)["quix-at-least-once"]   # the runtime's
+    if without.unavailable() is None:
+        pytest.skip("this venv has quixstreams")
+    assert "cannot import quixstreams" in without.unavailable()
+    gone = all_systems(quix_python=str(tmp_path / "python"))["quix-exactly-once"]
+    assert "does not run" in gone.unavailable()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(900)   # six Spark starts, for the eos_runtime runs alone
+def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    ok("bench", "--records", "300", "--rounds", "1", "--commit-interval", "0.5",
+       "--idle-timeout", "60", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
+       "--json", cwd=tmp_path, timeout=600)
+    out = tmp_path / "out"
+    result = json.loads((out / "results.json").read_text())
+    ran = [name for name in result["settings"]["systems"] if name not in result["skipped"]]
+    assert {"eos-exactly-once", "eos-at-least-once", "raw-kafka"} <= set(ran)
+    assert result["skipped"]["spark-structured-streaming"] == "not built yet"   # no crash
+    assert {(r["workload"], r["system"]) for r in result["runs"]} == \
+        {(w, s) for w in ("wordcount", "pageviews", "passthrough") for s in ran
+         if f"{s} on {w}" not in result["skipped"]}
+    for r in result["runs"]:
+        assert r["verified"], r
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
+    for w in result["summary"].values():
+        assert all(st["status"] == "ok" for st in w["systems"].values())
+    assert (out / "throughput.png").stat().st_size > 0
+    assert "| eos-exactly-once / eos-at-least-once |" in (out / "report.md").read_text()
+
+
+class _Silent:
+    """A system that warms up at once and never writes a thing."""
+
+    name, guarantee, verify_as = "silent", "exactly-once", "exactly-once"
+
+    def unavailable(self):
+        return None
+
+    def cannot_run(self, workload):
+        return None
+
+    def start(self, setup):
+        class Running:
+            def failure(self):
+                return None
+
+            def ready(self):
+                return True
+
+            def stop(self):
+                pass
+        return Running()
+
+
+@pytest.mark.kafka
+def test_a_system_that_never_answers_is_marked_and_its_run_verified(kafka_bootstrap, tmp_path):
+    from eos_runtime.bench.measure import Settings, measure
+
+    w = WORKLOADS["passthrough"]
+    inputs = w.generate(20, 1)
+    said = []
+    row = measure(_Silent(), w, inputs, w.oracle(inputs),
+                  Settings(kafka_bootstrap, idle_timeout=1, work_root=tmp_path),
+                  round_no=1, tag="t", say=said.append)
+    assert not row["verified"] and "throughput" not in row
+    assert row["error"].startswith("incomplete: 20 of 20 results missing"), row["error"]
+    assert row["lost"] == 20
+    assert not any(tmp_path.iterdir())   # its scratch space is gone
+
+
+def _quix_python():
+    import os
+    from pathlib import Path
+
+    found = os.environ.get("EOS_BENCH_QUIX_PYTHON") or \
+        str(Path(__file__).resolve().parent.parent / ".venv-quix" / "bin" / "python")
+    return found if Path(found).exists() else None
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.skipif(_quix_python() is None, reason="no Quix venv (bash scripts/bench-peers)")
+def test_quix_runs_beside_the_runtime(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    ok("bench", "--systems", "quix-exactly-once,quix-at-least-once", "--records", "300",
+       "--rounds", "1", "--commit-interval", "0.5", "--bootstrap-servers", kafka_bootstrap,
+       "--quix-python", _quix_python(), "--out", "out", "--json", cwd=tmp_path, timeout=280)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "GroupByNestingLimit" in result["skipped"]["quix-exactly-once on pageviews"]
+    assert {(r["workload"], r["system"]) for r in result["runs"]} == \
+        {(w, s) for w in ("wordcount", "passthrough")
+         for s in ("quix-exactly-once", "quix-at-least-once")}
+    assert all(r["verified"] for r in result["runs"]), result["runs"]
+    assert any(k.startswith("quixstreams") for k in result["versions"])
