@@ -84,6 +84,20 @@ def test_at_least_once_passes_with_duplicates_and_fails_on_a_loss():
     assert not check(expected, [("a", "1"), ("a", "2"), ("b", "1")], "at-least-once").passed
 
 
+def test_at_least_once_fails_on_a_value_no_replay_can_write():
+    """A replay only counts again (a count past the true one); a wrong value is wrong under
+    at-least-once too, or a complete but wrong answer would pass."""
+    expected = wordcount_expected(["a a"])
+    for wrong in ("0", "-1", "two", ""):
+        v = check(expected, [("a", "1"), ("a", "2"), ("a", wrong)], "at-least-once")
+        assert not v.passed and v.unexpected == 1 and v.duplicated == 0, wrong
+    views = pageviews_expected([{"user": "u1", "page": "/p"}, {"user": "u1", "page": "/p"}])
+    replayed = check(views, [("/p", "1:1"), ("/p", "2:1"), ("/p", "3:1")], "at-least-once")
+    assert replayed.passed and replayed.duplicated == 1
+    wrong = check(views, [("/p", "1:1"), ("/p", "2:1"), ("/p", "0:1")], "at-least-once")
+    assert not wrong.passed and wrong.unexpected == 1
+
+
 def test_pageviews_checks_every_visitor_count():
     views = [{"user": "u1", "page": "/p"}, {"user": "u2", "page": "/p"},
              {"user": "u1", "page": "/p"}]
