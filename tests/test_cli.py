@@ -99,6 +99,18 @@ def test_run_json_summary(wordcount_run):
     assert stages[0]["processed"] == COUNT
     assert stages[1]["processed"] == stages[0]["emitted"] == stages[1]["emitted"] > COUNT
     assert (data / "state").is_dir()  # --state-dir defaults to under the data dir
+    # per-checkpoint metrics, as distributions: every task times its checkpoints; the
+    # counting tasks (stage 1) also waited for alignment and wrote state changes
+    for t in summary["tasks"]:
+        m = t["checkpoint_metrics"]
+        assert m["duration_ms"]["count"] == m["commit_ms"]["count"] == t["checkpoints"] > 0
+        assert 0 <= m["commit_ms"]["p50"] <= m["duration_ms"]["max"]
+        stage = 0 if t["task_id"] < 2 else 1
+        assert ("alignment_ms" in m) == ("start_delay_ms" in m) == (stage == 1), m
+        if stage == 1:
+            assert 0 < m["alignment_ms"]["count"] <= t["checkpoints"]
+            assert m["buffered_bytes"]["count"] == t["checkpoints"]
+            assert m["changelog_bytes"]["max"] > 0
 
 
 @pytest.mark.slow

@@ -170,12 +170,16 @@ class ChangeLogWriter:
                               wire.encode(wire.ChangeLogAbort(self.generation, restored_version)))
         return self._seal()[self.tp]
 
-    def changes(self, version: int, staged: list[tuple[str, bytes, bytes | None]]) -> None:
+    def changes(self, version: int, staged: list[tuple[str, bytes, bytes | None]]) -> int:
+        """Write the staged state changes of ``version``; returns the bytes written."""
         topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
         gen = self.generation
+        written = 0
         for store, key, value in staged:
-            record = wire.ChangeLogData(gen, version, store, key, value)
-            produce(topic, partition, wire.encode(record))
+            raw = wire.encode(wire.ChangeLogData(gen, version, store, key, value))
+            produce(topic, partition, raw)
+            written += len(raw)
+        return written
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""

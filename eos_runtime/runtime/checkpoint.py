@@ -29,6 +29,7 @@ from ..protocol.runs import announcement, run_end
 from ..state import TaskStore
 from ..transport import TopicPartition, Transport
 from .changelog import ChangeLogWriter, Recovered, catch_up, recover
+from .metrics import CheckpointMetrics
 from .outputs import ChannelWriter, SinkWriter
 
 __all__ = ["Committer"]
@@ -47,6 +48,7 @@ class Committer:
         self.log: ChangeLogWriter | None = None
         self.generation = 0
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
+        self.metrics = CheckpointMetrics()
 
     # ------------------------------------------------------------------ start
 
@@ -93,9 +95,13 @@ class Committer:
     # ------------------------------------------------------------------ checkpoint
 
     def checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
-                   fences: tuple[wire.ProducerFence, ...] = ()) -> None:
+                   fences: tuple[wire.ProducerFence, ...] = (),
+                   alignment: dict[str, float | None] | None = None) -> None:
+        """The five steps. ``alignment``: what the input policy measured of this
+        checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times."""
         log = self.log
         assert log is not None
+        started = time.monotonic()
         ranges: tuple[wire.OutputRange, ...] = ()
         # 1. flush output
         if self.channels is not None:
@@ -113,12 +119,14 @@ class Committer:
                         for tp in [TopicPartition(topic, p)])
         faults.crash_point("task.checkpoint.after_output_flush")
         # 2. change-log records of the staged state
-        log.changes(version, self.store.staged())
+        changelog_bytes = log.changes(version, self.store.staged())
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
         record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges)
+        committing = time.monotonic()
         offset, self._sealed = log.commit(record)
+        committed = time.monotonic()
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
@@ -127,6 +135,9 @@ class Committer:
         if self.channels is not None and self.exactly_once:
             self.channels.markers(self.generation, version)
         self.stats.checkpoints += 1
+        self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
+                            commit_ms=(committed - committing) * 1000,
+                            changelog_bytes=changelog_bytes, **(alignment or {}))
 
     def end_run(self, inputs: tuple[wire.InputPosition, ...]) -> None:
         """The run's last checkpoint, of version ``run_end``. Exactly-once sends its

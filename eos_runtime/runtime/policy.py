@@ -9,9 +9,10 @@ clock: the early-arrival buffer (exactly-once) and the commit timer (at-least-on
 The interface:
 
 - ``resume_offsets()``: where to read each channel from now (after a start or a rewind);
-- ``on_record(channel, offset, msg, raw)`` -> ``Step``;
+- ``on_record(channel, offset, msg, raw, timestamp)`` -> ``Step``;
 - ``checkpoints(now)``: the checkpoints due now, each as ``(version, inputs, fences)``;
   after each one is taken, ``released()`` yields the messages it let through;
+- ``alignment(now)``: what the checkpoint about to be taken waited for (its metrics);
 - ``seeks()``: channels to read again from an offset (exactly-once overflow, R8);
 - ``rewind()``: back to the last checkpoint, returns its version (exactly-once, R4);
 - ``finished()``: the run is over for this task;
@@ -79,6 +80,8 @@ class Aligned:
         self.run_end = run_end
         self.stats = stats
         self._seeks: dict[Channel, int] = {}
+        # (when, how late) the first marker since the last checkpoint was read
+        self._first_marker: tuple[float, float | None] | None = None
 
     @property
     def version(self) -> int:
@@ -87,7 +90,8 @@ class Aligned:
     def resume_offsets(self) -> dict[Channel, int | None]:
         return self.aligner.resume_offsets()
 
-    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes) -> Step:
+    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
+                  timestamp: int = 0) -> Step:
         al = self.aligner
         if type(msg) is wire.Envelope:
             d = al.on_data(c, offset, msg.producer_id, msg.generation, msg.version, msg.seq,
@@ -107,6 +111,9 @@ class Aligned:
                 self.stats.fenced += 1
             return Step.NOTHING
         if type(msg) is wire.Marker:
+            if self._first_marker is None:
+                late = max(0.0, time.time() * 1000 - timestamp) if timestamp > 0 else None
+                self._first_marker = (time.monotonic(), late)
             if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version):
                 return Step.CHECKPOINT
             return Step.ALIGNING
@@ -122,6 +129,14 @@ class Aligned:
             snap = al.checkpoint()
             yield snap.version, snap.inputs, snap.fences
             self._seeks.update(al.rereads())
+
+    def alignment(self, now: float) -> dict[str, float | None]:
+        """The metrics of the checkpoint about to be taken; the next one starts afresh (a
+        checkpoint that follows another with no marker between waited for nothing)."""
+        first, self._first_marker = self._first_marker, None
+        return {"alignment_ms": (now - first[0]) * 1000 if first else None,
+                "start_delay_ms": first[1] if first else None,
+                "buffered_bytes": self.buffer.size}
 
     def released(self) -> Iterator[Released]:
         """Buffered messages of the versions now open, to process (or drop: fenced)."""
@@ -175,7 +190,8 @@ class Unaligned:
     def resume_offsets(self) -> dict[Channel, int | None]:
         return dict(self.tracker.resume_offsets())
 
-    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes) -> Step:
+    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
+                  timestamp: int = 0) -> Step:
         self.timer.count(1)
         if type(msg) is wire.Envelope:
             self.tracker.on_data(c, offset)
@@ -192,6 +208,9 @@ class Unaligned:
             self.timer.reset(now)
             yield version, self.tracker.inputs(), ()
             self.version = version + 1
+
+    def alignment(self, now: float) -> dict[str, float | None]:
+        return {}   # no alignment: a timer checkpoint waits for nothing
 
     def released(self) -> Iterator[Released]:
         return iter(())

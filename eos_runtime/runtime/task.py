@@ -83,6 +83,8 @@ class TaskStats:
     rebuilt_store: bool = False
     stopped: bool = False                # a stop request ended the run (sources)
     seconds: float = 0.0                 # from recovery start to the task's end
+    # per-checkpoint metrics as distributions (runtime/metrics.py)
+    checkpoint_metrics: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -168,6 +170,7 @@ class _Task:
             self._run()
         finally:
             self.stats.seconds = round(time.monotonic() - started, 3)
+            self.stats.checkpoint_metrics = self.committer.metrics.summary()
             self.progress.write(done=True)
         return self.stats
 
@@ -250,7 +253,7 @@ class _Task:
                 c = (r.topic, r.partition)
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
                                           offset=r.offset)
-                step = policy.on_record(c, r.offset, msg, cast(bytes, r.value))
+                step = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
                 if step is Step.PROCESS:
                     assert type(msg) is wire.Envelope
                     process(msg, r.topic, r.partition, r.offset, policy.version)
@@ -280,7 +283,7 @@ class _Task:
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
         process = self.records.envelope
         for version, inputs, fences in policy.checkpoints(time.monotonic()):
-            self.committer.checkpoint(version, inputs, fences)
+            self.committer.checkpoint(version, inputs, fences, policy.alignment(time.monotonic()))
             for msg, topic, partition, offset in policy.released():
                 process(msg, topic, partition, offset, policy.version)
         seeks = policy.seeks()
