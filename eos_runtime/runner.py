@@ -25,7 +25,7 @@ import cloudpickle
 from .api import Pipeline
 from .errors import ConfigError, EosError, PipelineFileError, TaskFailed, TopicNotFound
 from .plan import JobPlan, describe_plan, plan_job
-from .runtime.control import ControlLog
+from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
@@ -203,8 +203,10 @@ class PipelineRun:
 
     def __init__(self, plan: JobPlan, transport: Transport, info: Any, job: Any, bounded: bool,
                  begin: dict[TopicPartition, int], state_dir: str | None = None,
-                 ends: dict[TopicPartition, int] | None = None) -> None:
+                 ends: dict[TopicPartition, int] | None = None,
+                 lease: LeaseKeeper | None = None) -> None:
         self.plan = plan
+        self.lease = lease
         self.t = transport
         self.info = info
         self.job = job
@@ -297,6 +299,10 @@ class PipelineRun:
         return self.job.wait(timeout)
 
     def close(self) -> None:
+        """Release the job's lease and the driver's transport. Call it once the run is
+        over: a run closed early leaves its tasks without a driver that holds the job."""
+        if self.lease is not None:
+            self.lease.close()
         self.t.close()
 
     def summary(self) -> RunSummary:
@@ -319,12 +325,18 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    max_attempts: int = 4, bounded: bool = True,
                    dead_letters: bool | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
-                   buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000) -> PipelineRun:
+                   buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
+                   take_over: bool = False,
+                   lease_timeout: float = DEFAULT_LEASE_TIMEOUT) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
-    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off)."""
+    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off).
+
+    The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
+    the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
+    driver that dies stops holding it ``lease_timeout`` seconds after its last renewal."""
     from .engine import EngineConfig, check_slots, start_tasks
 
     transport_opts: dict[str, Any]
@@ -345,7 +357,13 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}", fail_fast=(TaskFailed,))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
-        info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded)
+        lease = LeaseRequest(lease_timeout, take_over)
+        info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
+        keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)
+    except BaseException:
+        transport.close()
+        raise
+    try:
         create_job_topics(transport, plan)
         begin = _source_positions(transport, plan)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
@@ -356,8 +374,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
-        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends)
+        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper)
     except BaseException:
+        keeper.close()
         transport.close()
         raise
 

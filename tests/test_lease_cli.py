@@ -1,0 +1,110 @@
+"""One driver per job, through the CLI: a run refused while another driver holds the job's
+lease, a lease that expired taken, ``--take-over``. No timing: the other driver is a lease
+record written into the job's control topic, live (a fresh heartbeat and an hour's
+timeout) or long dead (a heartbeat two hours old)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.protocol import wire
+from eos_runtime.protocol.lease import FREE
+from eos_runtime.runtime.control import ControlLog
+from eos_runtime.transport import open_transport
+
+from test_cli import WORDCOUNT, eos, error_line, ok
+
+HOUR_MS = 3_600_000
+
+
+def other_driver(opts, job: str, *, run: int = 0, age_ms: int = 0,
+                 timeout_ms: int = HOUR_MS) -> wire.Lease:
+    """Write the lease of another driver of ``job`` (this test process stands in for it),
+    whose last heartbeat was ``age_ms`` ago."""
+    rec = wire.Lease(run, "acquire", uuid.uuid4().hex, os.getpid(), socket.gethostname(),
+                     int(time.time() * 1000) - age_ms, timeout_ms)
+    with open_transport(**opts) as t:
+        log = ControlLog(t, job)
+        log.create()
+        log.append_lease(rec)
+    return rec
+
+
+def control(opts, job: str) -> tuple[list[wire.ControlRecord], str]:
+    with open_transport(**opts) as t:
+        log = ControlLog(t, job)
+        return [r for _, r in log.records()], log.lease()[0]
+
+
+def refusal_re(job: str, run: int) -> str:
+    return (rf"^error: job '{job}' is running \(run {run}, started \d{{4}}-\d\d-\d\d "
+            rf"\d\d:\d\d:\d\d by pid {os.getpid()} on host {re.escape(socket.gethostname())}, "
+            rf"last heard from \d+ s ago\); wait for it, `eos stop {job}`, or take it over "
+            rf"with --take-over$")
+
+
+@pytest.fixture
+def data(tmp_path) -> Path:
+    d = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "300", "--data-dir", str(d))
+    return d
+
+
+def test_a_second_run_is_refused_while_a_live_driver_holds_the_lease(data):
+    opts = {"data_dir": str(data)}
+    other_driver(opts, "wordcount")
+    p = eos("run", WORDCOUNT, "--data-dir", str(data))
+    assert re.match(refusal_re("wordcount", 0), error_line(p)), p.stderr
+    records, status = control(opts, "wordcount")
+    assert not any(isinstance(r, wire.RunStart) for r in records), "a run was recorded"
+    assert status != FREE
+
+
+def test_take_over_runs_asks_the_holder_to_stop_and_releases_at_the_end(data):
+    opts = {"data_dir": str(data)}
+    held = other_driver(opts, "wordcount", run=0)
+    p = ok("run", WORDCOUNT, "--data-dir", str(data), "--take-over")
+    assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
+    assert "warning: took job 'wordcount' over from run 0 (pid" in p.stderr, p.stderr
+    records, status = control(opts, "wordcount")
+    stops = [r for r in records if isinstance(r, wire.StopRequest)]
+    assert [s.run for s in stops] == [held.run]
+    assert stops[0].reason.startswith("taken over by run 0")
+    assert status == FREE, "the run's lease was not released at its end"
+
+
+def test_an_expired_lease_is_taken_with_a_warning(data):
+    opts = {"data_dir": str(data)}
+    other_driver(opts, "wordcount", age_ms=2 * HOUR_MS, timeout_ms=60_000)
+    p = ok("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "30")
+    assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
+    assert re.search(r"warning: job 'wordcount': run 0's driver \(pid \d+ on host .*\) was "
+                     r"last heard from \d+ s ago, longer than its lease timeout; this run "
+                     r"takes the job over", p.stderr), p.stderr
+    records, status = control(opts, "wordcount")
+    mine = [r for r in records if isinstance(r, wire.Lease) and r.action == "acquire"][-1]
+    assert mine.timeout_ms == 30_000 and status == FREE
+
+
+def test_a_bad_lease_timeout_is_a_usage_error(data):
+    p = eos("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "0")
+    assert p.returncode == 2 and "--lease-timeout" in p.stderr
+
+
+@pytest.mark.kafka
+def test_a_second_run_is_refused_on_kafka(kafka_bootstrap):
+    tag = uuid.uuid4().hex[:8]
+    job, source = f"lease-{tag}", f"lease-in-{tag}"
+    kafka = ("--bootstrap-servers", kafka_bootstrap)
+    ok("produce", source, "--generate", "words", "--count", "10", *kafka)
+    other_driver({"bootstrap_servers": kafka_bootstrap}, job, run=0)
+    p = eos("run", WORDCOUNT, "--name", job, "--source", source, "--sink", f"lease-out-{tag}",
+            *kafka)
+    assert re.match(refusal_re(job, 0), error_line(p)), p.stderr
