@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -119,6 +119,9 @@ class Source:
     parallelism: int | None
     reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
     offset_default: str = "oldest"   # where to start without a checkpoint: oldest | upcoming
+    # custom Startpoints' resolvers by name (eos_runtime/startpoints.py)
+    startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
+                                                                   compare=False)
 
 
 @dataclass(frozen=True)
@@ -306,7 +309,8 @@ class Pipeline:
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
                parallelism: int | None = None, reset_offset: bool = False,
-               offset_default: str = "oldest") -> Stream:
+               offset_default: str = "oldest",
+               startpoint_resolvers: Mapping[str, Callable[..., int]] | None = None) -> Stream:
         """Read ``topic``; ``key``/``value`` are formats from ``FORMATS`` (no key format:
         an unkeyed stream). ``parallelism`` defaults to the topic's partition count.
 
@@ -315,7 +319,15 @@ class Pipeline:
         inside the run still resumes from its own) and starts at ``offset_default``, which
         also applies when there is no checkpoint: ``"oldest"`` (the default: what the
         topic holds) or ``"upcoming"`` (only what arrives after the start). Under
-        exactly-once a reset moves the input positions and keeps the job's state."""
+        exactly-once a reset moves the input positions and keeps the job's state.
+
+        ``startpoint_resolvers`` names the functions a custom Startpoint may use:
+        ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md)."""
+        resolvers = dict(startpoint_resolvers or {})
+        for rname, fn in resolvers.items():
+            if not isinstance(rname, str) or not rname or not callable(fn):
+                raise ConfigError(f"source {topic!r}: startpoint_resolvers maps names to "
+                                  f"functions, not {rname!r} to {fn!r}")
         if type(reset_offset) is not bool:
             raise ConfigError(f"source {topic!r}: reset_offset must be True or False, "
                               f"not {reset_offset!r}")
@@ -328,7 +340,7 @@ class Pipeline:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
         seg = _Segment(start=Source(topic, _key_format(key, f"source {topic!r} key"),
                                     _format(value, f"source {topic!r} value"), parallelism,
-                                    reset_offset, offset_default),
+                                    reset_offset, offset_default, resolvers),
                        keyed=key is not None)
         self._segments.append(seg)
         return Stream(self, seg)

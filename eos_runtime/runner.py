@@ -365,8 +365,10 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         raise
     try:
         create_job_topics(transport, plan)
-        begin = _source_positions(transport, plan)
+        startpoints = _fan_out(transport, plan, info.start.run)
+        begin = _source_positions(transport, plan, startpoints)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
+                               startpoints=startpoints,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
@@ -437,8 +439,33 @@ def watch_run(run: PipelineRun, *,
         run.close()
 
 
-def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
-    """Where each source partition's last committed checkpoint resumes (low watermark if none)."""
+def _fan_out(transport: Transport, plan: JobPlan, run: int) -> dict[int, dict[int, Any]]:
+    """The job's Startpoints for this run, per source task (``startpoints.py``); a custom
+    one must name a resolver the source has, before any task starts."""
+    from .startpoints import fan_out_startpoints
+
+    src = plan.stages[0]
+    readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
+    found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run)
+    resolvers = src.source.startpoint_resolvers if src.source is not None else {}
+    for by_part in found.values():
+        for p, sp in by_part.items():
+            if sp.kind == "custom" and sp.resolver not in resolvers:
+                raise ConfigError(f"the custom startpoint of {src.input_topic}[{p}] names "
+                                  f"resolver {sp.resolver!r}, which source {src.input_topic!r} "
+                                  f"does not have (it has: {', '.join(resolvers) or 'none'}): "
+                                  f"pass it in source(..., startpoint_resolvers=...) or clear "
+                                  f"the startpoint")
+    return found
+
+
+def _source_positions(transport: Transport, plan: JobPlan,
+                      startpoints: dict[int, dict[int, Any]] | None = None,
+                      ) -> dict[TopicPartition, int]:
+    """Where each source partition's last committed checkpoint resumes (low watermark if
+    none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
+    from .protocol.positions import Start, resolve, startpoint_applies
+    from .protocol.runs import run_of
     from .runtime.changelog import last_commit
 
     src = plan.stages[0]
@@ -455,19 +482,32 @@ def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartitio
         for p in t.partitions:
             tp = TopicPartition(src.input_topic, p)
             out[tp] = committed.get((tp.topic, p), transport.watermarks(tp)[0])
+            sp = (startpoints or {}).get(t.task_id, {}).get(p)
+            if sp is not None and sp.kind != "custom" and startpoint_applies(
+                    sp.run, None if commit is None else run_of(commit.version)):
+                low, high = transport.watermarks(tp)
+                at = (transport.offset_for_timestamp(tp, sp.value)
+                      if sp.kind == "timestamp" else None)
+                try:
+                    out[tp] = resolve(Start(sp.kind, sp.value, "startpoint"), low, high, at)
+                except ValueError:
+                    pass   # the task refuses it, naming the partition
     return out
 
 
 def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
-                 state_dir: str, *, bounded: bool = True, **options: Any) -> list:
+                 state_dir: str, *, bounded: bool = True,
+                 startpoints: dict[int, dict[int, Any]] | None = None, **options: Any) -> list:
     """One ``TaskConfig`` per task; in a bounded run sources get the end offsets of now."""
     from .runtime.task import TaskConfig
 
     src = plan.stages[0]
     ends = ({p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
              for p in range(src.input_partitions)} if bounded else {})
+    found = startpoints or {}
     return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
                        state_dir=state_dir, bounded=bounded,
+                       startpoints=dict(found.get(t.task_id, {})),
                        end_offsets={p: ends[p] for p in t.partitions}
                        if t.stage == 0 and bounded else {},
                        **options)

@@ -60,6 +60,8 @@ class TaskConfig:
     # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
+    # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
+    startpoints: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -213,6 +215,7 @@ class _Task:
                 src.committed(due)
         self.stats.stopped = src.stopped
         self.committer.end_run(src.inputs())
+        src.recorded()
 
     def _send_output(self) -> None:
         """Output of the open version goes out as it is made, not only at checkpoints:
