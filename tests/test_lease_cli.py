@@ -108,3 +108,18 @@ def test_a_second_run_is_refused_on_kafka(kafka_bootstrap):
     p = eos("run", WORDCOUNT, "--name", job, "--source", source, "--sink", f"lease-out-{tag}",
             *kafka)
     assert re.match(refusal_re(job, 0), error_line(p)), p.stderr
+
+
+def test_the_change_log_manager_refuses_to_write_while_a_run_holds_the_job(tmp_path):
+    from eos_runtime.checkpoints import ChangeLogCheckpoints, Checkpoint
+    from eos_runtime.errors import JobRunning
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    other_driver(opts, "held", run=2)
+    with open_transport(**opts) as t:
+        m = ChangeLogCheckpoints(t, "held")
+        m.start()
+        m.register(0)
+        with pytest.raises(JobRunning, match=r"job 'held' is running \(run 2, .*checkpoints can "
+                                             r"be written only while the job is stopped"):
+            m.write_checkpoint(0, Checkpoint({("in", 0): 0}))
