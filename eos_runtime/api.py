@@ -279,13 +279,22 @@ def _binds(sig: inspect.Signature, n: int) -> bool:
     return True
 
 
+#: Where a job's source tasks keep their checkpoints: the change log (the default, and the
+#: only store exactly-once may use), the checkpoint topic, the file system.
+CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
+
+
 class Pipeline:
     """A job: one source, steps, key shuffles and one sink."""
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
-                 parallelism: int = 1, dead_letters: bool | str = False) -> None:
+                 parallelism: int = 1, dead_letters: bool | str = False,
+                 checkpoints: str = "changelog") -> None:
         _check_name(name)
+        if checkpoints not in CHECKPOINT_STORES:
+            raise ConfigError(f"checkpoints {checkpoints!r}: use one of "
+                              f"{', '.join(CHECKPOINT_STORES)}")
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
                               f"{', '.join(GUARANTEES)}")
@@ -305,6 +314,9 @@ class Pipeline:
         self.parallelism = parallelism
         # A record whose function raises goes to this topic instead of stopping the task.
         self.dead_letters = dead_letters
+        # Where source tasks keep their input positions (checkpoints.py); at-least-once only
+        # for the topic and file-system stores (plan.py refuses them under exactly-once).
+        self.checkpoints = checkpoints
         self._segments: list[_Segment] = []
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",

@@ -327,12 +327,16 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                    buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
                    take_over: bool = False,
-                   lease_timeout: float = DEFAULT_LEASE_TIMEOUT) -> PipelineRun:
+                   lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
+                   reset_offset: bool | None = None, offset_default: str | None = None,
+                   checkpoints: str | None = None) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
-    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off).
+    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
+    ``reset_offset``, ``offset_default`` and ``checkpoints`` the source's and the
+    pipeline's.
 
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
@@ -351,7 +355,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     try:
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
-                        sink_partitions=sink_partitions, dead_letters=dead_letters)
+                        sink_partitions=sink_partitions, dead_letters=dead_letters,
+                        checkpoints=checkpoints, reset_offset=reset_offset,
+                        offset_default=offset_default)
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
@@ -516,6 +522,11 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
 
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
+    if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
+        from .checkpoints import checkpoint_topic
+
+        specs.append(TopicSpec(checkpoint_topic(plan.name), len(plan.tasks), compacted=True,
+                               keep_forever=True))
     sink = plan.stages[-1]
     try:
         transport.describe(sink.output_topic)

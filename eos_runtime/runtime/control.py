@@ -57,6 +57,8 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
                      f"tasks {tasks}, stores [{', '.join(st.stores)}], "
                      f"output {st.output_topic} x{st.output_partitions}")
     lines.append(f"guarantee {plan.guarantee}")
+    if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
+        lines.append(f"checkpoints {plan.checkpoints}")
     return tuple(lines)
 
 

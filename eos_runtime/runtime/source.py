@@ -9,6 +9,7 @@ until a stop request names the run (``runtime/control.py``). Its open version is
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
@@ -25,10 +26,12 @@ __all__ = ["SourceSide", "start_positions"]
 
 def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ...],
                     commit: wire.ChangeLogCommit | None, run: int,
-                    startpoints: dict[int, Any] | None = None) -> dict[int, tuple[int, str]]:
+                    startpoints: dict[int, Any] | None = None,
+                    kept: dict[int, int] | None = None) -> dict[int, tuple[int, str]]:
     """Per input partition: the offset to start from and why (``protocol/positions.py``).
     ``startpoints``: the driver's fan-out for this task (``startpoints.Startpoint`` by
-    partition)."""
+    partition); ``kept``: the positions a topic or file-system checkpoint store holds
+    (at-least-once), instead of the commit's."""
     from ..startpoints import resolve_startpoint
 
     src = stage.source
@@ -36,6 +39,8 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
     topic = stage.input_topic
     checkpoint = ({pos.partition: pos.offset for pos in commit.inputs if pos.topic == topic}
                   if commit is not None else {})
+    if kept is not None:
+        checkpoint = dict(kept)
     checkpoint_run = run_of(commit.version) if commit is not None else None
     out = {}
     for p in parts:
@@ -60,14 +65,36 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
     return out
 
 
+def position_store(transport: Transport, plan: JobPlan, state_dir: str) -> Any:
+    """The started checkpoint manager of an at-least-once job that keeps its source
+    positions in the checkpoint topic or on the file system; None for the change log."""
+    from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
+
+    if plan.checkpoints == "kafka":
+        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks))
+    elif plan.checkpoints == "filesystem":
+        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name)
+    else:
+        return None
+    store.start()
+    return store
+
+
 class SourceSide:
     def __init__(self, transport: Transport, consumer: Consumer, plan: JobPlan,
                  stage: StagePlan, task_id: int, config: Any,
                  commit: wire.ChangeLogCommit | None, restored_version: int) -> None:
         self.topic = stage.input_topic
         parts = plan.tasks[task_id].partitions
+        self.store = position_store(transport, plan, config.state_dir)
+        kept = None
+        if self.store is not None:
+            self.store.register(task_id)
+            cp = self.store.read_last_checkpoint(task_id)
+            kept = ({p: off for (t, p), off in cp.offsets.items() if t == stage.input_topic}
+                    if cp is not None else {})
         self.starts = start_positions(transport, stage, parts, commit, config.run,
-                                      config.startpoints)
+                                      config.startpoints, kept)
         # Deleted from the metadata store after the next commit records where they led.
         self._startpoints_due = sorted(config.startpoints)
         self._t, self._job, self._task = transport, plan.name, task_id
@@ -125,7 +152,14 @@ class SourceSide:
         self.recorded()
 
     def recorded(self) -> None:
-        """A commit recorded this task's positions: its Startpoints are used up (P1)."""
+        """A commit recorded this task's positions: a topic or file-system store gets them
+        too (after the commit, not atomic with it: at-least-once replays what lies between);
+        the task's Startpoints are used up (P1)."""
+        if self.store is not None:
+            from ..checkpoints import Checkpoint
+
+            self.store.write_checkpoint(self._task, Checkpoint(
+                {(self.topic, p): off for p, off in self.positions.items()}))
         if self._startpoints_due:
             from ..startpoints import delete_applied
 
