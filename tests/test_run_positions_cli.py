@@ -65,3 +65,22 @@ def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path
     # the store is part of the job's layout: a run that drops it is refused
     assert "ran before (run 1) with another layout" in eos(
         "run", WORDCOUNT, "--guarantee", "at-least-once", *d).stderr
+
+
+def test_checkpoints_in_the_checkpoint_topic(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "60", *d)
+    run = ("run", WORDCOUNT, "--name", "wct", "--sink", "counts-t", "--guarantee",
+           "at-least-once", "--checkpoints", "kafka", "--json", *d)
+    assert summary(ok(*run))["stages"][0]["processed"] == 60
+    records = json.loads(ok("consume", "__eos_checkpoint_wct_1", "--all", "--json", *d).stdout)
+    last = {}
+    for r in records:                        # one partition per task, keyed by the task
+        assert r["key"] == str(r["partition"])
+        last[r["partition"]] = json.loads(r["value"])
+    assert last[0] == {"offsets": [["lines", 0, 30]]}
+    assert last[1] == {"offsets": [["lines", 1, 30]]}
+    assert sorted(last) == [0, 1]            # the tasks after the shuffle keep the change log
+    ok("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
+    assert summary(ok(*run))["stages"][0]["processed"] == 10
