@@ -123,3 +123,16 @@ def test_the_change_log_manager_refuses_to_write_while_a_run_holds_the_job(tmp_p
         with pytest.raises(JobRunning, match=r"job 'held' is running \(run 2, .*checkpoints can "
                                              r"be written only while the job is stopped"):
             m.write_checkpoint(0, Checkpoint({("in", 0): 0}))
+
+
+def test_eos_jobs_shows_who_holds_the_lease(tmp_path):
+    import json
+
+    data = tmp_path / "data"
+    other_driver({"data_dir": str(data)}, "wordcount", run=4)
+    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    lease = jobs[0]["lease"]
+    assert (lease["status"], lease["run"], lease["pid"]) == ("held", 4, os.getpid())
+    text = ok("jobs", "--data-dir", str(data)).stdout
+    assert re.search(rf"^  running: run 4, driver pid {os.getpid()} on host .*, last heard from "
+                     rf"\d+ s ago$", text, re.M), text
