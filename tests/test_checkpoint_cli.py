@@ -11,8 +11,11 @@ import os
 import re
 import socket
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from eos_runtime.protocol import wire
 from eos_runtime.runtime.control import ControlLog
@@ -135,3 +138,28 @@ def test_startpoint_set_list_clear_and_the_refusals(tmp_path):
             "%Y-%m-%d %H:%M:%S", time.localtime(1795330800)) + ")\n"
     ok("startpoint", "clear", "wordcount", *d)
     assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
+
+
+@pytest.mark.kafka
+def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    job, source, sink = f"cpt-{tag}", f"cpt-in-{tag}", f"cpt-out-{tag}"
+    k = ("--bootstrap-servers", kafka_bootstrap)
+    named = ("--name", job, "--source", source, "--sink", sink)
+    ok("produce", source, "--generate", "words", "--count", "200", "--seed", "9", *k)
+    ok("run", WORDCOUNT, *named, *k)
+    key0 = f"tasknames.task-0.systems.kafka.streams.{source}.partitions.0"
+    shown = ok("checkpoint", "show", job, *k).stdout
+    assert f"{key0}=100\n" in shown, shown
+    edited = tmp_path / "edited.properties"
+    edited.write_text(shown.replace(f"{key0}=100", f"{key0}=60"))
+    ok("checkpoint", "write", job, str(edited), *k)
+    ok("run", WORDCOUNT, *named, *k)
+    parts: dict[int, list[str]] = {}
+    for r in json.loads(ok("consume", source, "--all", "--json", *k).stdout):
+        parts.setdefault(r["partition"], []).append(r["value"])
+    told = words_in(parts[0] + parts[1] + parts[0][60:])
+    seen: dict[str, list[str]] = {}
+    for r in json.loads(ok("consume", sink, "--json", *k).stdout):
+        seen.setdefault(r["key"], []).append(r["value"])
+    assert {w: [str(i) for i in range(1, n + 1)] for w, n in told.items()} == seen
