@@ -363,6 +363,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}", fail_fast=(TaskFailed,))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
+        _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
         lease = LeaseRequest(lease_timeout, take_over)
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
         keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)
@@ -445,14 +446,15 @@ def watch_run(run: PipelineRun, *,
         run.close()
 
 
-def _fan_out(transport: Transport, plan: JobPlan, run: int) -> dict[int, dict[int, Any]]:
+def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
+             write: bool = True) -> dict[int, dict[int, Any]]:
     """The job's Startpoints for this run, per source task (``startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
     from .startpoints import fan_out_startpoints
 
     src = plan.stages[0]
     readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
-    found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run)
+    found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run, write=write)
     resolvers = src.source.startpoint_resolvers if src.source is not None else {}
     for by_part in found.values():
         for p, sp in by_part.items():

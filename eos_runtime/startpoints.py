@@ -305,11 +305,12 @@ def clear_startpoints(job: str, topic: str | None = None, partition: int | None 
 
 
 def fan_out_startpoints(transport: Transport, job: str, topic: str,
-                        readers: Mapping[int, int], run: int) -> dict[int, dict[int, Startpoint]]:
+                        readers: Mapping[int, int], run: int, *,
+                        write: bool = True) -> dict[int, dict[int, Startpoint]]:
     """At run ``run``'s start (the driver holds the lease): per source task, the Startpoint
     of each partition it reads (P1a), tagged with the run that first carries it; the
     metadata store then holds them under task keys only. Partition keys of partitions no
-    task reads are refused."""
+    task reads are refused. ``write=False`` only checks (before the run is recorded)."""
     store = MetadataStore(transport, job)
     found = store.startpoints()
     if not found:
@@ -327,6 +328,10 @@ def fan_out_startpoints(transport: Transport, job: str, topic: str,
                           f"startpoint clear {job}`")
     out: dict[int, dict[int, Startpoint]] = {}
     puts: dict[StartpointKey, Startpoint] = {}
+    if not write:
+        for (task, partition), sp in chosen.items():
+            out.setdefault(task, {})[partition] = sp
+        return out
     for (task, partition), sp in chosen.items():
         tagged = sp if sp.run is not None else replace(sp, run=run)
         out.setdefault(task, {})[partition] = tagged

@@ -207,3 +207,26 @@ def test_startpoints_are_refused_for_internal_channels_other_topics_and_while_ru
         set_startpoint("wc", "words", 0, Startpoint.oldest(), **opts)
     with pytest.raises(JobRunning):
         clear_startpoints("wc", **opts)
+
+
+def test_a_startpoint_no_task_reads_stops_the_run_before_it_is_recorded(tmp_path):
+    opts = {"data_dir": str(tmp_path / "data")}
+    produce(opts, "words", batch("a", 2), T0)
+    produce(opts, "other", batch("a", 2), T0)
+    set_startpoint("fresh", "other", 1, Startpoint.oldest(), **opts)   # never ran: any topic
+    p = Pipeline("fresh")
+    p.source("words").map(str.upper).sink("out")
+    with pytest.raises(ConfigError, match=r"job 'fresh' has Startpoints for other\[1\], which no "
+                                          r"task of this run reads \(its source is 'words'\): "
+                                          r"clear them with `eos startpoint clear fresh`"):
+        run_pipeline(p, state_dir=str(tmp_path / "state"), **opts)
+    with open_transport(**opts) as t:
+        log = ControlLog(t, "fresh")
+        assert log.runs() == [] and log.lease()[0] == "free"
+    clear_startpoints("fresh", **opts)
+    p2 = Pipeline("fresh2")
+    p2.source("words", startpoint_resolvers={}).map(str.upper).sink("out")
+    set_startpoint("fresh2", "words", 0, Startpoint.custom("nope"), **opts)
+    with pytest.raises(ConfigError, match="names resolver 'nope', which source 'words' does not "
+                                          "have"):
+        run_pipeline(p2, state_dir=str(tmp_path / "state"), **opts)
