@@ -136,3 +136,26 @@ def test_eos_jobs_shows_who_holds_the_lease(tmp_path):
     text = ok("jobs", "--data-dir", str(data)).stdout
     assert re.search(rf"^  running: run 4, driver pid {os.getpid()} on host .*, last heard from "
                      rf"\d+ s ago$", text, re.M), text
+
+
+def test_a_keepers_heartbeat_moves_the_expiry_and_close_releases(tmp_path):
+    from eos_runtime.protocol.lease import HELD
+    from eos_runtime.runtime.control import LeaseKeeper, LeaseRequest
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        log = ControlLog(t, "beat")
+        log.create()
+        lease = LeaseRequest(timeout=3600.0)
+        log._acquire(lease, 0)
+        keeper = LeaseKeeper(opts, "beat", 0, lease)   # beats every 10 s: not in this test
+        _, holder, first = log.lease()
+        assert holder is not None and holder.owner == lease.owner
+        keeper.renew(t)
+        status, _, last = log.lease()
+        assert status == HELD and last >= first
+        assert log.lease(last + 3_600_001)[0] == "expired"
+        keeper.close()
+        assert log.lease()[0] == FREE
+        actions = [r.action for r in log.leases()]
+        assert actions[0] == "acquire" and actions[-1] == "release" and "renew" in actions

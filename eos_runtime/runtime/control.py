@@ -329,6 +329,10 @@ class LeaseKeeper:
         return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
                           int(time.time() * 1000), int(self.lease.timeout * 1000))
 
+    def renew(self, transport: Transport) -> None:
+        """One heartbeat: the lease holds ``timeout`` seconds from now."""
+        ControlLog(transport, self.job).append_lease(self._record("renew"))
+
     def _beat(self) -> None:
         from ..transport import open_transport
 
@@ -338,7 +342,7 @@ class LeaseKeeper:
                 try:
                     if transport is None:
                         transport = open_transport(**self.opts)
-                    ControlLog(transport, self.job).append_lease(self._record("renew"))
+                    self.renew(transport)
                 except Exception as exc:   # the next beat tries again; expiry is the limit
                     log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
         finally:
