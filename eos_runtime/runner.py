@@ -23,7 +23,14 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
-from .errors import ConfigError, EosError, PipelineFileError, TaskFailed, TopicNotFound
+from .errors import (
+    ConfigError,
+    EosError,
+    JobRunning,
+    PipelineFileError,
+    TaskFailed,
+    TopicNotFound,
+)
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
@@ -359,9 +366,11 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         checkpoints=checkpoints, reset_offset=reset_offset,
                         offset_default=offset_default)
         # A user function raising on a record fails every retry the same way: the run
-        # ends at the first one (TaskFailed names the record and suggests dead letters).
+        # ends at the first one (TaskFailed names the record and suggests dead letters);
+        # so does a task whose run was taken over (JobRunning: a retry would fence the
+        # newer run's task).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
-                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed,))
+                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed, JobRunning))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
         lease = LeaseRequest(lease_timeout, take_over)

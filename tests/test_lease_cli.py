@@ -159,3 +159,31 @@ def test_a_keepers_heartbeat_moves_the_expiry_and_close_releases(tmp_path):
         assert log.lease()[0] == FREE
         actions = [r.action for r in log.leases()]
         assert actions[0] == "acquire" and actions[-1] == "release" and "renew" in actions
+
+
+def test_a_task_of_a_run_taken_over_stops_before_it_recovers(tmp_path):
+    """A retry of an old run's task after --take-over must not register a generation: it
+    would fence the new run's task (and that one's retry it, back and forth)."""
+    from eos_runtime import Pipeline
+    from eos_runtime.errors import JobRunning
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runner import create_job_topics, task_configs
+    from eos_runtime.runtime.task import run_task
+    from eos_runtime.transport import TopicPartition, TopicSpec
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    p = Pipeline("old")
+    p.source("in").map(str.upper).sink("out")
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec("in", 1)])
+        plan = plan_job(p, t)
+        create_job_topics(t, plan)
+        log = ControlLog(t, "old")
+        log.start_run(plan, bounded=True)          # run 0 ...
+        log.start_run(plan, bounded=True)          # ... taken over by run 1
+        config = task_configs(plan, t, opts, str(tmp_path / "state"), run=0)[0]
+        with pytest.raises(JobRunning, match="task 0 of run 0 of job 'old' stops: run 1 took "
+                                             "the job over"):
+            run_task(config)
+        assert t.watermarks(TopicPartition("old.changelog", 0)) == (0, 0), \
+            "the old run's task registered a generation"

@@ -190,6 +190,20 @@ class ControlLog:
                 info = RunInfo(info.start, info.offset, rec)
         return info
 
+    def latest_run(self) -> int | None:
+        """The number of the job's newest run (None: it never ran)."""
+        last = self.last_run()
+        return None if last is None else last.start.run
+
+    def refuse_if_superseded(self, run: int, task: int) -> None:
+        """A task of run ``run`` started (or retried) after a newer run of the job began (a
+        ``--take-over``): ``JobRunning`` before it recovers. Recovering would register a new
+        generation and fence the newer run's task, whose retry would fence it back."""
+        newer = self.latest_run()
+        if newer is not None and newer > run:
+            raise JobRunning(f"task {task} of run {run} of job {self.job!r} stops: run {newer} "
+                             f"took the job over")
+
     def guarantee(self) -> str | None:
         """The job's processing guarantee, from its last run's layout (None: it never ran
         on this transport). A run with another guarantee is refused, so the last run's is

@@ -34,6 +34,7 @@ from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, TopicPartition, Transport, open_transport
 from .checkpoint import Committer
+from .control import ControlLog
 from .operators import Chain
 from .outputs import ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned
@@ -174,6 +175,7 @@ class _Task:
         return self.stats
 
     def _run(self) -> None:
+        ControlLog(self.t, self.plan.name).refuse_if_superseded(self.c.run, self.id)
         recovered = self.committer.recover()
         try:
             finished = finished_run(recovered.version, self.c.run)
