@@ -120,6 +120,9 @@ class Source:
     parallelism: int | None
     reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
     offset_default: str = "oldest"   # where to start without a checkpoint: oldest | upcoming
+    # custom Startpoints' resolvers by name (eos_runtime/startpoints.py)
+    startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
+                                                                   compare=False)
 
 
 @dataclass(frozen=True)
@@ -277,14 +280,23 @@ def _binds(sig: inspect.Signature, n: int) -> bool:
     return True
 
 
+#: Where a job's source tasks keep their checkpoints: the change log (the default, and the
+#: only store exactly-once may use), the checkpoint topic, the file system.
+CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
+
+
 class Pipeline:
     """A job: one source, steps, key shuffles and one sink."""
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
                  parallelism: int = 1, dead_letters: bool | str = False,
-                 kafka_config: Mapping[str, Any] | None = None) -> None:
+                 kafka_config: Mapping[str, Any] | None = None,
+                 checkpoints: str = "changelog") -> None:
         _check_name(name)
+        if checkpoints not in CHECKPOINT_STORES:
+            raise ConfigError(f"checkpoints {checkpoints!r}: use one of "
+                              f"{', '.join(CHECKPOINT_STORES)}")
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
                               f"{', '.join(GUARANTEES)}")
@@ -307,11 +319,15 @@ class Pipeline:
         # librdkafka settings for every Kafka client of a run (SASL, TLS, ...), under the
         # command line's --kafka-config and -X; ignored on the local log.
         self.kafka_config = check_settings(kafka_config or {}, f"pipeline {name!r} kafka_config")
+        # Where source tasks keep their input positions (checkpoints.py); at-least-once only
+        # for the topic and file-system stores (plan.py refuses them under exactly-once).
+        self.checkpoints = checkpoints
         self._segments: list[_Segment] = []
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
                parallelism: int | None = None, reset_offset: bool = False,
-               offset_default: str = "oldest") -> Stream:
+               offset_default: str = "oldest",
+               startpoint_resolvers: Mapping[str, Callable[..., int]] | None = None) -> Stream:
         """Read ``topic``; ``key``/``value`` are formats from ``FORMATS`` (no key format:
         an unkeyed stream). ``parallelism`` defaults to the topic's partition count.
 
@@ -320,7 +336,15 @@ class Pipeline:
         inside the run still resumes from its own) and starts at ``offset_default``, which
         also applies when there is no checkpoint: ``"oldest"`` (the default: what the
         topic holds) or ``"upcoming"`` (only what arrives after the start). Under
-        exactly-once a reset moves the input positions and keeps the job's state."""
+        exactly-once a reset moves the input positions and keeps the job's state.
+
+        ``startpoint_resolvers`` names the functions a custom Startpoint may use:
+        ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md)."""
+        resolvers = dict(startpoint_resolvers or {})
+        for rname, fn in resolvers.items():
+            if not isinstance(rname, str) or not rname or not callable(fn):
+                raise ConfigError(f"source {topic!r}: startpoint_resolvers maps names to "
+                                  f"functions, not {rname!r} to {fn!r}")
         if type(reset_offset) is not bool:
             raise ConfigError(f"source {topic!r}: reset_offset must be True or False, "
                               f"not {reset_offset!r}")
@@ -333,7 +357,7 @@ class Pipeline:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
         seg = _Segment(start=Source(topic, _key_format(key, f"source {topic!r} key"),
                                     _format(value, f"source {topic!r} value"), parallelism,
-                                    reset_offset, offset_default),
+                                    reset_offset, offset_default, resolvers),
                        keyed=key is not None)
         self._segments.append(seg)
         return Stream(self, seg)

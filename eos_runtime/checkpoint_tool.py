@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from .checkpoints import Checkpoint
 from .errors import ConfigError
-from .plan import JobPlan
+from .plan import JobPlan, StagePlan, TaskPlan
 
-__all__ = ["render", "parse", "ParsedCheckpoints"]
+__all__ = ["render", "parse", "ParsedCheckpoints", "plan_from_layout"]
 
 _KEY = re.compile(r"^tasknames\.([^.]+)\.systems\.([^.]+)\.streams\.(.+)\.partitions\.(\d+)$")
 
@@ -113,3 +113,31 @@ def parse(text: str, plan: JobPlan, system: str,
     if not out:
         raise ConfigError("the file sets no offset: nothing to write")
     return ParsedCheckpoints(out)
+
+
+def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
+    """The job's stages and tasks, rebuilt from the layout its last run recorded in the
+    control topic (what the tool needs: topics, task ids, which partitions each task
+    reads, as ``plan.plan_job`` assigns them: partition p to the stage's task p mod n).
+    Steps, formats and resolvers are not known here: the tool does not run the job."""
+    from .runtime.control import layout_guarantee, layout_stages
+
+    stages = []
+    tasks = []
+    upstream: tuple[int, ...] = ()
+    for st in layout_stages(layout):
+        n = len(st.task_ids)
+        for i, task_id in enumerate(st.task_ids):
+            tasks.append(TaskPlan(task_id, st.index,
+                                  tuple(p for p in range(st.input_partitions) if p % n == i)))
+        stages.append(StagePlan(index=st.index, input_topic=st.input_topic,
+                                input_partitions=st.input_partitions, is_source=st.index == 0,
+                                source=None, steps=(), shuffle=None, output_topic=st.output_topic,
+                                output_partitions=st.output_partitions, sink=None,
+                                task_ids=st.task_ids, upstream_task_ids=upstream))
+        upstream = st.task_ids
+    if not stages:
+        raise ConfigError(f"job {job!r}: its control topic holds no layout to read")
+    tasks.sort(key=lambda t: t.task_id)
+    return JobPlan(job, layout_guarantee(layout) or "exactly-once", 0.0, 0, tuple(stages),
+                   tuple(tasks), f"{job}.changelog")

@@ -114,6 +114,7 @@ class ChangeLogCheckpoints(CheckpointManager):
     def __init__(self, transport: Transport, job: str) -> None:
         super().__init__()
         self.t = transport
+        self.job = job
         self.topic = f"{job}.changelog"
         self.fence_id_prefix = f"{job}.task-"
 
@@ -134,7 +135,10 @@ class ChangeLogCheckpoints(CheckpointManager):
 
     def _write(self, task: int, checkpoint: Checkpoint) -> None:
         from .runtime.changelog import ChangeLogWriter, fold_log
+        from .runtime.control import ControlLog
 
+        # A running task would be fenced mid-run by this write: refuse as the tool does.
+        ControlLog(self.t, self.job).refuse_if_running("checkpoints can be written")
         tp = TopicPartition(self.topic, task)
         try:
             fold = fold_log(self.t, tp)

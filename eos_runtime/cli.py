@@ -48,6 +48,12 @@ main.add_command(jobs_cmd)
 main.add_command(topics_cmd)
 main.add_command(reset_cmd)
 
+# `eos checkpoint show|write`, `eos startpoint set|list|clear`: where a job's sources start.
+from .cli_ops import checkpoint_group, startpoint_group  # noqa: E402
+
+main.add_command(checkpoint_group)
+main.add_command(startpoint_group)
+
 # `eos experiment`: a workload under injected faults, verified against its oracle.
 from .cli_experiment import experiment_cmd  # noqa: E402
 

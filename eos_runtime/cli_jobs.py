@@ -41,7 +41,9 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
     from .runtime.control import ControlLog, layout_guarantee, layout_stages
     from .transport import TopicPartition
 
-    runs = ControlLog(transport, job).runs()
+    log = ControlLog(transport, job)
+    runs = log.runs()
+    status, holder, last_ms = log.lease()
     layout = runs[-1].start.layout if runs else ()
     stages = layout_stages(layout)
     info: dict[str, Any] = {
@@ -55,6 +57,9 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
                   "bounded": r.start.bounded, "stopped": r.stopped is not None,
                   "stop_reason": r.stopped.reason if r.stopped is not None else None}
                  for r in runs],
+        "lease": {"status": status, "run": holder.run if holder else None,
+                  "pid": holder.pid if holder else None, "host": holder.host if holder else None,
+                  "last_ms": last_ms if holder else None},
         "tasks": [],
     }
     if not commits:
@@ -91,6 +96,12 @@ def _job_lines(info: dict[str, Any]) -> list[str]:
         kind = "bounded" if r["bounded"] else "unbounded"
         stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
         lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}")
+    lease = info.get("lease") or {}
+    if lease.get("status") in ("held", "expired"):
+        ago = max(time.time() * 1000 - lease["last_ms"], 0) / 1000
+        what = "running" if lease["status"] == "held" else "lease expired"
+        lines.append(f"  {what}: run {lease['run']}, driver pid {lease['pid']} on host "
+                     f"{lease['host']}, last heard from {ago:.0f} s ago")
     if info["tasks"]:
         done = [f"task {t['task_id']} version {t['committed_version']} (run "
                 f"{t['committed_run']})" if t["committed_version"] is not None
@@ -152,12 +163,13 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         use(f"{job}.changelog", job, "changelog")
         use(control_topic(job), job, "control")
         use(f"{job}.dead-letters", job, "dead-letters")
+        use(f"{job}.metadata", job, "metadata")
     return uses
 
 
 _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
               "changelog": "change log of", "control": "control topic of",
-              "dead-letters": "dead letters of"}
+              "dead-letters": "dead letters of", "metadata": "startpoints of"}
 
 
 @click.command("topics")

@@ -366,6 +366,29 @@ def _summary_lines(summary: Any) -> list[str]:
                    "point (at its HIT-th hit, default 1); docs/faults.md lists the points.")
 @click.option("--crash-task", type=click.IntRange(0), default=None, metavar="N",
               help="The task --crash-at arms. Default: 0.")
+@click.option("--reset-offset", "reset_stream", default=None, metavar="STREAM",
+              help="Ignore the checkpoint an earlier run left for the source STREAM and start "
+                   "at --offset-default (a retry inside this run still resumes from its own "
+                   "checkpoints); under exactly-once the job keeps its state.")
+@click.option("--offset-default", type=click.Choice(["oldest", "upcoming"]), default=None,
+              help="Where a source partition without a checkpoint (or reset) starts: oldest "
+                   "(all the topic holds) or upcoming (only what arrives after the start). "
+                   "Default: the source's (oldest unless it says otherwise).")
+@click.option("--checkpoints", "checkpoint_store",
+              type=click.Choice(["changelog", "kafka", "filesystem"]), default=None,
+              help="Where the source tasks keep their input positions: the change log, the "
+                   "checkpoint topic __eos_checkpoint_<job>_1 (on the local log too), or files "
+                   "under <state dir>/checkpoints; the last two only for at-least-once jobs. "
+                   "Default: the pipeline's (the change log unless it says otherwise).")
+@click.option("--take-over", "take_over", is_flag=True,
+              help="Run even though another driver holds the job's lease (a run in progress, "
+                   "or a driver that died less than its lease timeout ago): that run is asked "
+                   "to stop, and this one takes the job.")
+@click.option("--lease-timeout", type=click.FloatRange(0, min_open=True), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="Seconds without a heartbeat from this driver before its lease on the job "
+                   "lapses and another run may start (it renews every third of it, at most "
+                   "every 10 s).")
 @override_options("Run the pipeline as job NAME instead of under the name PIPELINE.py gives "
                   "it: a new name is a new job (its own change log, control topic, channels "
                   "and state), so a pipeline whose layout changed can run without editing "
@@ -377,7 +400,9 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
             master: str | None, max_attempts: int, dead_letters_on: bool,
             dead_letter_topic: str | None, unbounded: bool, crash_at: str | None,
-            crash_task: int | None, name_override: str | None, source_override: str | None,
+            crash_task: int | None, reset_stream: str | None, offset_default: str | None,
+            checkpoint_store: str | None, take_over: bool, lease_timeout: float,
+            name_override: str | None, source_override: str | None,
             sink_override: str | None, as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
 
@@ -408,11 +433,16 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     if fault is not None:
         _check_crash_task(pipeline, opts, fault["task"], parallelism=parallelism,
                           sink_partitions=sink_partitions)
+    if reset_stream is not None and reset_stream != pipeline.source_topic:
+        raise ConfigError(f"--reset-offset {reset_stream}: job {pipeline.name!r} reads "
+                          f"{pipeline.source_topic!r} (its only source stream); give that")
 
     kwargs: dict[str, Any] = dict(
         state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
         commit_every=commit_every, parallelism=parallelism, sink_partitions=sink_partitions,
         master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded,
+        take_over=take_over, lease_timeout=lease_timeout, checkpoints=checkpoint_store,
+        reset_offset=True if reset_stream is not None else None, offset_default=offset_default,
         dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
     name = pipeline.name
 

@@ -33,6 +33,7 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
     ├── EngineError              the Spark job failed: a task's last attempt, or Spark itself
     │   └── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
+    ├── JobRunning               another driver holds the job's lease (names its run)
     ├── SmokeFailed              ``eos smoke`` read back something other than it wrote
     └── DemoFailed               ``eos demo``'s committed output differs from its oracle
 """
@@ -65,6 +66,7 @@ __all__ = [
     "JobCancelled",
     "SmokeFailed",
     "DemoFailed",
+    "JobRunning",
 ]
 
 
@@ -218,6 +220,11 @@ class EngineError(EosError):
 
 class JobCancelled(EngineError):
     """The job was cancelled (``RunningJob.cancel``, Ctrl-C in ``run_tasks``)."""
+
+
+class JobRunning(EosError):
+    """Another driver holds the job's lease: a second ``eos run``, the checkpoint tool or a
+    Startpoint write is refused, naming the running run."""
 
 
 class SmokeFailed(EosError):

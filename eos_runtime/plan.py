@@ -17,7 +17,7 @@ sink topic exists or can be created, parallelism fits the input and the engine's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
@@ -69,6 +69,7 @@ class JobPlan:
     changelog_topic: str
     dead_letter_topic: str | None = None   # None: a raising function stops its task
     dead_letter_partitions: int = 1
+    checkpoints: str = "changelog"         # where source positions are kept (checkpoints.py)
 
     @property
     def exactly_once(self) -> bool:
@@ -90,7 +91,8 @@ class JobPlan:
 def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None = None,
              commit_interval: float | None = None, commit_every: int | None = None,
              parallelism: int | None = None, sink_partitions: int | None = None,
-             dead_letters: bool | str | None = None) -> JobPlan:
+             dead_letters: bool | str | None = None, checkpoints: str | None = None,
+             reset_offset: bool | None = None, offset_default: str | None = None) -> JobPlan:
     """Plan ``pipeline`` against the topics ``transport`` holds; options override the
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
     segments = pipeline.segments
@@ -102,9 +104,24 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     if guarantee not in ("exactly-once", "at-least-once"):
         raise ConfigError(f"guarantee {guarantee!r}: use exactly-once or at-least-once")
     default_par = parallelism or pipeline.parallelism
+    checkpoints = checkpoints or pipeline.checkpoints
+    if checkpoints not in ("changelog", "kafka", "filesystem"):
+        raise ConfigError(f"checkpoints {checkpoints!r}: use changelog, kafka or filesystem")
+    if checkpoints != "changelog" and guarantee == "exactly-once":
+        raise ConfigError(f"checkpoints {checkpoints!r} is for at-least-once jobs: an "
+                          f"exactly-once job's checkpoint is its change-log commit, atomic "
+                          f"with its state and output; use --guarantee at-least-once or the "
+                          f"change log")
 
     source = segments[0].start
     assert isinstance(source, Source)
+    if offset_default is not None and offset_default not in ("oldest", "upcoming"):
+        raise ConfigError(f"offset_default {offset_default!r}: use oldest or upcoming")
+    if reset_offset is not None or offset_default is not None:
+        # Run options beat the source's own settings, for this run only.
+        source = replace(source, reset_offset=source.reset_offset if reset_offset is None
+                         else reset_offset,
+                         offset_default=offset_default or source.offset_default)
     from .errors import TopicNotFound
     try:
         src_spec = transport.describe(source.topic)
@@ -175,7 +192,7 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                    commit_interval if commit_interval is not None else pipeline.commit_interval,
                    commit_every if commit_every is not None else pipeline.commit_every,
                    tuple(stages), tuple(tasks), f"{pipeline.name}.changelog",
-                   dead_topic, dead_parts)
+                   dead_topic, dead_parts, checkpoints)
 
 
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:

@@ -23,9 +23,16 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
-from .errors import ConfigError, EosError, PipelineFileError, TaskFailed, TopicNotFound
+from .errors import (
+    ConfigError,
+    EosError,
+    JobRunning,
+    PipelineFileError,
+    TaskFailed,
+    TopicNotFound,
+)
 from .plan import JobPlan, describe_plan, plan_job
-from .runtime.control import ControlLog
+from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
@@ -203,8 +210,10 @@ class PipelineRun:
 
     def __init__(self, plan: JobPlan, transport: Transport, info: Any, job: Any, bounded: bool,
                  begin: dict[TopicPartition, int], state_dir: str | None = None,
-                 ends: dict[TopicPartition, int] | None = None) -> None:
+                 ends: dict[TopicPartition, int] | None = None,
+                 lease: LeaseKeeper | None = None) -> None:
         self.plan = plan
+        self.lease = lease
         self.t = transport
         self.info = info
         self.job = job
@@ -297,6 +306,10 @@ class PipelineRun:
         return self.job.wait(timeout)
 
     def close(self) -> None:
+        """Release the job's lease and the driver's transport. Call it once the run is
+        over: a run closed early leaves its tasks without a driver that holds the job."""
+        if self.lease is not None:
+            self.lease.close()
         self.t.close()
 
     def summary(self) -> RunSummary:
@@ -320,14 +333,23 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    max_attempts: int = 4, bounded: bool = True,
                    dead_letters: bool | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
-                   buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000) -> PipelineRun:
+                   buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
+                   take_over: bool = False,
+                   lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
+                   reset_offset: bool | None = None, offset_default: str | None = None,
+                   checkpoints: str | None = None) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
-    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off).
-    ``client_config``: librdkafka settings for every Kafka client of the run, the tasks'
-    included, over the pipeline's ``kafka_config``."""
+    the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
+    ``reset_offset``, ``offset_default`` and ``checkpoints`` the source's and the
+    pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
+    the tasks' included, over the pipeline's ``kafka_config``.
+
+    The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
+    the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
+    driver that dies stops holding it ``lease_timeout`` seconds after its last renewal."""
     from .engine import EngineConfig, check_slots, start_tasks
     from .kafka_settings import merge
 
@@ -346,16 +368,29 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     try:
         plan = plan_job(pipeline, transport, guarantee=guarantee, commit_interval=commit_interval,
                         commit_every=commit_every, parallelism=parallelism,
-                        sink_partitions=sink_partitions, dead_letters=dead_letters)
+                        sink_partitions=sink_partitions, dead_letters=dead_letters,
+                        checkpoints=checkpoints, reset_offset=reset_offset,
+                        offset_default=offset_default)
         # A user function raising on a record fails every retry the same way: the run
-        # ends at the first one (TaskFailed names the record and suggests dead letters).
+        # ends at the first one (TaskFailed names the record and suggests dead letters);
+        # so does a task whose run was taken over (JobRunning: a retry would fence the
+        # newer run's task).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
-                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed,))
+                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed, JobRunning))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
-        info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded)
+        _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
+        lease = LeaseRequest(lease_timeout, take_over)
+        info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
+        keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)
+    except BaseException:
+        transport.close()
+        raise
+    try:
         create_job_topics(transport, plan)
-        begin = _source_positions(transport, plan)
+        startpoints = _fan_out(transport, plan, info.start.run)
+        begin = _source_positions(transport, plan, startpoints)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
+                               startpoints=startpoints,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
@@ -363,8 +398,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
-        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends)
+        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper)
     except BaseException:
+        keeper.close()
         transport.close()
         raise
 
@@ -425,8 +461,34 @@ def watch_run(run: PipelineRun, *,
         run.close()
 
 
-def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
-    """Where each source partition's last committed checkpoint resumes (low watermark if none)."""
+def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
+             write: bool = True) -> dict[int, dict[int, Any]]:
+    """The job's Startpoints for this run, per source task (``startpoints.py``); a custom
+    one must name a resolver the source has, before any task starts."""
+    from .startpoints import fan_out_startpoints
+
+    src = plan.stages[0]
+    readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
+    found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run, write=write)
+    resolvers = src.source.startpoint_resolvers if src.source is not None else {}
+    for by_part in found.values():
+        for p, sp in by_part.items():
+            if sp.kind == "custom" and sp.resolver not in resolvers:
+                raise ConfigError(f"the custom startpoint of {src.input_topic}[{p}] names "
+                                  f"resolver {sp.resolver!r}, which source {src.input_topic!r} "
+                                  f"does not have (it has: {', '.join(resolvers) or 'none'}): "
+                                  f"pass it in source(..., startpoint_resolvers=...) or clear "
+                                  f"the startpoint")
+    return found
+
+
+def _source_positions(transport: Transport, plan: JobPlan,
+                      startpoints: dict[int, dict[int, Any]] | None = None,
+                      ) -> dict[TopicPartition, int]:
+    """Where each source partition's last committed checkpoint resumes (low watermark if
+    none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
+    from .protocol.positions import Start, resolve, startpoint_applies
+    from .protocol.runs import run_of
     from .runtime.changelog import last_commit
 
     src = plan.stages[0]
@@ -443,19 +505,32 @@ def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartitio
         for p in t.partitions:
             tp = TopicPartition(src.input_topic, p)
             out[tp] = committed.get((tp.topic, p), transport.watermarks(tp)[0])
+            sp = (startpoints or {}).get(t.task_id, {}).get(p)
+            if sp is not None and sp.kind != "custom" and startpoint_applies(
+                    sp.run, None if commit is None else run_of(commit.version)):
+                low, high = transport.watermarks(tp)
+                at = (transport.offset_for_timestamp(tp, sp.value)
+                      if sp.kind == "timestamp" else None)
+                try:
+                    out[tp] = resolve(Start(sp.kind, sp.value, "startpoint"), low, high, at)
+                except ValueError:
+                    pass   # the task refuses it, naming the partition
     return out
 
 
 def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
-                 state_dir: str, *, bounded: bool = True, **options: Any) -> list:
+                 state_dir: str, *, bounded: bool = True,
+                 startpoints: dict[int, dict[int, Any]] | None = None, **options: Any) -> list:
     """One ``TaskConfig`` per task; in a bounded run sources get the end offsets of now."""
     from .runtime.task import TaskConfig
 
     src = plan.stages[0]
     ends = ({p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
              for p in range(src.input_partitions)} if bounded else {})
+    found = startpoints or {}
     return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
                        state_dir=state_dir, bounded=bounded,
+                       startpoints=dict(found.get(t.task_id, {})),
                        end_offsets={p: ends[p] for p in t.partitions}
                        if t.stage == 0 and bounded else {},
                        **options)
@@ -464,6 +539,11 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
 
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
+    if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
+        from .checkpoints import checkpoint_topic
+
+        specs.append(TopicSpec(checkpoint_topic(plan.name), len(plan.tasks), compacted=True,
+                               keep_forever=True))
     sink = plan.stages[-1]
     try:
         transport.describe(sink.output_topic)

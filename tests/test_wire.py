@@ -17,6 +17,7 @@ from eos_runtime.protocol.wire import (
     CheckpointData,
     Envelope,
     InputPosition,
+    Lease,
     Marker,
     OutputRange,
     OutputSeq,
@@ -50,7 +51,9 @@ checkpoint_data = st.builds(CheckpointData, i64, i32, i64)
 
 run_starts = st.builds(RunStart, i32, i64, st.booleans(), st.lists(text, max_size=4).map(tuple))
 stops = st.builds(StopRequest, i32, i64, text)
-control_records = run_starts | stops
+leases = st.builds(Lease, i32, st.sampled_from(wire.LEASE_ACTIONS), text, i32, text, i64, i64,
+                   st.booleans())
+control_records = run_starts | stops | leases
 
 channel_records = envelopes | markers | restores
 changelog_records = cl_data | commits | aborts
@@ -187,4 +190,5 @@ def test_record_type_values_are_pinned():
     rt = wire.RecordType
     assert (rt.DATA, rt.MARKER, rt.RESTORE) == (1, 2, 3)
     assert (rt.CL_DATA, rt.CL_COMMIT, rt.CL_ABORT, rt.CHECKPOINT_DATA) == (16, 17, 18, 32)
+    assert (rt.RUN_START, rt.STOP, rt.LEASE) == (48, 49, 50)
     assert wire.encode(Marker(1, 2, 3, 4)) == bytes((1, 2)) + msgpack.packb([1, 2, 3, 4])

@@ -6,7 +6,14 @@ Positions come from four places; the first that applies wins (Samza's checkpoint
 P1  A Startpoint for the partition (for this task, or for the partition alone) beats the
     checkpoint. It stays in force until the task's next checkpoint commit records where
     it led, so a restart before that commit applies it again (it is deleted then, by
-    whoever owns the metadata store).
+    whoever owns the metadata store). Which commit is "next" is decided without the
+    deletion (which a crash may cut off): the driver tags each Startpoint with the run
+    it is fanned out for (P1a) and it applies only while the task's checkpoint is of an
+    earlier run (P1b). A task that committed in that run has recorded where the
+    Startpoint led; applying it again would read the input twice.
+P1a Fan-out at a run's start: a Startpoint keyed by stream-partition goes to the task
+    that reads that partition; one keyed by stream-partition + task beats it for that
+    task (the more specific key wins, as in Samza).
 P2  ``reset_offset`` ignores the checkpoint, but only a checkpoint of an earlier run: a
     task retried inside a run resumes from its own run's checkpoint. Otherwise every
     crash would read the input again from the default and, under exactly-once, count it
@@ -25,9 +32,15 @@ retention may have deleted input a job never read, and silently skipping it is d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["KINDS", "DEFAULTS", "Start", "choose_start", "resolve"]
+K = TypeVar("K")
+V = TypeVar("V")
+
+__all__ = ["KINDS", "DEFAULTS", "Start", "choose_start", "fan_out", "resolve",
+           "startpoint_applies"]
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming")
 DEFAULTS = ("oldest", "upcoming")
@@ -49,14 +62,42 @@ class Start:
                              f"{'takes no' if self.value is not None else 'needs a'} value")
 
 
+def startpoint_applies(startpoint_run: int | None, checkpoint_run: int | None) -> bool:
+    """P1b: a Startpoint fanned out for run ``startpoint_run`` (None: not yet fanned out,
+    the run starting now) applies while the task has no checkpoint of that run or later."""
+    return startpoint_run is None or checkpoint_run is None or checkpoint_run < startpoint_run
+
+
+def fan_out(partition_keys: Mapping[K, V], task_keys: Mapping[tuple[int, K], V],
+            readers: Mapping[K, int]) -> tuple[dict[tuple[int, K], V], list[K]]:
+    """P1a: per (task, partition) the Startpoint in force. ``partition_keys``: Startpoints
+    keyed by stream-partition; ``task_keys``: by (task, stream-partition); ``readers``: the
+    task reading each source partition. Returns those Startpoints and the partition keys
+    no task reads (the caller refuses them: a Startpoint must not be dropped silently)."""
+    out: dict[tuple[int, K], V] = {}
+    unread = []
+    for key, sp in partition_keys.items():
+        if key not in readers:
+            unread.append(key)
+            continue
+        out[(readers[key], key)] = sp
+    for (task, key), sp in task_keys.items():
+        if readers.get(key) != task:
+            unread.append(key)
+            continue
+        out[(task, key)] = sp
+    return out, unread
+
+
 def choose_start(*, checkpoint: int | None, checkpoint_run: int | None, run: int,
                  reset: bool = False, default: str = "oldest",
-                 startpoint: Start | None = None) -> Start:
+                 startpoint: Start | None = None, startpoint_run: int | None = None) -> Start:
     """P1-P4 for one partition. ``checkpoint_run``: the run whose commit holds
-    ``checkpoint`` (None without one)."""
+    ``checkpoint`` (None without one); ``startpoint_run``: the run the Startpoint was
+    fanned out for (P1b)."""
     if default not in DEFAULTS:
         raise ValueError(f"offset_default {default!r}: use oldest or upcoming")
-    if startpoint is not None:
+    if startpoint is not None and startpoint_applies(startpoint_run, checkpoint_run):
         return Start(startpoint.kind, startpoint.value, "startpoint")
     if checkpoint is not None and not (reset and checkpoint_run is not None
                                        and checkpoint_run < run):

@@ -46,6 +46,8 @@ __all__ = [
     "CheckpointData",
     "RunStart",
     "StopRequest",
+    "Lease",
+    "LEASE_ACTIONS",
     "ChannelRecord",
     "ControlRecord",
     "ChangeLogRecord",
@@ -76,6 +78,7 @@ class RecordType:
     CHECKPOINT_DATA = 32  # RocksDB: pointer from local state to the change log
     RUN_START = 48      # control topic: the driver started run N of the job
     STOP = 49           # control topic: stop run N gracefully (final checkpoint)
+    LEASE = 50          # control topic: a driver takes, renews or releases the job's lease
 
 
 # --------------------------------------------------------------------------- records
@@ -237,8 +240,31 @@ class StopRequest:
     reason: str
 
 
+#: What a ``Lease`` record does (``protocol/lease.py`` folds them).
+LEASE_ACTIONS = ("acquire", "renew", "release")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A driver's claim on the job (one driver per job, ``protocol/lease.py``).
+
+    ``owner`` is a random token of the driver process; ``pid`` and ``host`` are for the
+    person the refusal is shown to. ``at_ms`` is the writer's clock; the lease lapses
+    ``timeout_ms`` after the holder's last record. ``take_over`` on an acquire takes the
+    lease from a live holder."""
+
+    run: int
+    action: str
+    owner: str
+    pid: int
+    host: str
+    at_ms: int
+    timeout_ms: int
+    take_over: bool = False
+
+
 ChannelRecord = Envelope | Marker | Restore
-ControlRecord = RunStart | StopRequest
+ControlRecord = RunStart | StopRequest | Lease
 ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort
 _AnyRecord = ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord
 
@@ -320,6 +346,15 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
             fields = [_check(run, INT32, "run"), _check(requested_ms, INT64, "requested_ms"),
                       reason]
             return _header(RecordType.STOP) + _packb(fields)
+        case Lease(run, action, owner, pid, host, at_ms, timeout_ms, take_over):
+            if action not in LEASE_ACTIONS or not isinstance(owner, str) or not isinstance(
+                    host, str) or type(take_over) is not bool:
+                raise ValueError(f"lease needs action in {LEASE_ACTIONS}, owner and host: str, "
+                                 f"take_over: bool")
+            fields = [_check(run, INT32, "run"), action, owner, _check(pid, INT32, "pid"), host,
+                      _check(at_ms, INT64, "at_ms"), _check(timeout_ms, INT64, "timeout_ms"),
+                      take_over]
+            return _header(RecordType.LEASE) + _packb(fields)
     raise TypeError(f"not a protocol record: {record!r}")
 
 
@@ -465,6 +500,18 @@ def _read_stop(f: list[Any]) -> StopRequest:
                        _str(f[2], "reason"))
 
 
+def _read_lease(f: list[Any]) -> Lease:
+    _array(f, 8, "lease")
+    action = _str(f[1], "action")
+    if action not in LEASE_ACTIONS:
+        raise _Malformed(f"unknown lease action {action!r}")
+    if type(f[7]) is not bool:
+        raise _Malformed(f"take_over must be a boolean, not {type(f[7]).__name__}")
+    return Lease(_int(f[0], INT32, "run"), action, _str(f[2], "owner"),
+                 _int(f[3], INT32, "pid"), _str(f[4], "host"), _int(f[5], INT64, "at_ms"),
+                 _int(f[6], INT64, "timeout_ms"), f[7])
+
+
 _READERS: dict[int, Callable[[list[Any]], _AnyRecord]] = {
     RecordType.DATA: _read_data,
     RecordType.MARKER: _read_marker,
@@ -475,12 +522,13 @@ _READERS: dict[int, Callable[[list[Any]], _AnyRecord]] = {
     RecordType.CHECKPOINT_DATA: _read_checkpoint_data,
     RecordType.RUN_START: _read_run_start,
     RecordType.STOP: _read_stop,
+    RecordType.LEASE: _read_lease,
 }
 
 _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.MARKER, RecordType.RESTORE))
 _CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT))
 _CHECKPOINT_TYPES = frozenset((RecordType.CHECKPOINT_DATA,))
-_CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP))
+_CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP, RecordType.LEASE))
 
 
 def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
@@ -534,7 +582,8 @@ def decode_checkpoint_data(raw: bytes) -> CheckpointData:
 
 def decode_control(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                    offset: int | None = None) -> ControlRecord:
-    """A record read from a job's control topic: a ``RunStart`` or a ``StopRequest``."""
+    """A record read from a job's control topic: a ``RunStart``, a ``StopRequest`` or a
+    ``Lease``."""
     return cast(ControlRecord, _decode(raw, _CONTROL_TYPES, "control", topic, partition, offset))
 
 

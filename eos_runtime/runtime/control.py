@@ -5,22 +5,42 @@ The driver appends a ``RunStart`` when it starts a run: the record numbers the r
 refused before anything starts. ``eos stop``, or Ctrl-C on the driver, appends a
 ``StopRequest``; source tasks watch the topic from their run's start record and end the
 run with a final checkpoint when one names their run.
+
+One driver per job: before its ``RunStart`` a driver appends a ``Lease`` acquire and reads
+the log back to learn whether it won (``protocol/lease.py`` decides); ``LeaseKeeper``
+renews it from a thread while the run goes on and releases it at the end. The checkpoint
+tool and Startpoint writes refuse while the lease is held (``ControlLog.refuse_if_running``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import socket
+import threading
 import time
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from ..errors import ConfigError, TopicNotFound, TransportError
+from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError
 from ..plan import JobPlan
 from ..protocol import wire
+from ..protocol.lease import EXPIRED, HELD, fold_lease
 from ..protocol.runs import MAX_RUN
 from ..transport import TopicPartition, TopicSpec, Transport
 
-__all__ = ["ControlLog", "RunInfo", "StageLayout", "StopWatcher", "control_topic", "job_layout",
-           "jobs_on", "jobs_with_sink", "layout_guarantee", "layout_stages"]
+__all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
+           "control_topic", "job_layout", "jobs_on", "jobs_with_sink", "layout_guarantee",
+           "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds after a driver's last heartbeat before its lease lapses. A driver renews every
+#: third of it (at most every 10 s), so a lease survives two lost heartbeats; a minute
+#: also keeps clock skew between hosts (milliseconds under NTP) irrelevant.
+DEFAULT_LEASE_TIMEOUT = 60.0
 
 
 def control_topic(job: str) -> str:
@@ -37,6 +57,8 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
                      f"tasks {tasks}, stores [{', '.join(st.stores)}], "
                      f"output {st.output_topic} x{st.output_partitions}")
     lines.append(f"guarantee {plan.guarantee}")
+    if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
+        lines.append(f"checkpoints {plan.checkpoints}")
     return tuple(lines)
 
 
@@ -152,7 +174,8 @@ class ControlLog:
         for offset, rec in self.records():
             if isinstance(rec, wire.RunStart):
                 runs.append(RunInfo(rec, offset))
-            elif runs and rec.run == runs[-1].start.run and runs[-1].stopped is None:
+            elif isinstance(rec, wire.StopRequest) and runs and rec.run == runs[-1].start.run \
+                    and runs[-1].stopped is None:
                 runs[-1] = RunInfo(runs[-1].start, runs[-1].offset, rec)
         return runs
 
@@ -162,9 +185,24 @@ class ControlLog:
         for offset, rec in self.records():
             if isinstance(rec, wire.RunStart):
                 info = RunInfo(rec, offset)
-            elif info is not None and rec.run == info.start.run and info.stopped is None:
+            elif isinstance(rec, wire.StopRequest) and info is not None \
+                    and rec.run == info.start.run and info.stopped is None:
                 info = RunInfo(info.start, info.offset, rec)
         return info
+
+    def latest_run(self) -> int | None:
+        """The number of the job's newest run (None: it never ran)."""
+        last = self.last_run()
+        return None if last is None else last.start.run
+
+    def refuse_if_superseded(self, run: int, task: int) -> None:
+        """A task of run ``run`` started (or retried) after a newer run of the job began (a
+        ``--take-over``): ``JobRunning`` before it recovers. Recovering would register a new
+        generation and fence the newer run's task, whose retry would fence it back."""
+        newer = self.latest_run()
+        if newer is not None and newer > run:
+            raise JobRunning(f"task {task} of run {run} of job {self.job!r} stops: run {newer} "
+                             f"took the job over")
 
     def guarantee(self) -> str | None:
         """The job's processing guarantee, from its last run's layout (None: it never ran
@@ -173,9 +211,43 @@ class ControlLog:
         last = self.last_run()
         return None if last is None else layout_guarantee(last.start.layout)
 
-    def start_run(self, plan: JobPlan, *, bounded: bool) -> RunInfo:
-        """Append the next run's start record; refuse a job whose layout changed."""
+    def leases(self) -> list[wire.Lease]:
+        return [rec for _, rec in self.records() if isinstance(rec, wire.Lease)]
+
+    def lease(self, now_ms: int | None = None) -> tuple[str, wire.Lease | None, int]:
+        """``(free | held | expired, the acquire holding it, its last record's ms)``."""
+        state = fold_lease(self.leases())
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return state.status(now), state.holder, state.last_ms
+
+    def running_text(self, holder: wire.Lease, last_ms: int, now_ms: int | None = None) -> str:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.at_ms / 1000))
+        return (f"job {self.job!r} is running (run {holder.run}, started {started} by pid "
+                f"{holder.pid} on host {holder.host}, last heard from "
+                f"{max(now - last_ms, 0) / 1000:.0f} s ago)")
+
+    def refuse_if_running(self, what: str) -> None:
+        """``JobRunning`` naming the run while a driver holds the job's lease: ``what``
+        (the checkpoint tool, a Startpoint write) must not change a running job's
+        positions behind its tasks' backs."""
+        status, holder, last_ms = self.lease()
+        if status == HELD and holder is not None:
+            raise JobRunning(f"{self.running_text(holder, last_ms)}: {what} only while the "
+                             f"job is stopped; wait for the run to end or `eos stop "
+                             f"{self.job}` first")
+
+    def start_run(self, plan: JobPlan, *, bounded: bool,
+                  lease: LeaseRequest | None = None) -> RunInfo:
+        """Append the next run's start record; refuse a job whose layout changed, or one
+        whose lease another driver holds. With ``lease``, take the lease first (and
+        check, by reading the log back, that this driver won it)."""
         self.create()
+        if lease is None:
+            status, holder, last_ms = self.lease()
+            if status == HELD and holder is not None:
+                raise JobRunning(f"{self.running_text(holder, last_ms)}; wait for it or "
+                                 f"`eos stop {self.job}`")
         last = self.last_run()
         layout = job_layout(plan)
         if last is not None and last.start.layout != layout:
@@ -190,8 +262,38 @@ class ControlLog:
         run = 0 if last is None else last.start.run + 1
         if run > MAX_RUN:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
+        if lease is not None:
+            self._acquire(lease, run)
         start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
         return RunInfo(start, self._append(start))
+
+    def _acquire(self, lease: LeaseRequest, run: int) -> None:
+        now = int(time.time() * 1000)
+        status, holder, last_ms = self.lease(now)
+        if status == HELD and holder is not None and not lease.take_over:
+            raise JobRunning(f"{self.running_text(holder, last_ms, now)}; wait for it, "
+                             f"`eos stop {self.job}`, or take it over with --take-over")
+        mine = wire.Lease(run, "acquire", lease.owner, os.getpid(), socket.gethostname(), now,
+                          int(lease.timeout * 1000), lease.take_over)
+        self._append(mine)
+        # Two drivers may both have seen the lease free: the first acquire in the log wins (L1).
+        _, won, won_ms = self.lease()
+        if won != mine:
+            assert won is not None
+            raise JobRunning(f"{self.running_text(won, won_ms)}: it started at the same time "
+                             f"as this one and took the lease first")
+        if holder is not None and status == HELD:
+            log.warning("took job %r over from run %d (pid %d on host %s); asked that run to "
+                        "stop", self.job, holder.run, holder.pid, holder.host)
+            self._append(wire.StopRequest(holder.run, now, f"taken over by run {run} "
+                                                             f"(pid {os.getpid()})"))
+        elif holder is not None and status == EXPIRED:
+            log.warning("job %r: run %d's driver (pid %d on host %s) was last heard from %.0f s "
+                        "ago, longer than its lease timeout; this run takes the job over",
+                        self.job, holder.run, holder.pid, holder.host, (now - last_ms) / 1000)
+
+    def append_lease(self, record: wire.Lease) -> None:
+        self._append(record)
 
     def request_stop(self, reason: str) -> tuple[wire.StopRequest, wire.StopRequest | None]:
         """Ask the latest run to stop gracefully; returns the request and the run's earlier
@@ -207,6 +309,75 @@ class ControlLog:
         with self.t.producer() as p:
             p.produce(self.tp.topic, 0, wire.encode(record))
             return p.flush()[self.tp]
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """What a driver asks for: ``timeout`` seconds without a heartbeat before its lease
+    lapses; ``take_over`` from a live holder. ``owner`` tells this driver's records apart."""
+
+    timeout: float = DEFAULT_LEASE_TIMEOUT
+    take_over: bool = False
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ConfigError(f"lease timeout {self.timeout!r}: give a number of seconds > 0")
+        if not self.owner:
+            object.__setattr__(self, "owner", uuid.uuid4().hex)
+
+
+class LeaseKeeper:
+    """Renews a driver's lease from a thread (its own transport) and releases it on
+    ``close``. A renewal that fails is retried at the next beat: the lease only lapses
+    after ``timeout`` seconds of failures."""
+
+    def __init__(self, transport_opts: dict[str, Any], job: str, run: int,
+                 lease: LeaseRequest) -> None:
+        self.opts, self.job, self.run, self.lease = transport_opts, job, run, lease
+        self.every = min(lease.timeout / 3, 10.0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"eos-lease-{job}", daemon=True)
+        self._thread.start()
+
+    def _record(self, action: str) -> wire.Lease:
+        return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
+                          int(time.time() * 1000), int(self.lease.timeout * 1000))
+
+    def renew(self, transport: Transport) -> None:
+        """One heartbeat: the lease holds ``timeout`` seconds from now."""
+        ControlLog(transport, self.job).append_lease(self._record("renew"))
+
+    def _beat(self) -> None:
+        from ..transport import open_transport
+
+        transport = None
+        try:
+            while not self._done.wait(self.every):
+                try:
+                    if transport is None:
+                        transport = open_transport(**self.opts)
+                    self.renew(transport)
+                except Exception as exc:   # the next beat tries again; expiry is the limit
+                    log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
+        finally:
+            if transport is not None:
+                transport.close()
+
+    def close(self) -> None:
+        """Stop renewing and release the lease (the next run may start at once)."""
+        if self._done.is_set():
+            return
+        self._done.set()
+        self._thread.join()
+        from ..transport import open_transport
+
+        try:
+            with open_transport(**self.opts) as transport:
+                ControlLog(transport, self.job).append_lease(self._record("release"))
+        except Exception as exc:   # the lease then lapses after its timeout
+            log.warning("job %r: releasing the lease failed (%s); it lapses in %.0f s",
+                        self.job, exc, self.lease.timeout)
 
 
 class StopWatcher:

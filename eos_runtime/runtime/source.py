@@ -9,12 +9,13 @@ until a stop request names the run (``runtime/control.py``). Its open version is
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.positions import choose_start, resolve
+from ..protocol.positions import Start, choose_start, resolve, startpoint_applies
 from ..protocol.runs import SourceVersions, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .control import StopWatcher
@@ -24,27 +25,59 @@ __all__ = ["SourceSide", "start_positions"]
 
 
 def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ...],
-                    commit: wire.ChangeLogCommit | None,
-                    run: int) -> dict[int, tuple[int, str]]:
-    """Per input partition: the offset to start from and why (``protocol/positions.py``)."""
+                    commit: wire.ChangeLogCommit | None, run: int,
+                    startpoints: dict[int, Any] | None = None,
+                    kept: dict[int, int] | None = None) -> dict[int, tuple[int, str]]:
+    """Per input partition: the offset to start from and why (``protocol/positions.py``).
+    ``startpoints``: the driver's fan-out for this task (``startpoints.Startpoint`` by
+    partition); ``kept``: the positions a topic or file-system checkpoint store holds
+    (at-least-once), instead of the commit's."""
+    from ..startpoints import resolve_startpoint
+
     src = stage.source
     assert src is not None
     topic = stage.input_topic
     checkpoint = ({pos.partition: pos.offset for pos in commit.inputs if pos.topic == topic}
                   if commit is not None else {})
+    if kept is not None:
+        checkpoint = dict(kept)
     checkpoint_run = run_of(commit.version) if commit is not None else None
     out = {}
     for p in parts:
+        sp = (startpoints or {}).get(p)
+        given = None
+        if sp is not None and startpoint_applies(sp.run, checkpoint_run):
+            kind, value = resolve_startpoint(sp, transport, topic, p, src.startpoint_resolvers)
+            given = Start(kind, value, "startpoint")
         start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
-                             run=run, reset=src.reset_offset, default=src.offset_default)
-        low, high = transport.watermarks(TopicPartition(topic, p))
+                             run=run, reset=src.reset_offset, default=src.offset_default,
+                             startpoint=given, startpoint_run=None if sp is None else sp.run)
+        tp = TopicPartition(topic, p)
+        low, high = transport.watermarks(tp)
+        at = (transport.offset_for_timestamp(tp, start.value)
+              if start.kind == "timestamp" and start.value is not None else None)
         try:
-            out[p] = (resolve(start, low, high), start.why)
+            out[p] = (resolve(start, low, high, at), start.why)
         except ValueError as exc:
             raise EosError(f"source {topic}[{p}]: {exc}; retention may have deleted input "
                            f"this job never read: start it elsewhere with reset_offset=True "
                            f"or a checkpoint written with eos checkpoint") from None
     return out
+
+
+def position_store(transport: Transport, plan: JobPlan, state_dir: str) -> Any:
+    """The started checkpoint manager of an at-least-once job that keeps its source
+    positions in the checkpoint topic or on the file system; None for the change log."""
+    from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
+
+    if plan.checkpoints == "kafka":
+        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks))
+    elif plan.checkpoints == "filesystem":
+        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name)
+    else:
+        return None
+    store.start()
+    return store
 
 
 class SourceSide:
@@ -53,7 +86,18 @@ class SourceSide:
                  commit: wire.ChangeLogCommit | None, restored_version: int) -> None:
         self.topic = stage.input_topic
         parts = plan.tasks[task_id].partitions
-        self.starts = start_positions(transport, stage, parts, commit, config.run)
+        self.store = position_store(transport, plan, config.state_dir)
+        kept = None
+        if self.store is not None:
+            self.store.register(task_id)
+            cp = self.store.read_last_checkpoint(task_id)
+            kept = ({p: off for (t, p), off in cp.offsets.items() if t == stage.input_topic}
+                    if cp is not None else {})
+        self.starts = start_positions(transport, stage, parts, commit, config.run,
+                                      config.startpoints, kept)
+        # Deleted from the metadata store after the next commit records where they led.
+        self._startpoints_due = sorted(config.startpoints)
+        self._t, self._job, self._task = transport, plan.name, task_id
         start = {p: offset for p, (offset, _) in self.starts.items()}
         self.positions = dict(start)
         self.ends = {p: config.end_offsets.get(p) for p in parts}
@@ -105,6 +149,22 @@ class SourceSide:
     def committed(self, version: int) -> None:
         self.versions.committed(version)
         self.timer.reset(time.monotonic())
+        self.recorded()
+
+    def recorded(self) -> None:
+        """A commit recorded this task's positions: a topic or file-system store gets them
+        too (after the commit, not atomic with it: at-least-once replays what lies between);
+        the task's Startpoints are used up (P1)."""
+        if self.store is not None:
+            from ..checkpoints import Checkpoint
+
+            self.store.write_checkpoint(self._task, Checkpoint(
+                {(self.topic, p): off for p, off in self.positions.items()}))
+        if self._startpoints_due:
+            from ..startpoints import delete_applied
+
+            delete_applied(self._t, self._job, self.topic, self._task, self._startpoints_due)
+            self._startpoints_due = []
 
     def inputs(self) -> tuple[wire.InputPosition, ...]:
         return tuple(wire.InputPosition(self.topic, p, off)

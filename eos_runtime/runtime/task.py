@@ -34,6 +34,7 @@ from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, TopicPartition, Transport, open_transport
 from .checkpoint import Committer
+from .control import ControlLog
 from .operators import Chain
 from .outputs import ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned
@@ -60,6 +61,8 @@ class TaskConfig:
     # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
+    # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
+    startpoints: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -175,6 +178,7 @@ class _Task:
         return self.stats
 
     def _run(self) -> None:
+        ControlLog(self.t, self.plan.name).refuse_if_superseded(self.c.run, self.id)
         recovered = self.committer.recover()
         try:
             finished = finished_run(recovered.version, self.c.run)
@@ -216,6 +220,7 @@ class _Task:
                 src.committed(due)
         self.stats.stopped = src.stopped
         self.committer.end_run(src.inputs())
+        src.recorded()
 
     def _send_output(self) -> None:
         """Output of the open version goes out as it is made, not only at checkpoints:

@@ -1,0 +1,251 @@
+"""``eos checkpoint show|write`` and ``eos startpoint set|list|clear``: see and move where a
+job's source tasks start (docs/operations.md).
+
+Both write only through Startpoints (``startpoints.py``): a position an operator gives is
+applied at each task's next start and recorded by its next commit, never written behind a
+running task's back, and both are refused while a driver holds the job's lease.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import click
+
+from .cli_pipeline import (
+    _absolute,
+    _check_writable,
+    _n,
+    _reading_local_log,
+    _where,
+    json_option,
+    resolve_transport,
+    transport_options,
+)
+from .errors import ConfigError
+
+__all__ = ["checkpoint_group", "startpoint_group"]
+
+
+def _job_plan(transport: Any, job: str, opts: dict[str, str]) -> Any:
+    from .checkpoint_tool import plan_from_layout
+    from .runtime.control import ControlLog
+
+    last = ControlLog(transport, job).last_run()
+    if last is None:
+        raise ConfigError(f"job {job!r} has never run on {_where(opts)}: it has no checkpoints "
+                          f"(`eos jobs` lists the jobs there)")
+    return plan_from_layout(job, last.start.layout)
+
+
+@click.group("checkpoint")
+def checkpoint_group() -> None:
+    """Show a job's checkpoints as a properties file; write an edited one back as the
+    starting positions of its next run."""
+
+
+@checkpoint_group.command("show")
+@click.argument("job")
+@transport_options
+def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | None) -> None:
+    """Print the latest checkpoint of every task of JOB as a properties file (Samza's
+    checkpoint tool): one editable line per source partition; versions, generations and
+    the positions of internal channels as comments. Edit an offset, then `eos checkpoint
+    write JOB FILE`."""
+    from .checkpoint_tool import render
+    from .checkpoints import ChangeLogCheckpoints
+    from .protocol.lease import HELD
+    from .runtime.control import ControlLog
+    from .startpoints import list_startpoints
+    from .transport import open_transport
+
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    with _reading_local_log(opts), open_transport(**opts) as t:
+        plan = _job_plan(t, job, opts)
+        manager = ChangeLogCheckpoints(t, job)
+        manager.start()
+        checkpoints = {}
+        for task in plan.tasks:
+            manager.register(task.task_id)
+            checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
+        text = render(plan, t.name, checkpoints)
+        log = ControlLog(t, job)
+        status, holder, last_ms = log.lease()
+        pending = list_startpoints(job, transport=t)
+    notes = []
+    if status == HELD and holder is not None:
+        notes.append(f"# {log.running_text(holder, last_ms)}: these positions move as it "
+                     f"commits; `eos checkpoint write` waits until it ends")
+    for key, sp in sorted(pending.items()):
+        who = "" if key.task is None else f" (task-{key.task})"
+        notes.append(f"# startpoint pending for the next run: {key.topic}[{key.partition}]{who}"
+                     f" -> {sp.describe()}")
+    click.echo(text + "".join(f"{n}\n" for n in notes), nl=False)
+
+
+@checkpoint_group.command("write")
+@click.argument("job")
+@click.argument("file", type=click.File("r"))
+@transport_options
+def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
+                     data_dir: str | None) -> None:
+    """Make the offsets in FILE (from `eos checkpoint show JOB`, edited; - reads stdin) the
+    starting positions of JOB's next run. Every line is checked first (task, system,
+    stream, partition, offset within the partition's earliest and latest offsets) and a bad
+    one is refused naming it. Refused while a run holds the job. The positions are written
+    as Startpoints: each task applies them at its next start and records them with its
+    next commit; under exactly-once the job keeps its state."""
+    from .checkpoint_tool import parse
+    from .runtime.control import ControlLog
+    from .startpoints import MetadataStore, Startpoint, StartpointKey
+    from .transport import TopicPartition, open_transport
+
+    text = file.read()
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    _check_writable(opts)
+    with open_transport(**opts) as t:
+        plan = _job_plan(t, job, opts)
+        ControlLog(t, job).refuse_if_running("the checkpoint tool writes positions")
+
+        def bounds(topic: str, partition: int) -> tuple[int, int]:
+            return t.watermarks(TopicPartition(topic, partition))
+
+        parsed = parse(text, plan, t.name, bounds)
+        store = MetadataStore(t, job)
+        old = store.startpoints()
+        puts = {StartpointKey(topic, p, task): Startpoint.offset(offset)
+                for task, offsets in parsed.offsets.items()
+                for (topic, p), offset in offsets.items()}
+        # The file is the newest word on these partitions: earlier Startpoints of them go.
+        given = {(k.topic, k.partition) for k in puts}
+        store.write(puts, [k for k in old if (k.topic, k.partition) in given and k not in puts])
+    click.echo(f"wrote {_n(len(puts), 'starting position')} for the next run of job {job!r} "
+               f"on {_where(opts)}: each task applies them at its start and records them with "
+               f"its next commit (`eos startpoint list {job}` shows them until then)")
+    for key in sorted(puts):
+        click.echo(f"  task-{key.task} {key.topic}[{key.partition}] -> offset "
+                   f"{puts[key].value}")
+
+
+@click.group("startpoint")
+def startpoint_group() -> None:
+    """Set, list and clear the Startpoints of a job's source partitions: where its next
+    run starts reading them, ahead of the checkpoint."""
+
+
+def _timestamp(text: str) -> int:
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--timestamp {text!r}: give milliseconds since the epoch or an ISO "
+                          f"date-time such as 2026-11-22T07:00:00Z") from None
+    return int(when.timestamp() * 1000)
+
+
+@startpoint_group.command("set")
+@click.argument("job")
+@click.argument("stream")
+@click.argument("partition", type=click.IntRange(0))
+@click.option("--offset", type=click.IntRange(0), default=None, metavar="N",
+              help="Start at offset N (checked against the partition's offsets at the task's "
+                   "start).")
+@click.option("--timestamp", default=None, metavar="TIME",
+              help="Start at the first record at or after TIME: milliseconds since the epoch, "
+                   "or an ISO date-time (2026-11-22T07:00:00Z; without a zone, local time).")
+@click.option("--oldest", is_flag=True, help="Start at the oldest offset the partition holds.")
+@click.option("--upcoming", is_flag=True,
+              help="Start at the end: only records that arrive after the task starts.")
+@click.option("--task", type=click.IntRange(0), default=None, metavar="N",
+              help="Key it by partition and task N (which must read the partition). Default: "
+                   "keyed by the partition, given to the task reading it when the next run "
+                   "starts.")
+@transport_options
+def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
+                   timestamp: str | None, oldest: bool, upcoming: bool, task: int | None,
+                   bootstrap_servers: str | None, data_dir: str | None) -> None:
+    """Set where JOB's next run starts reading partition PARTITION of its source STREAM,
+    ahead of the checkpoint (one of --offset, --timestamp, --oldest, --upcoming). It is
+    applied at the task's start and deleted after its next commit. Refused while a run
+    holds the job, and for internal channels."""
+    from .startpoints import Startpoint, set_startpoint
+
+    chosen = [name for name, on in (("--offset", offset is not None),
+                                    ("--timestamp", timestamp is not None),
+                                    ("--oldest", oldest), ("--upcoming", upcoming)) if on]
+    if len(chosen) != 1:
+        raise click.UsageError("give one of --offset, --timestamp, --oldest, --upcoming"
+                               + (f" (not {' and '.join(chosen)})" if chosen else ""))
+    if offset is not None:
+        sp = Startpoint.offset(offset)
+    elif timestamp is not None:
+        sp = Startpoint.timestamp(_timestamp(timestamp))
+    else:
+        sp = Startpoint.oldest() if oldest else Startpoint.upcoming()
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    _check_writable(opts)
+    from .transport import open_transport
+
+    with open_transport(**opts) as t:
+        key = set_startpoint(job, stream, partition, sp, task=task, transport=t)
+    click.echo(f"startpoint of job {job!r}: {key.describe()} -> {sp.describe()} (applied when "
+               f"the next run starts)")
+
+
+@startpoint_group.command("list")
+@click.argument("job")
+@transport_options
+@json_option("Print a JSON list of {stream, partition, task, kind, value, resolver, argument, "
+             "run} (a failed command: a JSON error object).")
+def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | None,
+                    as_json: bool) -> None:
+    """List JOB's Startpoints: those set and not yet used up (a task deletes its own after
+    the commit that recorded where it led)."""
+    from .startpoints import list_startpoints
+
+    opts = resolve_transport(bootstrap_servers, data_dir)
+    from .transport import open_transport
+
+    with _reading_local_log(opts), open_transport(**opts) as t:
+        found = list_startpoints(job, transport=t)
+    if as_json:
+        click.echo(json.dumps([{"stream": k.topic, "partition": k.partition, "task": k.task,
+                                "kind": sp.kind, "value": sp.value, "resolver": sp.resolver,
+                                "argument": sp.argument, "run": sp.run}
+                               for k, sp in sorted(found.items())], indent=1))
+        return
+    if not found:
+        click.echo(f"no startpoints for job {job!r} on {_where(opts)}")
+        return
+    for k, sp in sorted(found.items()):
+        run = "" if sp.run is None else f" (given to run {sp.run})"
+        click.echo(f"{k.describe()}: {sp.describe()}{run}")
+
+
+@startpoint_group.command("clear")
+@click.argument("job")
+@click.option("--stream", default=None, metavar="STREAM",
+              help="Only the Startpoints of STREAM. Default: all of the job's.")
+@click.option("--partition", type=click.IntRange(0), default=None, metavar="N",
+              help="Only those of partition N (with --stream). Default: every partition.")
+@transport_options
+def startpoint_clear(job: str, stream: str | None, partition: int | None,
+                     bootstrap_servers: str | None, data_dir: str | None) -> None:
+    """Delete JOB's Startpoints (all, or those of --stream and --partition) before its next
+    run uses them. Refused while a run holds the job."""
+    from .startpoints import clear_startpoints
+
+    if partition is not None and stream is None:
+        raise click.UsageError("--partition goes with --stream")
+    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
+    _check_writable(opts)
+    from .transport import open_transport
+
+    with open_transport(**opts) as t:
+        gone = clear_startpoints(job, stream, partition, transport=t)
+    click.echo(f"cleared {_n(len(gone), 'startpoint')} of job {job!r}"
+               + "".join(f"\n  {k.describe()}" for k in sorted(gone)))

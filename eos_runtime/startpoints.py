@@ -1,0 +1,376 @@
+"""Startpoints (Samza's Startpoints proposal): where a job's source partitions start at its
+next run, beating the checkpoint.
+
+    from eos_runtime.startpoints import Startpoint, set_startpoint, list_startpoints
+
+    set_startpoint("wordcount", "lines", 0, Startpoint.offset(120), data_dir=".eos/data")
+    set_startpoint("wordcount", "lines", 1, Startpoint.timestamp(1763790000000), task=1)
+    list_startpoints("wordcount", data_dir=".eos/data")   # {StartpointKey: Startpoint}
+    clear_startpoints("wordcount", data_dir=".eos/data")
+
+Kinds: a specific offset, a timestamp (the first record at or after it), oldest,
+upcoming, and custom (a resolver function the source names in
+``source(..., startpoint_resolvers={...})``, called with the partition's bounds at the
+task's start). Keys: stream-partition, or stream-partition + task.
+
+Where they live: the job's metadata store, the compacted topic ``<job>.metadata`` (the
+same on the local log, which keeps a compacted topic's records and lets readers take the
+last per key), apart from the checkpoints. Records are JSON (operators read them with
+``eos consume <job>.metadata --all``), keyed ``startpoint/<topic>/<partition>`` or
+``startpoint/<topic>/<partition>/task-<n>``; a record without a value deletes its key.
+
+Life of a Startpoint (the rules are ``protocol/positions.py``, P1-P1b):
+
+1. set while the job is stopped (refused while a driver holds the job's lease, and for
+   anything but the job's source stream: internal channels are positioned by the
+   protocol's markers and restores, and moving one would break alignment);
+2. at a run's start the driver fans partition keys out to the task reading the partition
+   and tags each with the run (``fan_out_startpoints``);
+3. the task applies it at its start, unless it already committed in that run;
+4. after the task's next checkpoint commit (which records where it led) the task deletes
+   it. A crash before that commit applies it again; a crash after the commit but before
+   the deletion does not (step 3's rule), and the next run deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import ConfigError, TopicNotFound
+from .protocol.positions import fan_out
+from .transport import TopicSpec, Transport, open_transport
+
+__all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
+           "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",
+           "check_source_partition", "delete_applied", "resolve_startpoint"]
+
+KINDS = ("offset", "timestamp", "oldest", "upcoming", "custom")
+
+
+def metadata_topic(job: str) -> str:
+    return f"{job}.metadata"
+
+
+@dataclass(frozen=True)
+class Startpoint:
+    """Where to start one partition. ``run``: set by the driver, the run it was fanned out
+    for (None: not yet)."""
+
+    kind: str
+    value: int | None = None          # the offset, or the timestamp in ms
+    resolver: str | None = None       # custom: a name in the source's startpoint_resolvers
+    argument: str = ""                # custom: passed to the resolver
+    created_ms: int = 0
+    run: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"startpoint kind {self.kind!r}: use one of {', '.join(KINDS)}")
+        needs_value = self.kind in ("offset", "timestamp")
+        if needs_value and (type(self.value) is not int or self.value < 0):
+            raise ConfigError(f"a startpoint of kind {self.kind} needs a value >= 0, "
+                              f"not {self.value!r}")
+        if not needs_value and self.value is not None:
+            raise ConfigError(f"a startpoint of kind {self.kind} takes no value")
+        if (self.kind == "custom") != bool(self.resolver):
+            raise ConfigError("a custom startpoint names its resolver (and only it does)")
+
+    @classmethod
+    def offset(cls, offset: int) -> Startpoint:
+        return cls("offset", offset, created_ms=_now())
+
+    @classmethod
+    def timestamp(cls, ms: int) -> Startpoint:
+        return cls("timestamp", ms, created_ms=_now())
+
+    @classmethod
+    def oldest(cls) -> Startpoint:
+        return cls("oldest", created_ms=_now())
+
+    @classmethod
+    def upcoming(cls) -> Startpoint:
+        return cls("upcoming", created_ms=_now())
+
+    @classmethod
+    def custom(cls, resolver: str, argument: str = "") -> Startpoint:
+        return cls("custom", None, resolver, argument, created_ms=_now())
+
+    def describe(self) -> str:
+        if self.kind == "offset":
+            return f"offset {self.value}"
+        if self.kind == "timestamp":
+            assert self.value is not None
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.value / 1000))
+            return f"timestamp {self.value} ({when})"
+        if self.kind == "custom":
+            return f"custom {self.resolver}({self.argument!r})"
+        return self.kind
+
+    def to_json(self) -> bytes:
+        return json.dumps({"kind": self.kind, "value": self.value, "resolver": self.resolver,
+                           "argument": self.argument, "created_ms": self.created_ms,
+                           "run": self.run}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Startpoint:
+        try:
+            doc = json.loads(raw)
+            return cls(doc["kind"], doc.get("value"), doc.get("resolver"),
+                       doc.get("argument", ""), int(doc.get("created_ms", 0)), doc.get("run"))
+        except (ValueError, KeyError, TypeError, ConfigError) as exc:
+            raise ConfigError(f"startpoint at {where} is not readable: {exc}") from None
+
+
+@dataclass(frozen=True, order=True)
+class StartpointKey:
+    """A source partition, or a source partition as one task reads it."""
+
+    topic: str
+    partition: int
+    task: int | None = None
+
+    def encode(self) -> bytes:
+        tail = "" if self.task is None else f"/task-{self.task}"
+        return f"startpoint/{self.topic}/{self.partition}{tail}".encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> StartpointKey | None:
+        parts = raw.decode(errors="replace").split("/")
+        try:
+            if parts[0] != "startpoint" or len(parts) not in (3, 4):
+                return None
+            task = int(parts[3].removeprefix("task-")) if len(parts) == 4 else None
+            return cls(parts[1], int(parts[2]), task)
+        except ValueError:
+            return None
+
+    def describe(self) -> str:
+        return f"{self.topic}[{self.partition}]" + ("" if self.task is None
+                                                    else f" task {self.task}")
+
+
+class MetadataStore:
+    """The job's metadata topic: the last record per key holds; an empty value deletes."""
+
+    def __init__(self, transport: Transport, job: str) -> None:
+        self.t = transport
+        self.job = job
+        self.topic = metadata_topic(job)
+
+    def create(self) -> None:
+        self.t.create_topics([TopicSpec(self.topic, 1, compacted=True, keep_forever=True)])
+
+    def startpoints(self) -> dict[StartpointKey, Startpoint]:
+        from .runtime.committed import read_topic
+
+        try:
+            records = read_topic(self.t, self.topic, read_committed=False)
+        except TopicNotFound:
+            return {}
+        out: dict[StartpointKey, Startpoint] = {}
+        for r in records:
+            key = StartpointKey.decode(r.key) if r.key is not None else None
+            if key is None:
+                continue
+            if r.value is None or not r.value:
+                out.pop(key, None)
+            else:
+                out[key] = Startpoint.from_json(r.value, f"{self.topic}[{r.partition}]@{r.offset}")
+        return out
+
+    def write(self, puts: Mapping[StartpointKey, Startpoint],
+              deletes: Iterable[StartpointKey] = ()) -> None:
+        """Puts first, then deletes: a crash between leaves a key twice, never none."""
+        deletes = list(deletes)
+        if not puts and not deletes:
+            return
+        self.create()
+        with self.t.producer() as p:
+            for key, sp in sorted(puts.items()):
+                p.produce(self.topic, 0, sp.to_json(), key=key.encode())
+            for key in deletes:
+                p.produce(self.topic, 0, None, key=key.encode())
+            p.flush()
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _source_of(transport: Transport, job: str) -> tuple[str, int, dict[int, int]] | None:
+    """The job's source topic, its partitions and the task reading each (from its last
+    run's layout), or None if the job never ran."""
+    from .runtime.control import ControlLog, layout_stages
+
+    last = ControlLog(transport, job).last_run()
+    stages = layout_stages(last.start.layout) if last is not None else []
+    if not stages:
+        return None
+    src = stages[0]
+    tasks = src.task_ids
+    readers = {p: tasks[p % len(tasks)] for p in range(src.input_partitions)} if tasks else {}
+    return src.input_topic, src.input_partitions, readers
+
+
+def check_source_partition(transport: Transport, job: str, key: StartpointKey) -> None:
+    """Refuse a Startpoint for anything but a partition of the job's source stream."""
+    known = _source_of(transport, job)
+    internal = (f"{job}.shuffle-", f"{job}.changelog", f"{job}.control", f"{job}.metadata",
+                f"{job}.dead-letters")
+    if key.topic.startswith(internal):
+        raise ConfigError(f"{key.topic!r} is an internal topic of job {job!r}: Startpoints apply "
+                          f"to the job's source stream only (a channel's position follows its "
+                          f"producers' markers and restores; moving it would break alignment)")
+    if known is not None:
+        topic, parts, readers = known
+        if key.topic != topic:
+            raise ConfigError(f"job {job!r} reads {topic!r}, not {key.topic!r}: Startpoints apply "
+                              f"to the job's source stream only")
+        if not 0 <= key.partition < parts:
+            raise ConfigError(f"{topic!r} has partitions 0..{parts - 1}, not {key.partition}")
+        if key.task is not None and readers.get(key.partition) != key.task:
+            raise ConfigError(f"task {key.task} does not read {topic}[{key.partition}]: task "
+                              f"{readers.get(key.partition)} does")
+        return
+    try:
+        parts = transport.describe(key.topic).partitions
+    except TopicNotFound:
+        raise ConfigError(f"topic {key.topic!r} does not exist on the {transport.name} "
+                          f"transport") from None
+    if not 0 <= key.partition < parts:
+        raise ConfigError(f"{key.topic!r} has partitions 0..{parts - 1}, not {key.partition}")
+
+
+def _transport(transport: Transport | None, opts: dict[str, Any]) -> tuple[Transport, bool]:
+    if transport is not None:
+        return transport, False
+    return open_transport(**opts), True
+
+
+def set_startpoint(job: str, topic: str, partition: int, startpoint: Startpoint, *,
+                   task: int | None = None, transport: Transport | None = None,
+                   **transport_opts: Any) -> StartpointKey:
+    """Set a Startpoint for the job's next run (refused while the job runs). A partition
+    key replaces the partition's task keys, so the newest setting holds."""
+    from .runtime.control import ControlLog
+
+    t, close = _transport(transport, transport_opts)
+    try:
+        key = StartpointKey(topic, partition, task)
+        ControlLog(t, job).refuse_if_running("Startpoints can be set")
+        check_source_partition(t, job, key)
+        store = MetadataStore(t, job)
+        stale = [k for k in store.startpoints() if task is None and k.task is not None
+                 and (k.topic, k.partition) == (topic, partition)]
+        store.write({key: replace(startpoint, run=None)}, stale)
+        return key
+    finally:
+        if close:
+            t.close()
+
+
+def list_startpoints(job: str, *, transport: Transport | None = None,
+                     **transport_opts: Any) -> dict[StartpointKey, Startpoint]:
+    t, close = _transport(transport, transport_opts)
+    try:
+        return MetadataStore(t, job).startpoints()
+    finally:
+        if close:
+            t.close()
+
+
+def clear_startpoints(job: str, topic: str | None = None, partition: int | None = None, *,
+                      transport: Transport | None = None,
+                      **transport_opts: Any) -> list[StartpointKey]:
+    """Delete the job's Startpoints (of ``topic``, of its ``partition``); returns them.
+    Refused while the job runs."""
+    from .runtime.control import ControlLog
+
+    t, close = _transport(transport, transport_opts)
+    try:
+        ControlLog(t, job).refuse_if_running("Startpoints can be cleared")
+        store = MetadataStore(t, job)
+        gone = [k for k in store.startpoints()
+                if (topic is None or k.topic == topic)
+                and (partition is None or k.partition == partition)]
+        store.write({}, gone)
+        return gone
+    finally:
+        if close:
+            t.close()
+
+
+def fan_out_startpoints(transport: Transport, job: str, topic: str,
+                        readers: Mapping[int, int], run: int, *,
+                        write: bool = True) -> dict[int, dict[int, Startpoint]]:
+    """At run ``run``'s start (the driver holds the lease): per source task, the Startpoint
+    of each partition it reads (P1a), tagged with the run that first carries it; the
+    metadata store then holds them under task keys only. Partition keys of partitions no
+    task reads are refused. ``write=False`` only checks (before the run is recorded)."""
+    store = MetadataStore(transport, job)
+    found = store.startpoints()
+    if not found:
+        return {}
+    part_keys = {k.partition: sp for k, sp in found.items()
+                 if k.task is None and k.topic == topic}
+    task_keys = {(k.task, k.partition): sp for k, sp in found.items()
+                 if k.task is not None and k.topic == topic}
+    others = sorted(k.describe() for k in found if k.topic != topic)
+    chosen, unread = fan_out(part_keys, task_keys, readers)
+    if others or unread:
+        bad = others + [f"{topic}[{p}]" for p in unread]
+        raise ConfigError(f"job {job!r} has Startpoints for {', '.join(bad)}, which no task of "
+                          f"this run reads (its source is {topic!r}): clear them with `eos "
+                          f"startpoint clear {job}`")
+    out: dict[int, dict[int, Startpoint]] = {}
+    puts: dict[StartpointKey, Startpoint] = {}
+    if not write:
+        for (task, partition), sp in chosen.items():
+            out.setdefault(task, {})[partition] = sp
+        return out
+    for (task, partition), sp in chosen.items():
+        tagged = sp if sp.run is not None else replace(sp, run=run)
+        out.setdefault(task, {})[partition] = tagged
+        key = StartpointKey(topic, partition, task)
+        if found.get(key) != tagged:
+            puts[key] = tagged
+    store.write(puts, [StartpointKey(topic, p) for p in part_keys])
+    return out
+
+
+def delete_applied(transport: Transport, job: str, topic: str, task: int,
+                   partitions: Iterable[int]) -> None:
+    """After the task's commit that recorded where its Startpoints led."""
+    MetadataStore(transport, job).write({}, [StartpointKey(topic, p, task) for p in partitions])
+
+
+
+def resolve_startpoint(sp: Startpoint, transport: Transport, topic: str, partition: int,
+                       resolvers: Mapping[str, Any]) -> tuple[str, int | None]:
+    """The (kind, value) of ``protocol/positions.Start`` that ``sp`` means: a custom one
+    asks its resolver now (the consumer-side visitor of the proposal), with the
+    partition's bounds; the others pass through (the transport resolves them)."""
+    if sp.kind != "custom":
+        return sp.kind, sp.value
+    fn = resolvers.get(sp.resolver or "")
+    if fn is None:
+        raise ConfigError(f"custom startpoint of {topic}[{partition}] names resolver "
+                          f"{sp.resolver!r}, but source {topic!r} has "
+                          f"{', '.join(map(repr, resolvers)) or 'none'}: pass it in "
+                          f"source(..., startpoint_resolvers=...)")
+    from .transport import TopicPartition
+
+    low, high = transport.watermarks(TopicPartition(topic, partition))
+    try:
+        offset = fn(topic, partition, sp.argument, low, high)
+    except Exception as exc:
+        raise ConfigError(f"custom startpoint resolver {sp.resolver!r} raised on "
+                          f"{topic}[{partition}]: {type(exc).__name__}: {exc}") from exc
+    if type(offset) is not int:
+        raise ConfigError(f"custom startpoint resolver {sp.resolver!r} returned {offset!r} "
+                          f"for {topic}[{partition}]: return an offset (int)")
+    return "offset", offset

@@ -1,0 +1,165 @@
+"""The checkpoint tool and Startpoints as an operator uses them: real processes, the real
+local log, real Spark. The round trip: a bounded word count, ``eos checkpoint show``, one
+offset edited back, ``eos checkpoint write``, another run; the exactly-once output must
+then equal an oracle over the input the job was told to read (that partition's records
+from the edited offset on, counted a second time, on top of the state the job kept)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.protocol import wire
+from eos_runtime.runtime.control import ControlLog
+from eos_runtime.transport import open_transport
+
+from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
+
+COUNT = 400
+KEY0 = "tasknames.task-0.systems.local.streams.lines.partitions.0"
+
+
+def lines_by_partition(data: Path) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for r in json.loads(ok("consume", "lines", "--all", "--json", "--data-dir",
+                           str(data)).stdout):
+        out.setdefault(r["partition"], []).append(r["value"])
+    return out
+
+
+def words_in(lines) -> Counter:
+    c: Counter = Counter()
+    for line in lines:
+        c.update(line.split())
+    return c
+
+
+def test_show_edit_write_run_reads_again_from_the_edited_offset(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", str(COUNT), "--seed", "8", *d)
+    ok("run", WORDCOUNT, *d)
+    shown = ok("checkpoint", "show", "wordcount", *d).stdout
+    half = COUNT // 2
+    assert f"{KEY0}={half}\n" in shown, shown
+    assert re.search(r"^# task-2 \(stage 1, reads wordcount.shuffle-1\): version \d+, "
+                     r"generation \d+$", shown, re.M), shown
+    assert re.search(r"^#   tasknames.task-2.systems.local.streams.wordcount.shuffle-1"
+                     r".partitions.0=\d+$", shown, re.M), shown
+
+    edited = tmp_path / "wc.properties"
+    edited.write_text(shown.replace(f"{KEY0}={half}", f"{KEY0}=150"))
+    wrote = ok("checkpoint", "write", "wordcount", str(edited), *d).stdout
+    assert "task-0 lines[0] -> offset 150" in wrote, wrote
+    listed = ok("startpoint", "list", "wordcount", *d).stdout
+    assert "lines[0] task 0: offset 150" in listed, listed
+    assert "# startpoint pending for the next run: lines[0] (task-0) -> offset 150" in \
+        ok("checkpoint", "show", "wordcount", *d).stdout
+
+    ok("run", WORDCOUNT, *d)
+    parts = lines_by_partition(data)
+    told = parts[0] + parts[1] + parts[0][150:]        # partition 0 from offset 150, again
+    assert_exactly_once(data, words_in(told))
+    assert f"{KEY0}={half}\n" in ok("checkpoint", "show", "wordcount", *d).stdout
+    assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
+
+
+def test_write_refuses_a_bad_file_naming_the_line_and_while_a_run_holds_the_job(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "20", *d)
+    p = eos("checkpoint", "show", "wordcount", *d)
+    assert error_line(p) == (f"error: job 'wordcount' has never run on the local log in "
+                             f"{data}: it has no checkpoints (`eos jobs` lists the jobs there)")
+    ok("run", WORDCOUNT, *d)
+    bad = tmp_path / "bad.properties"
+    bad.write_text(f"# a comment\n{KEY0}=5\n{KEY0.replace('task-0', 'task-1')[:-1]}1=ten\n")
+    assert error_line(eos("checkpoint", "write", "wordcount", str(bad), *d)) == \
+        "error: line 3: offset 'ten' is not an integer"
+    bad.write_text(f"{KEY0}=11\n")
+    assert error_line(eos("checkpoint", "write", "wordcount", str(bad), *d)) == \
+        "error: line 1: offset 11 is outside lines[0]'s offsets 0..10"
+    bad.write_text("tasknames.task-2.systems.local.streams.wordcount.shuffle-1.partitions.0=1\n")
+    assert "the positions of internal channels cannot be edited" in \
+        error_line(eos("checkpoint", "write", "wordcount", str(bad), *d))
+    assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
+
+    with open_transport(data_dir=str(data)) as t:
+        ControlLog(t, "wordcount").append_lease(wire.Lease(
+            1, "acquire", "other", os.getpid(), socket.gethostname(), int(time.time() * 1000),
+            3_600_000))
+    good = tmp_path / "good.properties"
+    good.write_text(f"{KEY0}=3\n")
+    line = error_line(eos("checkpoint", "write", "wordcount", str(good), *d))
+    assert re.match(rf"^error: job 'wordcount' is running \(run 1, started .* by pid "
+                    rf"{os.getpid()} on host .*\): the checkpoint tool writes positions only "
+                    rf"while the job is stopped; wait for the run to end or `eos stop "
+                    rf"wordcount` first$", line), line
+    line = error_line(eos("startpoint", "set", "wordcount", "lines", "0", "--oldest", *d))
+    assert "Startpoints can be set only while the job is stopped" in line
+    assert "# job 'wordcount' is running (run 1" in ok("checkpoint", "show", "wordcount",
+                                                       *d).stdout
+
+
+def test_startpoint_set_list_clear_and_the_refusals(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "20", *d)
+    ok("run", WORDCOUNT, *d)
+    out = ok("startpoint", "set", "wordcount", "lines", "1", "--timestamp",
+             "2026-11-22T07:00:00Z", "--task", "1", *d).stdout
+    assert out.startswith("startpoint of job 'wordcount': lines[1] task 1 -> timestamp "
+                          "1795330800000"), out
+    ok("startpoint", "set", "wordcount", "lines", "0", "--offset", "4", *d)
+    got = json.loads(ok("startpoint", "list", "wordcount", "--json", *d).stdout)
+    assert [(g["stream"], g["partition"], g["task"], g["kind"], g["value"]) for g in got] == [
+        ("lines", 0, None, "offset", 4), ("lines", 1, 1, "timestamp", 1795330800000)]
+    assert error_line(eos("startpoint", "set", "wordcount", "wordcount.shuffle-1", "0",
+                          "--oldest", *d)).startswith(
+        "error: 'wordcount.shuffle-1' is an internal topic of job 'wordcount': Startpoints "
+        "apply to the job's source stream only")
+    assert error_line(eos("startpoint", "set", "wordcount", "lines", "1", "--oldest", "--task",
+                          "0", *d)) == "error: task 0 does not read lines[1]: task 1 does"
+    p = eos("startpoint", "set", "wordcount", "lines", "0", *d)
+    assert p.returncode == 2 and "give one of --offset, --timestamp, --oldest" in p.stderr
+    cleared = ok("startpoint", "clear", "wordcount", "--stream", "lines", "--partition", "0",
+                 *d).stdout
+    assert cleared == "cleared 1 startpoint of job 'wordcount'\n  lines[0]\n"
+    assert ok("startpoint", "list", "wordcount", *d).stdout == \
+        "lines[1] task 1: timestamp 1795330800000 (" + time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.localtime(1795330800)) + ")\n"
+    ok("startpoint", "clear", "wordcount", *d)
+    assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
+
+
+@pytest.mark.kafka
+def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    job, source, sink = f"cpt-{tag}", f"cpt-in-{tag}", f"cpt-out-{tag}"
+    k = ("--bootstrap-servers", kafka_bootstrap)
+    named = ("--name", job, "--source", source, "--sink", sink)
+    ok("produce", source, "--generate", "words", "--count", "200", "--seed", "9", *k)
+    ok("run", WORDCOUNT, *named, *k)
+    key0 = f"tasknames.task-0.systems.kafka.streams.{source}.partitions.0"
+    shown = ok("checkpoint", "show", job, *k).stdout
+    assert f"{key0}=100\n" in shown, shown
+    edited = tmp_path / "edited.properties"
+    edited.write_text(shown.replace(f"{key0}=100", f"{key0}=60"))
+    ok("checkpoint", "write", job, str(edited), *k)
+    ok("run", WORDCOUNT, *named, *k)
+    parts: dict[int, list[str]] = {}
+    for r in json.loads(ok("consume", source, "--all", "--json", *k).stdout):
+        parts.setdefault(r["partition"], []).append(r["value"])
+    told = words_in(parts[0] + parts[1] + parts[0][60:])
+    seen: dict[str, list[str]] = {}
+    for r in json.loads(ok("consume", sink, "--json", *k).stdout):
+        seen.setdefault(r["key"], []).append(r["value"])
+    assert {w: [str(i) for i in range(1, n + 1)] for w, n in told.items()} == seen

@@ -1,0 +1,101 @@
+"""The job lease's rules (protocol/lease.py, L1-L3), driven directly: no I/O, no clock."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eos_runtime.protocol.lease import EXPIRED, FREE, HELD, fold_lease, lease_state
+from eos_runtime.protocol.wire import Lease
+
+T = 60_000   # timeout
+
+
+def acq(owner, at, run=0, take_over=False, timeout=T):
+    return Lease(run, "acquire", owner, 100, "h", at, timeout, take_over)
+
+
+def renew(owner, at, run=0):
+    return Lease(run, "renew", owner, 100, "h", at, T)
+
+
+def release(owner, at, run=0):
+    return Lease(run, "release", owner, 100, "h", at, T)
+
+
+def test_no_records_is_free():
+    assert lease_state([], 0) == (FREE, None)
+
+
+def test_an_acquire_holds_until_its_timeout_passes():
+    a = acq("a", 1_000)
+    assert lease_state([a], 1_000) == (HELD, a)
+    assert lease_state([a], 1_000 + T) == (HELD, a)
+    assert lease_state([a], 1_001 + T) == (EXPIRED, a)
+
+
+def test_renewals_keep_it_held():
+    recs = [acq("a", 0), renew("a", 50_000), renew("a", 100_000)]
+    assert lease_state(recs, 100_000 + T)[0] == HELD
+    assert lease_state(recs, 100_001 + T)[0] == EXPIRED
+
+
+def test_a_release_frees_it():
+    recs = [acq("a", 0), renew("a", 10), release("a", 20)]
+    status, holder = lease_state(recs, 30)
+    assert status == FREE and holder is not None and holder.owner == "a"
+
+
+def test_of_two_racing_acquires_the_first_in_the_log_wins():
+    first, second = acq("a", 10), acq("b", 5)   # b's clock is behind: order decides
+    assert lease_state([first, second], 20) == (HELD, first)
+    assert lease_state([second, first], 20) == (HELD, second)
+
+
+def test_an_acquire_takes_an_expired_lease():
+    old = acq("a", 0)
+    new = acq("b", T + 1, run=1)
+    assert lease_state([old, new], T + 2) == (HELD, new)
+
+
+def test_take_over_beats_a_live_holder_and_the_old_holder_renews_in_vain():
+    recs = [acq("a", 0), acq("b", 10, run=1, take_over=True), renew("a", 20), release("a", 30)]
+    status, holder = lease_state(recs, 40)
+    assert status == HELD and holder is not None and holder.owner == "b"
+
+
+def test_a_stranger_cannot_renew_or_release():
+    recs = [acq("a", 0), renew("b", T), release("b", T)]
+    assert lease_state(recs, T + 1)[0] == EXPIRED
+
+
+def test_renew_of_another_run_by_the_same_owner_does_not_count():
+    recs = [acq("a", 0, run=2), renew("a", T, run=1)]
+    assert lease_state(recs, T + 1)[0] == EXPIRED
+
+
+def test_a_released_lease_is_not_brought_back_by_a_late_renewal():
+    recs = [acq("a", 0), release("a", 10), renew("a", 20)]
+    assert lease_state(recs, 30)[0] == FREE
+
+
+owners = st.sampled_from("abc")
+records = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release"]), owners,
+                             st.integers(0, 3 * T), st.booleans()), max_size=12)
+
+
+@given(records, st.integers(0, 4 * T))
+def test_the_holder_is_always_the_last_acquire_that_could_take_it(recs, now):
+    log = [Lease(0, action, owner, 1, "h", at, T, take and action == "acquire")
+           for action, owner, at, take in recs]
+    state = fold_lease(log)
+    status = state.status(now)
+    # Invariants: a holder is one of the acquires; held/expired only with a holder; a
+    # take-over acquire always ends up the holder if it is the last acquire.
+    acquires = [r for r in log if r.action == "acquire"]
+    if state.holder is not None:
+        assert state.holder in acquires
+    else:
+        assert not acquires and status == FREE
+    if acquires and acquires[-1].take_over:
+        assert state.holder == acquires[-1]

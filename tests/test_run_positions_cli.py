@@ -1,0 +1,86 @@
+"""``eos run --reset-offset``, ``--offset-default`` and ``--checkpoints`` through the CLI:
+real processes, the real local log, real Spark."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from test_checkpoint_cli import lines_by_partition, words_in
+from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
+
+
+def summary(p) -> dict:
+    return json.loads(p.stdout)
+
+
+def test_reset_offset_reads_everything_again_and_the_job_keeps_its_state(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "200", *d)
+    ok("run", WORDCOUNT, *d)
+    assert error_line(eos("run", WORDCOUNT, "--reset-offset", "counts", *d)) == (
+        "error: --reset-offset counts: job 'wordcount' reads 'lines' (its only source "
+        "stream); give that")
+    # upcoming after a reset: a bounded run then reads nothing
+    nothing = summary(ok("run", WORDCOUNT, "--reset-offset", "lines", "--offset-default",
+                         "upcoming", "--json", *d))
+    assert nothing["stages"][0]["processed"] == 0
+    again = summary(ok("run", WORDCOUNT, "--reset-offset", "lines", "--json", *d))
+    assert again["stages"][0]["processed"] == 200
+    parts = lines_by_partition(data)
+    everything = parts[0] + parts[1]
+    assert_exactly_once(data, words_in(everything + everything))   # counted on top
+
+
+def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    alo = ("--guarantee", "at-least-once", "--checkpoints", "filesystem")
+    ok("produce", "lines", "--generate", "words", "--count", "100", *d)
+    line = error_line(eos("run", WORDCOUNT, "--checkpoints", "kafka", *d))
+    assert line == ("error: checkpoints 'kafka' is for at-least-once jobs: an exactly-once "
+                    "job's checkpoint is its change-log commit, atomic with its state and "
+                    "output; use --guarantee at-least-once or the change log")
+    first = summary(ok("run", WORDCOUNT, *alo, "--json", *d))
+    assert first["stages"][0]["processed"] == 100
+    store = data / "state" / "checkpoints" / "wordcount" / "1"
+    task0 = json.loads((store / "task-0.json").read_text())
+    assert task0 == {"offsets": [["lines", 0, 50]]}
+    # The files are the sources' positions: moving task 0's back makes it read again.
+    (store / "task-0.json").write_text(json.dumps({"offsets": [["lines", 0, 10]]}))
+    ok("produce", "lines", "--generate", "words", "--count", "20", "--seed", "1", *d)
+    second = summary(ok("run", WORDCOUNT, *alo, "--json", *d))
+    assert second["stages"][0]["processed"] == 40 + 20
+    assert json.loads((store / "task-0.json").read_text()) == {"offsets": [["lines", 0, 60]]}
+    # at-least-once: no count lost (duplicates allowed)
+    out = ok("consume", "counts", "--job", "wordcount", *d).stdout
+    highest: Counter = Counter()
+    for row in out.splitlines():
+        word, _, value = row.partition("\t")
+        highest[word] = max(highest[word], int(value))
+    parts = lines_by_partition(data)
+    for word, n in words_in(parts[0] + parts[1]).items():
+        assert highest[word] >= n, word
+    # the store is part of the job's layout: a run that drops it is refused
+    assert "ran before (run 1) with another layout" in eos(
+        "run", WORDCOUNT, "--guarantee", "at-least-once", *d).stderr
+
+
+def test_checkpoints_in_the_checkpoint_topic(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "60", *d)
+    run = ("run", WORDCOUNT, "--name", "wct", "--sink", "counts-t", "--guarantee",
+           "at-least-once", "--checkpoints", "kafka", "--json", *d)
+    assert summary(ok(*run))["stages"][0]["processed"] == 60
+    records = json.loads(ok("consume", "__eos_checkpoint_wct_1", "--all", "--json", *d).stdout)
+    last = {}
+    for r in records:                        # one partition per task, keyed by the task
+        assert r["key"] == str(r["partition"])
+        last[r["partition"]] = json.loads(r["value"])
+    assert last[0] == {"offsets": [["lines", 0, 30]]}
+    assert last[1] == {"offsets": [["lines", 1, 30]]}
+    assert sorted(last) == [0, 1]            # the tasks after the shuffle keep the change log
+    ok("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
+    assert summary(ok(*run))["stages"][0]["processed"] == 10
