@@ -7,6 +7,13 @@ import signal
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis times every example (200 ms by default) and checks that generating data is
+# fast: on a busy machine both fail tests that are right. Nothing here is timed.
+settings.register_profile("eos", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("eos")
 
 # A developer's own Kafka settings (a secured cluster's) would reach every command the
 # tests start; the tests choose their settings themselves.
