@@ -39,6 +39,7 @@ from typing import Any
 import msgpack
 
 from .errors import ConfigError, UserFunctionError
+from .outage import DEFAULT_BUDGET, check_budget
 
 __all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
 
@@ -281,7 +282,8 @@ class Pipeline:
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
-                 parallelism: int = 1, dead_letters: bool | str = False) -> None:
+                 parallelism: int = 1, dead_letters: bool | str = False,
+                 outage_budget: float = DEFAULT_BUDGET) -> None:
         _check_name(name)
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
@@ -295,6 +297,11 @@ class Pipeline:
         if not (type(dead_letters) is bool or (isinstance(dead_letters, str) and dead_letters)):
             raise ConfigError(f"dead_letters must be True, False or a topic name, not "
                               f"{dead_letters!r}")
+        try:
+            # Seconds a run rides through a broker outage (eos_runtime.outage).
+            self.outage_budget = check_budget(outage_budget)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.name = name
         self.processing_guarantee = processing_guarantee
         self.commit_interval = float(commit_interval)
