@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from eos_runtime.broker import KafkaBroker
-from eos_runtime.broker.kafka import find_running, free_port
+from eos_runtime.broker.kafka import find_running, free_port, stop_running
 from eos_runtime.errors import OutageBudgetExceeded
 from eos_runtime.runner import load_pipeline, start_pipeline, watch_run
 from eos_runtime.runtime.committed import read_output
@@ -53,6 +53,9 @@ def broker(tmp_path):
     b.start()
     holder = {"broker": b}
     yield holder
+    # First by its state file: a broker an experiment restarted is no object of this test's
+    # (and a stop of the old object would clean the run dir under the running one).
+    stop_running(run_dir)
     holder["broker"].stop()
 
 
@@ -163,3 +166,44 @@ def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_broker(broker
     assert "\n" not in line
     assert f"Kafka at {bootstrap} was unreachable for " in line
     assert "longer than the outage budget of 5 s" in line
+
+
+# ------------------------------------------------------------ eos experiment, fault broker
+
+def test_an_experiment_stops_and_restarts_the_broker_and_the_run_passes(broker, tmp_path):
+    import json
+
+    from test_cli import eos
+
+    b: KafkaBroker = broker["broker"]
+    schedule = tmp_path / "broker.toml"
+    schedule.write_text('[[fault]]\nkind = "broker"\nafter = 0.5\ndown = 2.0\n'
+                        'signal = "kill"\n')
+    report = tmp_path / "report"
+    p = eos("experiment", "wordcount", "--schedule", str(schedule), "--seed", "4",
+            "--lines", "3000", "--bootstrap-servers", b.bootstrap_servers,
+            "--broker-dir", str(b.run_dir), "--report", str(report), "--json",
+            cwd=tmp_path, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = json.loads((report / "seed-4" / "run.json").read_text())
+    assert run["passed"], run["verdict"]
+    (fault,) = run["faults"]
+    assert fault["kind"] == "broker" and fault["fired"], fault
+    assert fault.get("error") is None, fault
+    assert fault["back"] > fault["gone"] >= fault["time"], fault
+    assert find_running(b.run_dir) is not None, "the broker is not back after the experiment"
+
+
+def test_broker_faults_refuse_a_run_dir_without_the_broker_of_the_run(broker, tmp_path):
+    from test_cli import eos, error_line
+
+    b: KafkaBroker = broker["broker"]
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    p = eos("experiment", "wordcount", "--kinds", "crash,broker", "--bootstrap-servers",
+            b.bootstrap_servers, "--broker-dir", str(empty), "--report", str(tmp_path / "r"),
+            cwd=tmp_path)
+    assert error_line(p).startswith(
+        f"error: fault kind 'broker' stops and restarts the project's own broker, and none "
+        f"runs from '{empty}'")
+    assert not (tmp_path / "r").exists()

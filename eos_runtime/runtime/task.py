@@ -107,6 +107,8 @@ def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
     for f in wanted:
         if f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
             action = f.get("action", "kill")
+            if action == "lag":
+                continue   # not a crash point: the record path sleeps (_lag_of)
             # lose-state: the task's own RocksDB directory, as on a host that lost its disk
             store = (str(Path(config.state_dir) / config.plan.name / f"task-{config.task_id}")
                      if action == "lose-state" else None)
@@ -185,7 +187,8 @@ class _Task:
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels, sink, dead, self.stats)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
-                                  self.channels, sink, dead, self.stats)
+                                  self.channels, sink, dead, self.stats,
+                                  lag=_lag_of(config, attempt))
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
         self.recovered = False            # recovery reached the log (the outage clock's news)
@@ -336,6 +339,15 @@ class _Task:
         assert self.consumer is not None
         self.consumer.assign({TopicPartition(*c): (0 if off is None else off)
                               for c, off in offsets.items()})
+
+
+def _lag_of(config: TaskConfig, attempt: int) -> float:
+    """Seconds per record this attempt sleeps: a lagging producer (fault ``lag``)."""
+    wanted = (config.fault if isinstance(config.fault, list)
+              else [config.fault] if config.fault else [])
+    return sum(float(f.get("delay", 0)) for f in wanted
+               if f.get("action") == "lag" and f.get("task") == config.task_id
+               and f.get("attempt", 0) == attempt)
 
 
 def _open_store(base_dir: Path, task_id: int, stage: StagePlan,
