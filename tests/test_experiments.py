@@ -571,3 +571,27 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["results"][0]["error"] is None, summary["results"][0]["error"]
     assert result.exit_code == 0 and summary["passed"] == 1
+
+
+def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, monkeypatch):
+    """Fault ``lag``: source task 0's first attempt sleeps 2 ms per record, so its versions
+    trail task 1's. The sleep is a lower bound on the task's own time, by construction."""
+    from click.testing import CliRunner
+
+    import eos_runtime.engine
+    from eos_runtime.cli import main
+
+    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+                        lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine))
+    (tmp_path / "lag.toml").write_text('[[fault]]\nkind = "lag"\ntask = 0\ndelay = 0.002\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "wordcount", "--schedule", "lag.toml",
+                                       "--seed", "2", "--lines", "600", "--report", "report"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    run = json.loads((tmp_path / "report" / "seed-2" / "run.json").read_text())
+    assert run["passed"], run["verdict"]
+    (fault,) = run["faults"]
+    assert fault["fired"] and fault["describe"] == "lag task 0 attempt 0 2 ms per record"
+    tasks = {t["task_id"]: t for t in run["tasks"]}
+    assert tasks[0]["processed"] > 0
+    assert tasks[0]["seconds"] >= tasks[0]["processed"] * 0.002
