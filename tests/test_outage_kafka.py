@@ -59,11 +59,12 @@ def broker(tmp_path):
     holder["broker"].stop()
 
 
-def _kill(run_dir: Path) -> None:
-    """SIGKILL the broker found in its run dir's state file, and wait until it is gone."""
+def _kill(run_dir: Path, sig: int = signal.SIGKILL) -> None:
+    """Signal the broker found in its run dir's state file (SIGKILL, or SIGTERM: a
+    controlled shutdown), and wait until it is gone."""
     state = find_running(run_dir)
     assert state is not None, "no running broker in its run dir"
-    os.kill(state.pid, signal.SIGKILL)
+    os.kill(state.pid, sig)
     deadline = time.monotonic() + 60
     while find_running(run_dir) is not None:
         assert time.monotonic() < deadline, "the broker survived SIGKILL"
@@ -95,9 +96,10 @@ class Outage:
     run's progress (``watch_run``'s ``on_progress``, as ``eos run`` watches), while the
     driver goes on watching; then, with ``down`` seconds, starts it again."""
 
-    def __init__(self, holder: dict, down: float | None) -> None:
+    def __init__(self, holder: dict, down: float | None, sig: int = signal.SIGKILL) -> None:
         self.holder = holder
         self.down = down
+        self.sig = sig
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.unfinished: dict | None = None       # the progress when the kill came
@@ -115,7 +117,7 @@ class Outage:
     def _outage(self) -> None:
         try:
             old: KafkaBroker = self.holder["broker"]
-            _kill(old.run_dir)
+            _kill(old.run_dir, self.sig)
             self.killed.set()
             if self.down is not None:
                 time.sleep(self.down)   # how long does not matter, only that it is an outage
@@ -136,11 +138,15 @@ class Outage:
         assert self.restarted.is_set() == restarted
 
 
-def test_a_run_rides_through_a_broker_killed_and_restarted(broker, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_a_run_rides_through_a_broker_killed_and_restarted(sig, broker, tmp_path):
     b: KafkaBroker = broker["broker"]
     lines = word_lines(60_000)
     pipeline = _wordcount("outage", b.bootstrap_servers, lines)
-    outage = Outage(broker, down=18)
+    # SIGTERM: the broker's controlled shutdown first leaves every partition without a
+    # leader, which the driver's offset look-ups remembered past the restart (found by
+    # eos experiment, fault broker with signal term).
+    outage = Outage(broker, down=18 if sig == signal.SIGKILL else 6, sig=sig)
     run = start_pipeline(pipeline, bootstrap_servers=b.bootstrap_servers, commit_every=2_000,
                          state_dir=str(tmp_path / "state"), outage_budget=120)
     summary = watch_run(run, on_progress=outage.on_progress)

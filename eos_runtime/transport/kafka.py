@@ -1109,10 +1109,10 @@ class KafkaTransport(Transport):
         topic, partition = tp
         if partition < 0:
             raise TopicNotFound(f"{topic}[{partition}]: no such partition")
-        qc = self._query_consumer(read_committed)
         ck = _CkTopicPartition(topic, partition)
 
         def query(remaining: float) -> tuple[int, int]:
+            qc = self._query_consumer(read_committed)
             res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
             if res is None:
                 raise TransportError(f"watermarks of {topic}[{partition}]: timed out")
@@ -1122,16 +1122,24 @@ class KafkaTransport(Transport):
         try:
             low, high = self._retrying(context, query)
         except TopicNotFound as exc:
-            self._missing_or_unavailable(tp, context, exc)
-            raise
+            if not self._broker_has(tp, exc):
+                raise
+            # librdkafka's metadata cache of the look-up consumer can keep "unknown
+            # partition" long after a broker restart (it never refreshes a topic nobody
+            # subscribed to; seen after a SIGTERM, whose controlled shutdown leaves every
+            # partition without a leader): ask once more through a new one.
+            self._forget_query_consumers()
+            try:
+                low, high = self._retrying(context, query)
+            except TopicNotFound:
+                raise BrokerUnavailable(f"{exc}; the broker has it: its leader is not known "
+                                        f"yet") from None
         return int(low), int(high)
 
-    def _missing_or_unavailable(self, tp: TopicPartition, context: str,
-                                exc: TopicNotFound) -> None:
+    def _broker_has(self, tp: TopicPartition, exc: TopicNotFound) -> bool:
         """An offset look-up said "unknown partition": true, or only librdkafka's metadata
-        cache speaking while the broker is down or restarting (it has forgotten the
-        partition's leader). Ask the broker itself: ``BrokerUnavailable`` unless it
-        answers that the partition does not exist (then the caller raises ``exc``)."""
+        cache speaking while the broker is down or restarting. Ask the broker itself:
+        ``BrokerUnavailable`` if it does not answer, else whether it has the partition."""
         try:
             md = self._admin_client().list_topics(topic=tp.topic,
                                                   timeout=min(self.timeout, 5.0))
@@ -1139,9 +1147,16 @@ class KafkaTransport(Transport):
             raise BrokerUnavailable(f"{exc}; the broker does not answer either: "
                                     f"{_map_exception(probe, 'metadata')}") from None
         tmd = md.topics.get(tp.topic)
-        if tmd is not None and tmd.error is None and tp.partition in tmd.partitions:
-            raise BrokerUnavailable(f"{exc}; the broker has it: its leader is not known "
-                                    f"yet") from None
+        return tmd is not None and tmd.error is None and tp.partition in tmd.partitions
+
+    def _forget_query_consumers(self) -> None:
+        with self._lock:
+            query, self._query = self._query, {}
+        for c in query.values():
+            try:
+                c.close()
+            except (_KafkaException, RuntimeError):
+                pass
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
         topic, partition = tp
@@ -1168,11 +1183,5 @@ class KafkaTransport(Transport):
             except Exception as exc:  # closing must go on with the others
                 log.debug("closing %r: %s", child, exc)
         self._children = weakref.WeakSet()
-        with self._lock:
-            query, self._query = self._query, {}
-        for c in query.values():
-            try:
-                c.close()
-            except (_KafkaException, RuntimeError):
-                pass
+        self._forget_query_consumers()
         self._admin = None
