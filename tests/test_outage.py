@@ -169,3 +169,19 @@ def test_a_retriable_code_not_in_the_list_is_transient_unless_it_is_a_missing_to
 
     assert _transient(KE(KE.UNKNOWN, retriable=True))
     assert not _transient(KE(KE.UNKNOWN_TOPIC_OR_PART, retriable=True))
+
+
+# ------------------------------------------------------------ where a run takes its budget
+
+def test_the_budget_is_a_pipeline_setting_and_a_run_option():
+    from eos_runtime import Pipeline
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.runner import plan_budget
+
+    assert Pipeline("p").outage_budget == 60.0
+    assert Pipeline("p", outage_budget=5).outage_budget == 5.0
+    with pytest.raises(ConfigError, match="outage budget must be a number of seconds >= 0"):
+        Pipeline("p", outage_budget=-1)
+    assert plan_budget(None) == 60.0 and plan_budget(0) == 0.0
+    with pytest.raises(ConfigError, match="not inf"):
+        plan_budget(float("inf"))
