@@ -149,11 +149,11 @@ def _ride_through(config: TaskConfig, attempt: int) -> TaskStats:
                 clock.ok()   # this start reached the log: the failure opens a new outage
             verdict = clock.failed()
             if not verdict.retry:
-                where = config.transport.get("bootstrap_servers", "the log")
+                servers = config.transport.get("bootstrap_servers")
+                where = f"Kafka at {servers}" if servers else "the log"
                 raise OutageBudgetExceeded(
                     f"task {config.task_id}: "
-                    + gone_too_long(f"Kafka at {where}", verdict.down_for, clock.budget, exc)
-                ) from None
+                    + gone_too_long(where, verdict.down_for, clock.budget, exc)) from None
             # Once per outage on the worker's log: a restart every second or two follows.
             log.log(logging.WARNING if clock.retries == 1 else logging.DEBUG,
                     "task %d: %s; restarting in place in %.2f s (failing for %.1f s; the "
