@@ -40,6 +40,7 @@ import msgpack
 
 from .errors import ConfigError, UserFunctionError
 from .kafka_settings import check_settings
+from .outage import DEFAULT_BUDGET, check_budget
 
 __all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
 
@@ -292,7 +293,8 @@ class Pipeline:
                  commit_interval: float = 5.0, commit_every: int = 0,
                  parallelism: int = 1, dead_letters: bool | str = False,
                  kafka_config: Mapping[str, Any] | None = None,
-                 checkpoints: str = "changelog") -> None:
+                 checkpoints: str = "changelog",
+                 outage_budget: float = DEFAULT_BUDGET) -> None:
         _check_name(name)
         if checkpoints not in CHECKPOINT_STORES:
             raise ConfigError(f"checkpoints {checkpoints!r}: use one of "
@@ -309,6 +311,11 @@ class Pipeline:
         if not (type(dead_letters) is bool or (isinstance(dead_letters, str) and dead_letters)):
             raise ConfigError(f"dead_letters must be True, False or a topic name, not "
                               f"{dead_letters!r}")
+        try:
+            # Seconds a run rides through a broker outage (eos_runtime.outage).
+            self.outage_budget = check_budget(outage_budget)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.name = name
         self.processing_guarantee = processing_guarantee
         self.commit_interval = float(commit_interval)

@@ -72,6 +72,26 @@ def _kafka_args() -> list[str]:
     return args
 
 
+def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
+    """The run dir of the broker that broker faults stop: the project's own broker, the
+    one at ``bootstrap_servers`` (never another one on this machine)."""
+    from .broker import default_run_dir, find_running
+
+    run_dir = Path(given).absolute() if given else default_run_dir()
+    state = find_running(run_dir)
+    if state is None:
+        raise ConfigError(f"fault kind 'broker' stops and restarts the project's own broker, "
+                          f"and none runs from {str(run_dir)!r}: start it with `eos kafka up`, "
+                          f"or name its run dir with --broker-dir")
+    port = f":{state.port}"
+    if not any(s.strip().endswith(port) for s in bootstrap_servers.split(",")):
+        raise ConfigError(f"the broker running from {str(run_dir)!r} is at "
+                          f"{state.bootstrap_servers}, not at {bootstrap_servers}: broker faults "
+                          f"would stop another broker than the run's; give the run dir of the "
+                          f"one at {bootstrap_servers} with --broker-dir")
+    return run_dir
+
+
 @click.command("experiment")
 @click.argument("workload", metavar="WORKLOAD")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
@@ -83,7 +103,9 @@ def _kafka_args() -> list[str]:
               help="Faults per run in a random schedule. Default: 3.")
 @click.option("--kinds", default=None, metavar="K1,K2",
               help="Fault kinds a random schedule draws from: crash, torn, lose-state, zombie, "
-                   "kill, buffer. Default: every kind the transport and guarantee can do.")
+                   "kill, buffer, lag, broker. Default: every kind the transport and guarantee "
+                   "can do but broker, which stops the broker for all its users and is drawn "
+                   "only when named.")
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="An explicit schedule (TOML or JSON) instead of a random one.")
 @click.option("--runs", type=click.IntRange(1), default=1, show_default=True, metavar="N",
@@ -97,6 +119,10 @@ def _kafka_args() -> list[str]:
               help="Keep every run's local log and task state (default: only failing runs').")
 @click.option("--bootstrap-servers", default=None, metavar="HOST:PORT",
               help="Run on this Kafka broker instead of the local log.")
+@click.option("--broker-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Run dir of the project's broker (eos kafka up --dir) that broker faults "
+                   "stop and restart; it must be the broker at --bootstrap-servers. Default: "
+                   "eos kafka up's ($EOS_KAFKA_DIR, else .eos/kafka).")
 @click.option("--report", "report", type=click.Path(file_okay=False), default=None,
               metavar="DIR", help="Where the report goes. Default: "
                                   ".eos/experiments/<workload>-<time>.")
@@ -106,7 +132,7 @@ def _kafka_args() -> list[str]:
 def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: int | None,
                    kinds: str | None, schedule_file: str | None, runs: int, lines: int,
                    data_dir: str | None, keep_data: bool, bootstrap_servers: str | None,
-                   report: str | None, as_json: bool) -> None:
+                   broker_dir: str | None, report: str | None, as_json: bool) -> None:
     """Run WORKLOAD under injected faults and verify its committed output.
 
     WORKLOAD is wordcount, pageviews, or a pipeline file that defines generate(seed, n)
@@ -147,6 +173,11 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         # one line if unreachable
         open_transport(bootstrap_servers=bootstrap_servers, **client).close()
         transport = {"bootstrap_servers": bootstrap_servers, **client}
+    run_dir = None
+    if "broker" in fault_kinds or (fixed is not None
+                                   and any(f.kind == "broker" for f in fixed.faults)):
+        assert bootstrap_servers   # the local log refused kind broker above
+        run_dir = _broker_run_dir(broker_dir, bootstrap_servers)
     else:
         from .runner import check_writable_dir
 
@@ -162,6 +193,8 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         base += ["--faults", str(count), "--kinds", ",".join(fault_kinds)]
     if bootstrap_servers:
         base += ["--bootstrap-servers", bootstrap_servers, *_kafka_args()]
+    if run_dir is not None:
+        base += ["--broker-dir", str(run_dir)]
 
     def replay(s: int) -> str:
         return shlex.join(base + ["--seed", str(s)])
@@ -173,7 +206,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / REPORT_MARKER).write_text("made by eos experiment\n")
     settings = Settings(w, report_dir, transport, guarantee=guarantee, lines=lines,
-                        replay=replay, keep_data=keep_data)
+                        replay=replay, keep_data=keep_data, broker_dir=run_dir)
 
     show = _Progress(as_json, runs)
     results = []

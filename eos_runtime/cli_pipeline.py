@@ -361,6 +361,11 @@ def _summary_lines(summary: Any) -> list[str]:
 @click.option("--unbounded", is_flag=True,
               help="Run until eos stop or Ctrl-C instead of to the end of the input present at "
                    "the start.")
+@click.option("--outage-budget", type=click.FloatRange(0), default=None, metavar="SECONDS",
+              help="Ride through a broker outage of up to SECONDS: the driver and every task "
+                   "wait for the broker and go on (tasks restart in place and recover); past "
+                   "it the run fails, naming the broker and how long it was gone. 0: fail at "
+                   "the first transient error. Default: the pipeline's (60).")
 @click.option("--crash-at", default=None, metavar="POINT[@HIT]",
               help="Fault injection: kill the first attempt of task --crash-task at this crash "
                    "point (at its HIT-th hit, default 1); docs/faults.md lists the points.")
@@ -399,7 +404,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
             master: str | None, max_attempts: int, dead_letters_on: bool,
-            dead_letter_topic: str | None, unbounded: bool, crash_at: str | None,
+            dead_letter_topic: str | None, unbounded: bool, outage_budget: float | None,
+            crash_at: str | None,
             crash_task: int | None, reset_stream: str | None, offset_default: str | None,
             checkpoint_store: str | None, take_over: bool, lease_timeout: float,
             name_override: str | None, source_override: str | None,
@@ -443,6 +449,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded,
         take_over=take_over, lease_timeout=lease_timeout, checkpoints=checkpoint_store,
         reset_offset=True if reset_stream is not None else None, offset_default=offset_default,
+        outage_budget=outage_budget,
         dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
     name = pipeline.name
 
@@ -537,6 +544,11 @@ def _draining(p: dict[str, Any]) -> str:
     return "draining " + ", ".join(f"{n:,} records in flight to stage {i}" for i, n in flights)
 
 
+def _outage_text(p: dict[str, Any]) -> str:
+    return (f"the broker has not answered for {p['outage_seconds']:.0f} s (the run waits "
+            f"for it up to the outage budget, {p.get('outage_budget', 0):g} s)")
+
+
 def _progress_line(name: str, p: dict[str, Any]) -> str:
     """One progress line (stderr without a terminal, every 10 s)."""
     kind = "unbounded" if not p["bounded"] else "bounded"
@@ -547,6 +559,8 @@ def _progress_line(name: str, p: dict[str, Any]) -> str:
     parts.append(f"sink {p['sink_records']:,} written")
     failed = f", {_n(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
     parts.append(f"tasks {p['tasks_running']} running / {p['tasks_finished']} done{failed}")
+    if p.get("outage_seconds"):
+        parts.append(_outage_text(p))
     if p["stopping"]:
         parts.append(f"stopping: {_draining(p)} (Ctrl-C again cancels)")
     elif not p["bounded"]:
@@ -642,6 +656,8 @@ class _RunView:
         failed = f", {_n(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
         lines = [f"{_input_text(p)} · sink {p['sink_records']:,} written · tasks "
                  f"{p['tasks_running']} running / {p['tasks_finished']} done{failed}"]
+        if p.get("outage_seconds"):
+            lines.append(_outage_text(p))
         if p["stopping"]:
             lines.append(f"stopping: {_draining(p)}; Ctrl-C again cancels at once")
         else:

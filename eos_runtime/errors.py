@@ -16,7 +16,10 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     ├── SetupError               the machine lacks something (Java, Maven, jars)
     ├── BrokerError              the project's own Kafka broker would not start/stop
     ├── WireFormatError          a record that does not decode (names topic/partition/offset)
-    ├── TransportError           anything that went wrong talking to a log
+    ├── TransportError           anything that went wrong talking to a log; ``transient``: the
+    │   │                        same call may succeed once the log is back (a broker outage)
+    │   ├── BrokerUnavailable    the log did not answer (transient): down, restarting, moving
+    │   ├── OutageBudgetExceeded an outage lasted longer than the run's outage budget
     │   ├── TopicNotFound        a topic or partition that does not exist was used
     │   ├── TopicExists          a topic was created again with a different layout
     │   ├── OffsetOutOfRange     an offset outside a partition's [low, high] was asked for
@@ -48,6 +51,8 @@ __all__ = [
     "BrokerError",
     "WireFormatError",
     "TransportError",
+    "BrokerUnavailable",
+    "OutageBudgetExceeded",
     "TopicNotFound",
     "TopicExists",
     "OffsetOutOfRange",
@@ -119,7 +124,27 @@ class WireFormatError(EosError):
 
 
 class TransportError(EosError):
-    """A log (Kafka or the embedded local log) failed an operation."""
+    """A log (Kafka or the embedded local log) failed an operation.
+
+    ``transient`` is True when the transport classified the failure as one the same call
+    may not hit once the log is back (a broker down or restarting, a leader moving): a
+    run rides through those within its outage budget (``eos_runtime.outage``). The
+    transport sets it on the instance (a ``DeliveryFailed`` or ``TransactionError`` can be
+    either); ``BrokerUnavailable`` always is.
+    """
+
+    transient: bool = False
+
+
+class BrokerUnavailable(TransportError):
+    """The log did not answer: a broker down, restarting, or without a leader for a while."""
+
+    transient = True
+
+
+class OutageBudgetExceeded(TransportError):
+    """The log was unreachable for longer than the run's outage budget; the message names
+    the broker and how long it was gone."""
 
 
 class TopicNotFound(TransportError):

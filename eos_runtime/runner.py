@@ -25,12 +25,16 @@ import cloudpickle
 from .api import Pipeline
 from .errors import (
     ConfigError,
+    EngineError,
     EosError,
     JobRunning,
+    OutageBudgetExceeded,
     PipelineFileError,
     TaskFailed,
     TopicNotFound,
+    TransportError,
 )
+from .outage import OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
@@ -211,10 +215,14 @@ class PipelineRun:
     def __init__(self, plan: JobPlan, transport: Transport, info: Any, job: Any, bounded: bool,
                  begin: dict[TopicPartition, int], state_dir: str | None = None,
                  ends: dict[TopicPartition, int] | None = None,
-                 lease: LeaseKeeper | None = None) -> None:
+                 lease: LeaseKeeper | None = None,
+                 outage_budget: float | None = None) -> None:
         self.plan = plan
         self.lease = lease
         self.t = transport
+        # The driver rides through a broker outage like its tasks do (eos_runtime.outage).
+        self.outage = OutageClock(plan_budget(outage_budget))
+        self._last_progress: dict[str, Any] | None = None
         self.info = info
         self.job = job
         self.bounded = bounded
@@ -251,7 +259,50 @@ class PipelineRun:
         ``STAGE_COUNTERS`` added up, ``max_buffer_bytes``) and ``in_flight`` (per stage,
         records sent to it by the stage before and not processed yet; None where not
         known); ``state`` (Spark's job: starting, running, ...), ``tasks``, and task
-        attempts running, finished and failed."""
+        attempts running, finished and failed; ``outage_seconds``: how long the broker has
+        not answered (0 when it does; the other figures are then the last ones seen).
+        Past the outage budget it raises ``OutageBudgetExceeded``."""
+        try:
+            out = self._progress()
+        except TransportError as exc:
+            down = self._outage(exc)
+            status = self.job.status()
+            last = dict(self._last_progress or self._blank_progress())
+            last.update({"seconds": time.monotonic() - self.started, "state": status.state,
+                         "tasks_running": status.running, "tasks_finished": status.finished,
+                         "failed_attempts": status.failed_attempts, "outage_seconds": down})
+            return last
+        self.outage.ok()
+        self._last_progress = out
+        return out
+
+    def _blank_progress(self) -> dict[str, Any]:
+        """Progress before the log was ever seen: nothing read, nothing written."""
+        stages = stage_totals(self._stages, {})
+        return {"run": self.run, "bounded": self.bounded,
+                "stopping": self.stop_requested is not None, "source_new_records": 0,
+                "sink_records": 0, "input_committed": 0, "input_total": None,
+                "stages": stages, "in_flight": [None] * len(stages),
+                "tasks": len(self.plan.tasks), "outage_budget": self.outage.budget}
+
+    def _outage(self, exc: TransportError) -> float:
+        """A failed look at the log: re-raise it unless it is transient; past the outage
+        budget raise ``OutageBudgetExceeded``; else the seconds the outage lasts so far."""
+        if not is_transient(exc):
+            raise exc
+        verdict = self.outage.failed()
+        if not verdict.retry:
+            raise OutageBudgetExceeded(gone_too_long(self.broker, verdict.down_for,
+                                                     self.outage.budget, exc)) from None
+        return verdict.down_for
+
+    @property
+    def broker(self) -> str:
+        """The log, as the driver's outage errors name it."""
+        servers = getattr(self.t, "bootstrap_servers", None)
+        return f"Kafka at {servers}" if servers else f"the {self.t.name} log"
+
+    def _progress(self) -> dict[str, Any]:
         status = self.job.status()
         arrived = sum(self.t.watermarks(tp)[1] - self._source_high0[tp] for tp in self._source_tps)
         written = sum(self.t.watermarks(tp, read_committed=False)[1]
@@ -278,7 +329,8 @@ class PipelineRun:
                 "stages": stages, "in_flight": in_flight, "state": status.state,
                 "tasks": len(self.plan.tasks), "tasks_running": status.running,
                 "tasks_finished": status.finished,
-                "failed_attempts": status.failed_attempts}
+                "failed_attempts": status.failed_attempts, "outage_seconds": 0.0,
+                "outage_budget": self.outage.budget}
 
     def _task_counters(self) -> dict[int, dict[str, Any]]:
         """The counters each task last wrote beside its pid file during this run."""
@@ -314,10 +366,23 @@ class PipelineRun:
 
     def summary(self) -> RunSummary:
         """Blocks until the run ends; raises what ended it if a task failed for good."""
-        results = self.job.result()
+        try:
+            results = self.job.result()
+        except EngineError as exc:
+            # A task gave up on an outage: the same one line the driver's own look gives.
+            prefix = f"{OutageBudgetExceeded.__name__}: "
+            if exc.reason.startswith(prefix):
+                raise OutageBudgetExceeded(exc.reason[len(prefix):]) from None
+            raise
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
-        end = _source_positions(self.t, self.plan)   # the same partitions as ``begin``
+        while True:
+            try:
+                end = _source_positions(self.t, self.plan)   # the partitions of ``begin``
+                break
+            except TransportError as exc:
+                self._outage(exc)
+                time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
                           tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
@@ -337,7 +402,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    take_over: bool = False,
                    lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
                    reset_offset: bool | None = None, offset_default: str | None = None,
-                   checkpoints: str | None = None) -> PipelineRun:
+                   checkpoints: str | None = None,
+                   outage_budget: float | None = None) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
@@ -345,7 +411,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
     ``reset_offset``, ``offset_default`` and ``checkpoints`` the source's and the
     pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
-    the tasks' included, over the pipeline's ``kafka_config``.
+    the tasks' included, over the pipeline's ``kafka_config``. ``outage_budget``: seconds
+    the driver and each task ride through a broker outage (default: the pipeline's, 60);
+    past it the run fails with ``OutageBudgetExceeded``.
 
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
@@ -363,6 +431,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         data_dir = data_dir or ".eos/data"
         transport_opts = {"data_dir": str(Path(data_dir).absolute())}
     state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
+    budget = plan_budget(pipeline.outage_budget if outage_budget is None else outage_budget)
     _check_run_dirs(pipeline, transport_opts, state_dir)
     transport = open_transport(**transport_opts)
     try:
@@ -374,9 +443,11 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters);
         # so does a task whose run was taken over (JobRunning: a retry would fence the
-        # newer run's task).
+        # newer run's task), and a task that outlived the outage budget (its retry would
+        # wait for another).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
-                              app_name=f"eos:{plan.name}", fail_fast=(TaskFailed, JobRunning))
+                              app_name=f"eos:{plan.name}",
+                              fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
         lease = LeaseRequest(lease_timeout, take_over)
@@ -393,16 +464,28 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                startpoints=startpoints,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
-                               buffer_max_bytes=buffer_max_bytes, poll_records=poll_records)
+                               buffer_max_bytes=buffer_max_bytes, poll_records=poll_records,
+                               outage_budget=budget)
         ends = {TopicPartition(plan.stages[0].input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
-        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper)
+        return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
+                           outage_budget=budget)
     except BaseException:
         keeper.close()
         transport.close()
         raise
+
+
+def plan_budget(budget: float | None) -> float:
+    """The outage budget of a run (None: the default); ``ConfigError`` for a bad one."""
+    from .outage import DEFAULT_BUDGET
+
+    try:
+        return check_budget(DEFAULT_BUDGET if budget is None else budget)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _clear_task_progress(task_dir: Path, plan: JobPlan) -> None:
@@ -431,7 +514,9 @@ def watch_run(run: PipelineRun, *,
               progress_interval: float = 0.5) -> RunSummary:
     """Wait for a started run to end and return its summary (``close()``-ing it).
 
-    ``on_progress(run.progress())`` every ``progress_interval`` seconds. A first Ctrl-C
+    ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is
+    looked at even without ``on_progress``: that look is what notices a broker outage
+    that outlasts the run's budget while every task waits quietly. A first Ctrl-C
     asks the run to stop gracefully (``on_interrupt("stop")``, at once); a second cancels
     it (``on_interrupt("cancel")``, at once), waits until its tasks are gone and raises
     ``KeyboardInterrupt``."""
@@ -441,8 +526,9 @@ def watch_run(run: PipelineRun, *,
             try:
                 if run.wait(progress_interval):
                     break
+                progress = run.progress()
                 if on_progress is not None:
-                    on_progress(run.progress())
+                    on_progress(progress)
             except KeyboardInterrupt:
                 if interrupted:
                     if on_interrupt is not None:

@@ -252,7 +252,12 @@ def test_a_schedule_file_names_the_fault_and_field_it_cannot_take(tmp_path):
         ('[[fault]]\nkind = "crash"\ntask = 2\npoint = "task.mid_versoin"\n',
          "unknown crash point 'task.mid_versoin'"),
         ('[[fault]]\nkind = "kill"\ntask = 2\nhit = 3\n', "unknown field 'hit'; a kill fault has"),
-        ('[[fault]]\nkind = "broker"\n', "broker stops and restarts (Kafka) are not built yet"),
+        ('[[fault]]\nkind = "broker"\nsignal = "hup"\n',
+         "fault 1 (broker): field 'signal' must be one of kill, term, not 'hup'"),
+        ('[[fault]]\nkind = "broker"\ndown = -1\n', "field 'down' must be >= 0 seconds"),
+        ('[[fault]]\nkind = "lag"\ntask = 2\ndelay = 0\n',
+         "fault 1 (lag): field 'delay' must be > 0 and <= 1 second per record"),
+        ('[[fault]]\nkind = "lag"\ntask = 2\n', "fault 1 (lag): field 'delay' is missing"),
         ('[[fault]]\nkind = "crash"\ntask = 2\npoint = \n', "not valid TOML"),
         ('{"fault": [{"kind": "crash",\n "task": 2,, }]}', "line 2: not valid JSON"),
     ]
@@ -277,6 +282,8 @@ def test_a_schedule_is_checked_against_the_job_and_the_transport():
          "task 2 writes the sink: it sends no markers"),
         ({"kind": "torn", "task": 0}, "kafka", "fault kind 'torn' needs the local log"),
         ({"kind": "zombie", "task": 0, "point": "task.mid_version"}, "kafka", "needs the local"),
+        ({"kind": "broker"}, "local", "fault kind 'broker' needs Kafka"),
+        ({"kind": "lag", "task": 9, "delay": 0.01}, "local", "the job has tasks 0..3, not 9"),
         ({"kind": "zombie", "task": 0, "point": "task.checkpoint.after_commit"}, "local",
          "would write the RocksDB store its successor has open"),
     ]
@@ -295,18 +302,42 @@ def test_a_schedule_is_checked_against_the_job_and_the_transport():
         check_schedule(twice, roles, "local", "exactly-once")
 
 
-def test_random_schedules_follow_their_seed_and_chain_a_task_s_attempts():
-    from eos_runtime.experiments.schedule import KINDS, check_schedule, random_schedule
+@pytest.mark.parametrize("transport", ["local", "kafka"])
+def test_random_schedules_follow_their_seed_and_chain_a_task_s_attempts(transport):
+    from eos_runtime.experiments.schedule import check_schedule, kinds_for, random_schedule
 
     roles = roles_of("pageviews")
-    one = random_schedule(5, 12, list(KINDS), roles, "local")
-    assert one.as_dict() == random_schedule(5, 12, list(KINDS), roles, "local").as_dict()
-    assert one.as_dict() != random_schedule(6, 12, list(KINDS), roles, "local").as_dict()
-    check_schedule(one, roles, "local", "exactly-once")   # only what can happen
+    kinds = list(kinds_for(transport, "exactly-once"))
+    if transport == "kafka":
+        assert "broker" not in kinds   # it stops the broker for everyone: only when named
+        kinds.append("broker")
+    assert "lag" in kinds
+    one = random_schedule(5, 12, kinds, roles, transport)
+    assert one.as_dict() == random_schedule(5, 12, kinds, roles, transport).as_dict()
+    assert one.as_dict() != random_schedule(6, 12, kinds, roles, transport).as_dict()
+    check_schedule(one, roles, transport, "exactly-once")   # only what can happen
     for task in {f.task for f in one.task_faults()}:
         attempts = [f.attempt for f in one.task_faults() if f.task == task]
         assert attempts == list(range(len(attempts)))
     assert sum(f.kind == "buffer" for f in one.faults) <= 1
+    assert sum(f.kind == "broker" for f in one.faults) <= 1
+    many = [random_schedule(s, 6, kinds, roles, transport) for s in range(30)]
+    drawn = {f.kind for sch in many for f in sch.faults}
+    assert {"lag", *(["broker"] if transport == "kafka" else [])} <= drawn
+    for f in (f for sch in many for f in sch.faults if f.kind == "lag"):
+        assert f.task is not None and 0 < (f.delay or 0) <= 1
+        assert f.describe().startswith(f"lag task {f.task} attempt {f.attempt} ")
+    for f in (f for sch in many for f in sch.faults if f.kind == "broker"):
+        assert f.signal in ("kill", "term") and f.after is not None and f.down is not None
+
+
+def test_a_lag_shares_its_attempt_with_a_fault_that_ends_it():
+    from eos_runtime.experiments.schedule import check_schedule, parse_schedule
+
+    both = parse_schedule([{"kind": "lag", "task": 1, "delay": 0.001},
+                           {"kind": "crash", "task": 1, "point": "task.mid_version"}])
+    check_schedule(both, roles_of(), "local", "exactly-once")
+    assert [f.kind for f in both.task_faults()] == ["crash"]
 
 
 # --------------------------------------------------------------------------- bad input (the CLI)
@@ -320,7 +351,7 @@ BAD_INPUT = [
     (["pageviews", "--kinds", "crash,torn", "--bootstrap-servers", "127.0.0.1:1"],
      "error: --kinds: fault kind 'torn' needs the local log"),
     (["pageviews", "--kinds", "crash,broker"],
-     "error: --kinds: broker stops and restarts (Kafka) are not built yet"),
+     "error: --kinds: fault kind 'broker' needs Kafka: it stops and restarts the broker"),
     (["pageviews", "--guarantee", "at-least-once", "--kinds", "buffer"],
      "error: --kinds: fault kind 'buffer': an at-least-once job has no early-arrival buffer"),
     (["pageviews", "--report", "{dir}/theirs"],
@@ -554,3 +585,27 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["results"][0]["error"] is None, summary["results"][0]["error"]
     assert result.exit_code == 0 and summary["passed"] == 1
+
+
+def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, monkeypatch):
+    """Fault ``lag``: source task 0's first attempt sleeps 2 ms per record, so its versions
+    trail task 1's. The sleep is a lower bound on the task's own time, by construction."""
+    from click.testing import CliRunner
+
+    import eos_runtime.engine
+    from eos_runtime.cli import main
+
+    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+                        lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine))
+    (tmp_path / "lag.toml").write_text('[[fault]]\nkind = "lag"\ntask = 0\ndelay = 0.002\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "wordcount", "--schedule", "lag.toml",
+                                       "--seed", "2", "--lines", "600", "--report", "report"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    run = json.loads((tmp_path / "report" / "seed-2" / "run.json").read_text())
+    assert run["passed"], run["verdict"]
+    (fault,) = run["faults"]
+    assert fault["fired"] and fault["describe"] == "lag task 0 attempt 0 2 ms per record"
+    tasks = {t["task_id"]: t for t in run["tasks"]}
+    assert tasks[0]["processed"] > 0
+    assert tasks[0]["seconds"] >= tasks[0]["processed"] * 0.002

@@ -80,8 +80,11 @@ def timeline_png(r: RunResult, path: Path) -> None:
     fired = [(i, f) for i, f in enumerate(r.faults, 1) if f.get("fired") and f.get("time")]
     for k, (i, f) in enumerate(fired):
         top.axvline(f["time"], color="tab:red", linestyle="--", linewidth=1)
+        if f.get("back") is not None:   # a broker outage: shade until the broker answered
+            top.axvspan(f["time"], f["back"], color="tab:red", alpha=0.08, linewidth=0)
+        target = f" t{f['task']}" if f.get("task") is not None else ""
         # staggered: faults a few milliseconds apart would print over each other
-        top.annotate(f"{i} {f['kind']} t{f.get('task', '')}", (f["time"], 0.97 - 0.11 * (k % 5)),
+        top.annotate(f"{i} {f['kind']}{target}", (f["time"], 0.97 - 0.11 * (k % 5)),
                      xycoords=("data", "axes fraction"), va="top", ha="left", fontsize=7,
                      color="tab:red", xytext=(2, 0), textcoords="offset points")
     word = verdict_word(r)

@@ -7,10 +7,12 @@
 Each run is a job of its own (``<workload>-s<seed>-<random>``, on the local log in a new
 directory of its own), so runs never continue one another and nothing a user made is
 touched. Faults that fire inside a task (crash points, lost state, zombies) are armed
-through the tasks' fault list and note when they fire in a log file; faults from
-outside (SIGKILL at a moment, a zombie's SIGCONT) are done by the ``Injector``, which
-watches the pid file every task writes (``<state dir>/<job>/task-N.pid``: pid,
-attempt). Checkpoints come by record count only, never by timer, so a crash point's hit
+through the tasks' fault list and note when they fire in a log file; a lagging attempt
+sleeps per record from its start. Faults from outside (SIGKILL at a moment, a zombie's
+SIGCONT, a broker outage) are done by the ``Injector``, which watches the pid file every
+task writes (``<state dir>/<job>/task-N.pid``: pid, attempt), and stops and restarts the
+project's broker from its run dir (its pid in the run dir's state file). Checkpoints
+come by record count only, never by timer, so a crash point's hit
 count means the same thing on a slow machine as on a fast one.
 """
 
@@ -21,6 +23,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -52,6 +55,7 @@ class Settings:
     poll_records: int = 100
     timeout: float = 600.0
     keep_data: bool = False             # keep a passing run's log and state too
+    broker_dir: Path | None = None      # run dir of the broker that broker faults stop
     replay: Callable[[int], str] = field(default=lambda seed: f"--seed {seed}")
 
     @property
@@ -120,8 +124,11 @@ def _alive(pid: int) -> bool:
 class Injector:
     """Watches the tasks' attempts, notes faults as they fire, does the outside ones."""
 
-    def __init__(self, schedule: Schedule, job_dir: Path, log: Path, tasks: int) -> None:
+    def __init__(self, schedule: Schedule, job_dir: Path, log: Path, tasks: int,
+                 broker_dir: Path | None = None) -> None:
         self.job_dir = job_dir
+        self.broker_dir = broker_dir
+        self._outages: list[threading.Thread] = []
         self.log = log
         self.tasks = tasks
         self.t0 = time.monotonic()
@@ -151,6 +158,63 @@ class Injector:
                 continue
             if f.kind == "kill":
                 self._kill(f, rec, now)
+            elif f.kind == "lag":
+                self._lag(f, rec)
+            elif f.kind == "broker":
+                self._broker(f, rec, now)
+
+    def _lag(self, f: Fault, rec: dict[str, Any]) -> None:
+        """A lag is the attempt's condition from its start: it fires when that starts."""
+        mine = self.attempts.get((f.task, f.attempt)) if f.task is not None else None
+        if mine is not None and mine["started"] is not None:
+            rec.update(fired=True, time=mine["started"], pid=mine["pid"])
+            self.events.append(rec)
+
+    def _broker(self, f: Fault, rec: dict[str, Any], now: float) -> None:
+        assert f.after is not None
+        # From the first task's start, as a kill counts from its attempt's: Spark's own
+        # start-up takes seconds that vary from machine to machine.
+        started = [a["started"] for a in self.attempts.values() if a["started"] is not None]
+        if not started or now < min(started) + f.after or rec.get("started"):
+            return
+        if any(t.is_alive() for t in self._outages):
+            return   # one outage at a time: a later one waits for the broker to be back
+        rec["started"] = True
+        thread = threading.Thread(target=self._outage, args=(f, rec), daemon=True,
+                                  name="eos-experiment-broker-outage")
+        self._outages.append(thread)
+        thread.start()
+
+    def _outage(self, f: Fault, rec: dict[str, Any]) -> None:
+        """Stop the broker (its pid from the run dir's state file), wait until it is gone,
+        ``down`` seconds later start it again on the same ports. In a thread: the JVM's
+        start takes seconds that the injector's other faults and samples must not wait."""
+        from ..broker import KafkaBroker, find_running
+
+        try:
+            assert self.broker_dir is not None and f.down is not None
+            state = find_running(self.broker_dir)
+            if state is None:
+                rec.update(missed=True, note=f"no broker was running from {self.broker_dir}")
+                return
+            os.kill(state.pid, signal.SIGKILL if f.signal == "kill" else signal.SIGTERM)
+            rec.update(fired=True, time=round(self.now(), 3), pid=state.pid)
+            self.events.append(rec)
+            deadline = time.monotonic() + 60
+            while find_running(self.broker_dir) is not None:
+                if time.monotonic() > deadline:   # SIGTERM's controlled shutdown hung
+                    os.kill(state.pid, signal.SIGKILL)
+                    deadline = time.monotonic() + 60
+                time.sleep(0.05)
+            rec["gone"] = round(self.now(), 3)
+            time.sleep(f.down)
+            # Not die_with_parent: the broker outlives the experiment, as before the fault.
+            KafkaBroker(self.broker_dir, port=state.port,
+                        controller_port=state.controller_port).start()
+            rec["back"] = round(self.now(), 3)
+            rec["restarted_after"] = round(rec["back"] - rec["time"], 3)
+        except Exception as exc:   # noted in the report; the run's verdict says the rest
+            rec["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
     def drain(self) -> list[dict[str, Any]]:
         out, self.events = self.events, []
@@ -232,8 +296,11 @@ class Injector:
 
     def finish(self) -> None:
         """After the run: release zombies still stopped, give them a moment to write late,
-        then kill what is left of them; mark every fault that never fired."""
+        then kill what is left of them; wait for broker outages to end (the broker must be
+        back for the verification); mark every fault that never fired."""
         self.tick()
+        for thread in self._outages:
+            thread.join(300)
         zombies = [(f, rec) for f, rec in self._faults if f.kind == "zombie" and rec["fired"]]
         for f, rec in zombies:
             if not rec.get("released"):
@@ -260,9 +327,11 @@ class Injector:
 # --------------------------------------------------------------------------- one run
 
 def _fault_dicts(schedule: Schedule, log: Path) -> list[dict[str, Any]]:
-    action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie"}
+    action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie",
+              "lag": "lag"}
     return [{"point": f.point, "task": f.task, "attempt": f.attempt, "hit": f.hit,
-             "action": action[f.kind], "log": str(log)}
+             "action": action[f.kind], "log": str(log),
+             **({"delay": f.delay} if f.kind == "lag" else {})}
             for f in schedule.faults if f.kind in action]
 
 
@@ -282,21 +351,29 @@ def _recovery(faults: list[dict[str, Any]], attempts: list[dict[str, Any]],
     output grew again after that."""
     starts = {(a["task"], a["attempt"]): a["started"] for a in attempts}
     for rec in faults:
+        if rec.get("kind") == "broker" and rec.get("back") is not None:
+            _resumed(rec, rec["back"], timeline)
+            continue
         if not rec.get("fired") or rec.get("task") is None or rec.get("time") is None:
             continue
         nxt = starts.get((rec["task"], rec["attempt"] + 1))
         if nxt is None:
             continue
         rec["restarted_after"] = round(max(0.0, nxt - rec["time"]), 3)
-        before = None
-        for s in timeline:
-            if s["t"] < nxt:
-                before = s["sink"]
-                continue
-            if before is not None and s["sink"] > before:
-                rec["output_resumed_after"] = round(s["t"] - rec["time"], 3)
-                break
+        _resumed(rec, nxt, timeline)
+
+
+def _resumed(rec: dict[str, Any], since: float, timeline: list[dict[str, Any]]) -> None:
+    """Seconds from the fault until sink output grew again after ``since``."""
+    before = None
+    for s in timeline:
+        if s["t"] < since:
             before = s["sink"]
+            continue
+        if before is not None and s["sink"] > before:
+            rec["output_resumed_after"] = round(s["t"] - rec["time"], 3)
+            break
+        before = s["sink"]
 
 
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
@@ -331,7 +408,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
             producer.flush()
 
     roles = task_roles(w, settings.guarantee)
-    injector = Injector(schedule, job_dir, log, len(roles))
+    injector = Injector(schedule, job_dir, log, len(roles), settings.broker_dir)
     timeline: list[dict[str, Any]] = []
     error: str | None = None
     tasks: list[dict[str, Any]] = []
@@ -352,7 +429,13 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
             now = injector.now()
             if now >= next_sample:
                 next_sample = now + SAMPLE_EVERY
-                p = run.progress()
+                try:
+                    p = run.progress()
+                except EosError as exc:   # an outage past the run's budget: the run failed
+                    error = " ".join(str(exc).split())[:500]
+                    run.cancel()
+                    run.wait()
+                    break
                 timeline.append({"t": round(now, 3), "sink": p["sink_records"],
                                  "source": p["source_new_records"],
                                  "running": p["tasks_running"], "finished": p["tasks_finished"],

@@ -15,7 +15,15 @@ from a seed. Every fault but ``buffer`` targets one attempt of one task:
 - ``kill`` (task, attempt, after): the experiment SIGKILLs the attempt's worker
   ``after`` seconds after the attempt started;
 - ``buffer`` (max_bytes): every channel task's early-arrival buffer holds at most
-  max_bytes, so the overflow path runs (exactly-once only).
+  max_bytes, so the overflow path runs (exactly-once only);
+- ``broker`` (after, down, signal): the experiment stops the Kafka broker ``after``
+  seconds after the first task started (SIGKILL, or SIGTERM with ``signal = "term"``) and
+  starts it again
+  on the same ports ``down`` seconds after it is gone; the run must ride through it
+  (Kafka, the project's own broker only; drawn only when ``--kinds`` names it);
+- ``lag`` (task, attempt, delay): the attempt sleeps ``delay`` seconds per record it
+  processes: a lagging producer, so versions skew and downstream buffers fill. It does
+  not end the attempt, so it may share one with another fault.
 
 ``attempt`` is 0 for a task's first attempt and n for the one after n failures, so a
 schedule can crash one task many times: attempt 1 runs only if attempt 0 died.
@@ -49,10 +57,13 @@ from ..faults import CRASH_POINTS
 __all__ = ["KINDS", "Fault", "Schedule", "TaskRole", "parse_schedule", "load_schedule",
            "random_schedule", "kinds_for", "check_schedule"]
 
-KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer")
+KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer", "broker", "lag")
 #: Kinds the issue names that this slice does not build yet (refused with a clear line).
-NOT_BUILT = {"broker": "broker stops and restarts (Kafka) are not built yet",
-             "lag": "lagging producers (a delay per record) are not built yet"}
+NOT_BUILT: dict[str, str] = {}
+#: Kinds a random schedule draws only when --kinds names them: a broker outage stops the
+#: broker for everyone else who uses it too.
+EXPLICIT_ONLY = ("broker",)
+BROKER_SIGNALS = ("kill", "term")
 
 TORN_POINTS = ("locallog.append.mid_data", "locallog.append.after_data")
 TASK_POINTS = tuple(p for p in CRASH_POINTS if p.startswith("task."))
@@ -72,6 +83,9 @@ RANDOM_TORN_HITS = 4
 KILL_AFTER = (0.0, 0.6)        # seconds after the attempt started: tasks run about 1 s
 ZOMBIE_RELEASE = (0.2, 1.5)    # seconds after its successor started
 BUFFER_BYTES = (1, 64, 512)
+BROKER_AFTER = (0.5, 3.0)      # seconds after the first task started
+BROKER_DOWN = (2.0, 8.0)       # seconds the broker stays down
+LAG_DELAY = (0.0002, 0.002)    # seconds per record
 # A zombie must never write the RocksDB store its successor has open: the split does not
 # keep the store's lock, which a same-host zombie would hold. Split after the commit, its
 # next step is exactly that write.
@@ -85,9 +99,12 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "zombie": {"task": int, "attempt": int, "point": str, "hit": int, "release": (int, float)},
     "kill": {"task": int, "attempt": int, "after": (int, float)},
     "buffer": {"max_bytes": int},
+    "broker": {"after": (int, float), "down": (int, float), "signal": str},
+    "lag": {"task": int, "attempt": int, "delay": (int, float)},
 }
 _REQUIRED = {"crash": ("task", "point"), "torn": ("task",), "lose-state": ("task", "point"),
-             "zombie": ("task", "point"), "kill": ("task",), "buffer": ("max_bytes",)}
+             "zombie": ("task", "point"), "kill": ("task",), "buffer": ("max_bytes",),
+             "broker": (), "lag": ("task", "delay")}
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,9 @@ class Fault:
     after: float | None = None        # kill
     release: float | None = None      # zombie
     max_bytes: int | None = None      # buffer
+    down: float | None = None         # broker: seconds it stays down
+    signal: str | None = None         # broker: "kill" (SIGKILL) or "term" (SIGTERM)
+    delay: float | None = None        # lag: seconds per record
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind}
@@ -120,9 +140,13 @@ class Fault:
     def describe(self) -> str:
         if self.kind == "buffer":
             return f"buffer {self.max_bytes} B"
+        if self.kind == "broker":
+            return (f"broker {self.signal} after {self.after:.2f} s, down {self.down:.1f} s")
         where = f"task {self.task} attempt {self.attempt}"
         if self.kind == "kill":
             return f"kill {where} after {self.after:.2f} s"
+        if self.kind == "lag":
+            return f"lag {where} {(self.delay or 0) * 1000:g} ms per record"
         return f"{self.kind} {where} at {self.point}@{self.hit}"
 
 
@@ -136,7 +160,8 @@ class Schedule:
         return min(sizes) if sizes else None
 
     def task_faults(self) -> list[Fault]:
-        return [f for f in self.faults if f.kind != "buffer"]
+        """Faults that end an attempt of a task (a lag slows one down, it ends nothing)."""
+        return [f for f in self.faults if f.task is not None and f.kind != "lag"]
 
     def as_dict(self) -> dict[str, Any]:
         return {"fault": [f.as_dict() for f in self.faults]}
@@ -211,10 +236,16 @@ def _parse_fault(entry: Any, at: str) -> Fault:
         if name in values and values[name] < low:
             raise ConfigError(f"{at} ({kind}): field {name!r} must be >= {low}, not "
                               f"{values[name]}")
-    for name in ("after", "release"):
+    for name in ("after", "release", "down"):
         if name in values and not values[name] >= 0:
             raise ConfigError(f"{at} ({kind}): field {name!r} must be >= 0 seconds, not "
                               f"{values[name]}")
+    if "delay" in values and not 0 < values["delay"] <= 1:
+        raise ConfigError(f"{at} ({kind}): field 'delay' must be > 0 and <= 1 second per "
+                          f"record, not {values['delay']}")
+    if "signal" in values and values["signal"] not in BROKER_SIGNALS:
+        raise ConfigError(f"{at} ({kind}): field 'signal' must be one of "
+                          f"{', '.join(BROKER_SIGNALS)}, not {values['signal']!r}")
     point = values.get("point")
     if kind == "torn":
         point = values.setdefault("point", TORN_POINTS[0])
@@ -227,6 +258,10 @@ def _parse_fault(entry: Any, at: str) -> Fault:
                           f"known: {', '.join(TASK_POINTS)}")
     if kind == "kill":
         values.setdefault("after", 0.0)
+    if kind == "broker":
+        values.setdefault("after", 2.0)
+        values.setdefault("down", 5.0)
+        values.setdefault("signal", "kill")
     if kind == "zombie":
         values.setdefault("release", 1.0)
     return Fault(kind, **values)
@@ -235,13 +270,18 @@ def _parse_fault(entry: Any, at: str) -> Fault:
 # --------------------------------------------------------------------------- checks
 
 def kinds_for(transport: str, guarantee: str) -> tuple[str, ...]:
-    """The fault kinds an experiment on ``transport`` ("local" or "kafka") can inject."""
-    return tuple(k for k in KINDS if _refusal(k, transport, guarantee) is None)
+    """The fault kinds a random schedule on ``transport`` ("local" or "kafka") draws from
+    by default: every one it can inject but those only named kinds get (``broker``)."""
+    return tuple(k for k in KINDS
+                 if k not in EXPLICIT_ONLY and _refusal(k, transport, guarantee) is None)
 
 
 def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
     if kind in NOT_BUILT:
         return NOT_BUILT[kind]
+    if transport == "local" and kind == "broker":
+        return ("fault kind 'broker' needs Kafka: it stops and restarts the broker, and the "
+                "local log has none (give --bootstrap-servers)")
     if transport == "kafka" and kind in ("torn", "zombie"):
         return (f"fault kind {kind!r} needs the local log" + (
             " (a torn write is a local-log append cut short)" if kind == "torn" else
@@ -296,7 +336,7 @@ def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
             raise ConfigError(f"{at}: field 'point' {f.point!r}: {ZOMBIE_NEVER[f.point]}")
     seen: dict[tuple[int, int], int] = {}
     for i, f in enumerate(schedule.faults, 1):
-        if f.task is None:
+        if f.task is None or f.kind == "lag":   # a lag ends nothing: it shares attempts
             continue
         first = seen.setdefault((f.task, f.attempt), i)
         if first != i:
@@ -315,18 +355,26 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
     rng = random.Random(f"faults:{seed}")
     faults: list[Fault] = []
     attempts: dict[int, int] = {}
-    task_kinds = [k for k in kinds if k != "buffer"]
+    task_kinds = [k for k in kinds if k not in ("buffer", "broker")]
     for _ in range(count):
         kind = rng.choice(kinds)
-        if kind == "buffer":
-            if not any(f.kind == "buffer" for f in faults):
-                faults.append(Fault("buffer", max_bytes=rng.choice(BUFFER_BYTES)))
+        if kind in ("buffer", "broker"):
+            if not any(f.kind == kind for f in faults):   # one of each per run
+                faults.append(
+                    Fault("buffer", max_bytes=rng.choice(BUFFER_BYTES)) if kind == "buffer"
+                    else Fault("broker", after=round(rng.uniform(*BROKER_AFTER), 2),
+                               down=round(rng.uniform(*BROKER_DOWN), 1),
+                               signal=rng.choice(BROKER_SIGNALS)))
                 continue
             if not task_kinds:
-                break   # one bound per run is all a run can have
+                break   # one bound and one outage per run is all a run can have
             kind = rng.choice(task_kinds)
         role = rng.choice(roles)
         attempt = attempts.get(role.task, 0)
+        if kind == "lag":   # it does not end the attempt: the next fault takes it too
+            faults.append(Fault("lag", task=role.task, attempt=attempt,
+                                delay=round(rng.uniform(*LAG_DELAY), 4)))
+            continue
         attempts[role.task] = attempt + 1
         f = Fault(kind, task=role.task, attempt=attempt)
         if kind == "kill":

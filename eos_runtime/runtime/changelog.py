@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import EosError, RecoveryError
+from ..errors import RecoveryError
 from ..protocol import wire
 from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
@@ -194,9 +194,6 @@ class ChangeLogWriter:
             self.producer.begin_transaction()
 
     def close(self) -> None:
-        if self.transactional:
-            try:
-                self.producer.abort_transaction()
-            except EosError:
-                pass
+        # The producer's close aborts an open transaction, waiting a few seconds at most:
+        # in a broker outage nothing answers, and the next generation's fence aborts it.
         self.producer.close()

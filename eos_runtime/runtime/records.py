@@ -11,6 +11,7 @@ output of the open version and goes on. No protocol rule lives here.
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any, cast
 
 from ..api import FORMATS
@@ -29,8 +30,9 @@ _unpack = FORMATS["msgpack"][1]
 class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
                  channels: ChannelWriter | None, sink: SinkWriter | None,
-                 dead: SinkWriter | None, stats: Any) -> None:
+                 dead: SinkWriter | None, stats: Any, lag: float = 0.0) -> None:
         self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
+        self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
         if stage.source is not None:
             src = stage.source
@@ -41,6 +43,8 @@ class RecordPath:
 
     def source_record(self, r: Record, version: int) -> None:
         """A raw input record of a source task, processed in ``version``."""
+        if self.lag:
+            time.sleep(self.lag)
         key_de = self._src_key
         try:
             key = key_de(r.key) if key_de is not None and r.key is not None else None
@@ -57,6 +61,8 @@ class RecordPath:
     def envelope(self, msg: wire.Envelope, topic: str, partition: int, offset: int,
                  version: int) -> None:
         """A data envelope read from a channel, processed in ``version``."""
+        if self.lag:
+            time.sleep(self.lag)
         try:
             outs = self.chain.run(msg.key, _unpack(cast(bytes, msg.value)))
             if outs:

@@ -16,6 +16,7 @@ align, commit the same version and pass the markers on (at-least-once: end its l
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import time
@@ -27,7 +28,8 @@ import cloudpickle
 
 from .. import faults
 from ..api import Sink
-from ..errors import EosError, TaskFailed
+from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
+from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.runs import finished_run, run_end
@@ -43,6 +45,8 @@ from .records import RecordPath
 from .source import SourceSide
 
 __all__ = ["TaskConfig", "TaskFailed", "run_task", "run_task_payload"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,6 +67,7 @@ class TaskConfig:
     poll_records: int = 5_000
     # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
+    outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
 
 
 @dataclass
@@ -85,6 +90,7 @@ class TaskStats:
     replayed_changes: int = 0
     rebuilt_store: bool = False
     stopped: bool = False                # a stop request ended the run (sources)
+    outage_restarts: int = 0             # in-place restarts after transient transport errors
     seconds: float = 0.0                 # from recovery start to the task's end
     # per-checkpoint metrics as distributions (runtime/metrics.py)
     checkpoint_metrics: dict[str, Any] = field(default_factory=dict)
@@ -106,23 +112,60 @@ def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
     for f in wanted:
         if f.get("task") == config.task_id and f.get("attempt", 0) == attempt:
             action = f.get("action", "kill")
+            if action == "lag":
+                continue   # not a crash point: the record path sleeps (_lag_of)
             # lose-state: the task's own RocksDB directory, as on a host that lost its disk
             store = (str(Path(config.state_dir) / config.plan.name / f"task-{config.task_id}")
                      if action == "lose-state" else None)
             faults.arm(f["point"], f.get("hit", 1), action, path=store)
             if f.get("log"):   # experiments learn when and where their faults fired
                 faults.record_to(f["log"], task=config.task_id, attempt=attempt)
-    with open_transport(**config.transport) as transport:
-        task = _Task(config, transport, attempt)
+    try:
+        stats = _ride_through(config, attempt)
+    except BaseException as exc:
+        faults.zombie_ended(exc)   # a zombie's end is news to its experiment
+        raise
+    faults.zombie_ended(None)
+    return stats
+
+
+def _ride_through(config: TaskConfig, attempt: int) -> TaskStats:
+    """Run the task; on a transient transport error (a broker outage) start it again in
+    this process, as after a crash: recovery takes a new generation, whose fence aborts
+    the transaction the failure left open, so nothing is committed half. The outage
+    clock (``eos_runtime.outage``) says when to stop trying: past the budget the task
+    fails with ``OutageBudgetExceeded``, which the driver does not retry."""
+    clock = OutageClock(config.outage_budget)
+    restarts = 0
+    while True:
+        task: _Task | None = None
         try:
-            stats = task.run()
-        except BaseException as exc:
-            faults.zombie_ended(exc)   # a zombie's end is news to its experiment
-            raise
-        finally:
-            task.close()
-        faults.zombie_ended(None)
-        return stats
+            with open_transport(**config.transport) as transport:
+                task = _Task(config, transport, attempt)
+                task.stats.outage_restarts = restarts
+                try:
+                    return task.run()
+                finally:
+                    task.close()
+        except TransportError as exc:
+            if not is_transient(exc):
+                raise
+            if task is not None and task.recovered:
+                clock.ok()   # this start reached the log: the failure opens a new outage
+            verdict = clock.failed()
+            if not verdict.retry:
+                servers = config.transport.get("bootstrap_servers")
+                where = f"Kafka at {servers}" if servers else "the log"
+                raise OutageBudgetExceeded(
+                    f"task {config.task_id}: "
+                    + gone_too_long(where, verdict.down_for, clock.budget, exc)) from None
+            # Once per outage on the worker's log: a restart every second or two follows.
+            log.log(logging.WARNING if clock.retries == 1 else logging.DEBUG,
+                    "task %d: %s; restarting in place in %.2f s (failing for %.1f s; the "
+                    "outage budget is %g s)", config.task_id, exc, verdict.delay,
+                    verdict.down_for, clock.budget)
+            time.sleep(verdict.delay)
+            restarts += 1
 
 
 class _Task:
@@ -149,9 +192,11 @@ class _Task:
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels, sink, dead, self.stats)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
-                                  self.channels, sink, dead, self.stats)
+                                  self.channels, sink, dead, self.stats,
+                                  lag=_lag_of(config, attempt))
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
+        self.recovered = False            # recovery reached the log (the outage clock's news)
         # The driver's live view reads this (runner.PipelineRun.progress).
         self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
 
@@ -180,6 +225,7 @@ class _Task:
     def _run(self) -> None:
         ControlLog(self.t, self.plan.name).refuse_if_superseded(self.c.run, self.id)
         recovered = self.committer.recover()
+        self.recovered = True
         try:
             finished = finished_run(recovered.version, self.c.run)
         except ValueError as exc:
@@ -301,6 +347,15 @@ class _Task:
         assert self.consumer is not None
         self.consumer.assign({TopicPartition(*c): (0 if off is None else off)
                               for c, off in offsets.items()})
+
+
+def _lag_of(config: TaskConfig, attempt: int) -> float:
+    """Seconds per record this attempt sleeps: a lagging producer (fault ``lag``)."""
+    wanted = (config.fault if isinstance(config.fault, list)
+              else [config.fault] if config.fault else [])
+    return sum(float(f.get("delay", 0)) for f in wanted
+               if f.get("action") == "lag" and f.get("task") == config.task_id
+               and f.get("attempt", 0) == attempt)
 
 
 def _open_store(base_dir: Path, task_id: int, stage: StagePlan,

@@ -46,6 +46,7 @@ from confluent_kafka.admin import ResourceType as _ResourceType
 
 from ..errors import (
     AuthenticationFailed,
+    BrokerUnavailable,
     ConfigError,
     DeliveryFailed,
     OffsetOutOfRange,
@@ -99,6 +100,19 @@ _LEADERSHIP_CODES = frozenset({
     _KafkaError.REPLICA_NOT_AVAILABLE,
 })
 _OUT_OF_RANGE_CODES = frozenset({_KafkaError.OFFSET_OUT_OF_RANGE, _KafkaError._AUTO_OFFSET_RESET})
+# A broker down, restarting or not answering, a coordinator or leader moving: the same
+# call succeeds once the broker is back. The one list of what a run rides through within
+# its outage budget (eos_runtime.outage); _transient() is the one place that reads it.
+_TRANSIENT_CODES = _LEADERSHIP_CODES | {
+    _KafkaError._TRANSPORT, _KafkaError._ALL_BROKERS_DOWN, _KafkaError._TIMED_OUT,
+    _KafkaError._MSG_TIMED_OUT, _KafkaError._TIMED_OUT_QUEUE, _KafkaError._RESOLVE,
+    _KafkaError._WAIT_COORD, _KafkaError._OUTDATED, _KafkaError.REQUEST_TIMED_OUT,
+    _KafkaError.NETWORK_EXCEPTION, _KafkaError.BROKER_NOT_AVAILABLE,
+    _KafkaError.NOT_COORDINATOR, _KafkaError.COORDINATOR_NOT_AVAILABLE,
+    _KafkaError.COORDINATOR_LOAD_IN_PROGRESS, _KafkaError.CONCURRENT_TRANSACTIONS,
+    _KafkaError.NOT_ENOUGH_REPLICAS, _KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    _KafkaError.KAFKA_STORAGE_ERROR, _KafkaError.NOT_CONTROLLER,
+}
 # produce() errors that concern one record only: they are reported by the next
 # flush like any failed delivery, instead of being raised by produce().
 _RECORD_CODES = _NOT_FOUND_CODES | {
@@ -128,6 +142,19 @@ def _kafka_error(exc: BaseException | None) -> _KafkaError | None:
             return arg
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _transient(err: _KafkaError | None) -> bool:
+    """Whether ``err`` is one a run rides through (a broker outage), not a reason to fail.
+
+    A fatal error never is (the client is unusable; a fence is a verdict, not an outage),
+    nor a missing topic or an offset out of range, which librdkafka may flag retriable."""
+    if err is None or err.fatal():
+        return False
+    code = err.code()
+    if code in _FENCED_CODES or code in _NOT_FOUND_CODES or code in _OUT_OF_RANGE_CODES:
+        return False
+    return code in _TRANSIENT_CODES or bool(err.retriable())
 
 
 def _describe(err: _KafkaError) -> str:
@@ -168,15 +195,19 @@ def _map_error(err: _KafkaError | None, context: str, *, transactional: bool = F
     if code in _FENCED_CODES:
         return ProducerFenced(text)
     if transactional:
-        return TransactionError(text, retriable=bool(err.retriable()),
-                                requires_abort=bool(err.txn_requires_abort()),
-                                fatal=bool(err.fatal()))
+        exc = TransactionError(text, retriable=bool(err.retriable()),
+                               requires_abort=bool(err.txn_requires_abort()),
+                               fatal=bool(err.fatal()))
+        exc.transient = _transient(err)
+        return exc
     if code in _NOT_FOUND_CODES:
         return TopicNotFound(text)
     if code == _KafkaError.TOPIC_ALREADY_EXISTS:
         return TopicExists(text)
     if code in _OUT_OF_RANGE_CODES:
         return OffsetOutOfRange(text)
+    if _transient(err):
+        return BrokerUnavailable(text)
     return TransportError(text)
 
 
@@ -303,12 +334,13 @@ class _DeliveryState:
     destroyed as soon as the ``KafkaProducer`` lets go of it.
     """
 
-    __slots__ = ("offsets", "failures", "failure_count", "fatal")
+    __slots__ = ("offsets", "failures", "failure_count", "permanent_count", "fatal")
 
     def __init__(self) -> None:
         self.offsets: dict[tuple[str, int], int] = {}
         self.failures: list[tuple[str, int, str]] = []
         self.failure_count = 0
+        self.permanent_count = 0     # failures that are not transient (a broker outage's)
         self.fatal: _KafkaError | None = None
 
     def on_delivery(self, err: _KafkaError | None, msg: Any) -> None:
@@ -320,10 +352,12 @@ class _DeliveryState:
         else:
             if err.code() in _FENCED_CODES and self.fatal is None:
                 self.fatal = err   # a fenced producer: its flush must say so, not "delivery"
-            self.fail(msg.topic(), msg.partition(), _describe(err))
+            self.fail(msg.topic(), msg.partition(), _describe(err), transient=_transient(err))
 
-    def fail(self, topic: str, partition: int, reason: str) -> None:
+    def fail(self, topic: str, partition: int, reason: str, *, transient: bool = False) -> None:
         self.failure_count += 1
+        if not transient:
+            self.permanent_count += 1
         if len(self.failures) < _MAX_FAILURES_KEPT:
             self.failures.append((topic, partition, reason))
 
@@ -338,6 +372,7 @@ class _DeliveryState:
     def reset_failures(self) -> None:
         self.failures = []
         self.failure_count = 0
+        self.permanent_count = 0
 
 
 class KafkaProducer(Producer):
@@ -414,7 +449,9 @@ class KafkaProducer(Producer):
             if err.fatal() and self._state.fatal is None:
                 self._state.fatal = err
             if not self.transactional and err.code() not in _FENCED_CODES:
-                raise DeliveryFailed(f"{context}: producer failed: {_describe(err)}") from None
+                failed = DeliveryFailed(f"{context}: producer failed: {_describe(err)}")
+                failed.transient = _transient(err)
+                raise failed from None
             raise _map_error(err, context, transactional=self.transactional) from None
 
     def _txn_state_error(self, context: str) -> TransportError | None:
@@ -468,6 +505,9 @@ class KafkaProducer(Producer):
         if st.failure_count or outstanding:
             failures = [(TopicPartition(t, part), reason) for t, part, reason in st.failures]
             count = st.failure_count
+            # Records still unacknowledged, or failed for an outage only: the broker did
+            # not answer in time, and a retry once it is back may well succeed.
+            transient = st.permanent_count == 0
             st.reset_failures()
             parts = []
             if count:
@@ -481,6 +521,7 @@ class KafkaProducer(Producer):
                 parts.append(f"{outstanding} record(s) still outstanding after {timeout:g}s")
             exc = DeliveryFailed(_truncate("delivery failed: " + "; ".join(parts),
                                            _MAX_MESSAGE_CHARS))
+            exc.transient = transient
             exc.failures = failures          # type: ignore[attr-defined]
             exc.failure_count = count        # type: ignore[attr-defined]
             exc.outstanding = outstanding    # type: ignore[attr-defined]
@@ -510,7 +551,7 @@ class KafkaProducer(Producer):
                     reason = _describe(err)
                     if err.code() == _KafkaError.MSG_SIZE_TOO_LARGE:
                         reason = _too_large(len(value or b"") + len(key or b""), self._max_bytes)
-                    self._state.fail(topic, partition, reason)
+                    self._state.fail(topic, partition, reason, transient=_transient(err))
                     return
                 raise _map_exception(exc, f"produce to {topic}[{partition}]",
                                      transactional=self.transactional) from None
@@ -540,9 +581,11 @@ class KafkaProducer(Producer):
         except DeliveryFailed as exc:
             outstanding = getattr(exc, "outstanding", 0)
             failed = getattr(exc, "failure_count", 0)
-            raise TransactionError(f"commit_transaction: {exc}",
+            txn = TransactionError(f"commit_transaction: {exc}",
                                    retriable=not failed and outstanding > 0,
-                                   requires_abort=failed > 0) from exc
+                                   requires_abort=failed > 0)
+            txn.transient = exc.transient
+            raise txn from exc
         try:
             self._handle().commit_transaction(max(deadline - time.monotonic(), 0.1))
         except _KafkaException as exc:
@@ -820,7 +863,9 @@ class KafkaConsumer(Consumer):
             return
         topic, partition = m.topic(), m.partition()
         where = f"{topic}[{partition}]" if topic else "consumer"
-        if code not in _NOT_FOUND_CODES and code not in _OUT_OF_RANGE_CODES and err.retriable():
+        if _transient(err):
+            # librdkafka reconnects and fetches on by itself once the broker is back; the
+            # run's driver watches how long it is gone (the outage budget).
             log.debug("Kafka consumer: %s: %s (librdkafka retries)", where, _describe(err))
             return
         tp = TopicPartition(topic, partition) if topic and partition is not None else None
@@ -950,9 +995,10 @@ class KafkaTransport(Transport):
                 why = watch.reason or ("the connection failed" if watch.all_down
                                        else f"no answer within {seconds:g} s")
                 protocol = str(self._base.get("security.protocol", "plaintext")).upper()
-                raise TransportError(f"cannot reach Kafka at {self.bootstrap_servers} ({why}); "
-                                     f"is a broker running there (`eos kafka up` starts one), "
-                                     f"and does it speak {protocol} (security.protocol) there?")
+                raise BrokerUnavailable(f"cannot reach Kafka at {self.bootstrap_servers} "
+                                        f"({why}); is a broker running there (`eos kafka up` "
+                                        f"starts one), and does it speak {protocol} "
+                                        f"(security.protocol) there?")
 
     # -- helpers
 
@@ -1160,17 +1206,54 @@ class KafkaTransport(Transport):
         topic, partition = tp
         if partition < 0:
             raise TopicNotFound(f"{topic}[{partition}]: no such partition")
-        qc = self._query_consumer(read_committed)
         ck = _CkTopicPartition(topic, partition)
 
         def query(remaining: float) -> tuple[int, int]:
+            qc = self._query_consumer(read_committed)
             res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
             if res is None:
                 raise TransportError(f"watermarks of {topic}[{partition}]: timed out")
             return res
 
-        low, high = self._retrying(f"watermarks of {topic}[{partition}]", query)
+        context = f"watermarks of {topic}[{partition}]"
+        try:
+            low, high = self._retrying(context, query)
+        except TopicNotFound as exc:
+            if not self._broker_has(tp, exc):
+                raise
+            # librdkafka's metadata cache of the look-up consumer can keep "unknown
+            # partition" long after a broker restart (it never refreshes a topic nobody
+            # subscribed to; seen after a SIGTERM, whose controlled shutdown leaves every
+            # partition without a leader): ask once more through a new one.
+            self._forget_query_consumers()
+            try:
+                low, high = self._retrying(context, query)
+            except TopicNotFound:
+                raise BrokerUnavailable(f"{exc}; the broker has it: its leader is not known "
+                                        f"yet") from None
         return int(low), int(high)
+
+    def _broker_has(self, tp: TopicPartition, exc: TopicNotFound) -> bool:
+        """An offset look-up said "unknown partition": true, or only librdkafka's metadata
+        cache speaking while the broker is down or restarting. Ask the broker itself:
+        ``BrokerUnavailable`` if it does not answer, else whether it has the partition."""
+        try:
+            md = self._admin_client().list_topics(topic=tp.topic,
+                                                  timeout=min(self.timeout, 5.0))
+        except _KafkaException as probe:
+            raise BrokerUnavailable(f"{exc}; the broker does not answer either: "
+                                    f"{_map_exception(probe, 'metadata')}") from None
+        tmd = md.topics.get(tp.topic)
+        return tmd is not None and tmd.error is None and tp.partition in tmd.partitions
+
+    def _forget_query_consumers(self) -> None:
+        with self._lock:
+            query, self._query = self._query, {}
+        for c in query.values():
+            try:
+                c.close()
+            except (_KafkaException, RuntimeError):
+                pass
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
         topic, partition = tp
@@ -1197,11 +1280,5 @@ class KafkaTransport(Transport):
             except Exception as exc:  # closing must go on with the others
                 log.debug("closing %r: %s", child, exc)
         self._children = weakref.WeakSet()
-        with self._lock:
-            query, self._query = self._query, {}
-        for c in query.values():
-            try:
-                c.close()
-            except (_KafkaException, RuntimeError):
-                pass
+        self._forget_query_consumers()
         self._admin = None

@@ -1,0 +1,215 @@
+"""A broker outage in the middle of a run, on a real broker of the test's own: SIGKILLed
+(its pid from the run dir's state file) once the run has made progress, and restarted on
+the same ports a few seconds later. The run rides through it and its committed output is
+exactly the oracle's; an outage longer than the budget fails the run with one line that
+names the broker and how long it was gone.
+
+The kill is triggered by observed progress (the sink tasks' first checkpoint, seen by the
+driver's progress callback, as ``eos run`` watches a run), never by a sleep, and the input
+is large enough that the run is still going when it comes (the test checks that, so it
+cannot pass without an outage in the middle of the run)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from eos_runtime.broker import KafkaBroker
+from eos_runtime.broker.kafka import find_running, free_port, stop_running
+from eos_runtime.errors import OutageBudgetExceeded
+from eos_runtime.runner import load_pipeline, start_pipeline, watch_run
+from eos_runtime.runtime.committed import read_output
+from eos_runtime.transport import open_transport
+
+from pipeline_oracles import check_wordcount_exactly_once, encode_lines, produce, word_lines
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _ports() -> tuple[int, int]:
+    """The broker's ports: fixed for its restart. ``EOS_TEST_OUTAGE_PORTS=P,C`` picks
+    them (a shared machine may reserve some); else two free ones."""
+    env = os.environ.get("EOS_TEST_OUTAGE_PORTS", "").strip()
+    if env:
+        port, cport = (int(p) for p in env.split(","))
+        return port, cport
+    port = free_port()
+    return port, free_port(avoid=(port,))
+
+
+@pytest.fixture
+def broker(tmp_path):
+    port, cport = _ports()
+    run_dir = tmp_path / "kafka"
+    b = KafkaBroker(run_dir, port=port, controller_port=cport, die_with_parent=True)
+    b.start()
+    holder = {"broker": b}
+    yield holder
+    # First by its state file: a broker an experiment restarted is no object of this test's
+    # (and a stop of the old object would clean the run dir under the running one).
+    stop_running(run_dir)
+    holder["broker"].stop()
+
+
+def _kill(run_dir: Path, sig: int = signal.SIGKILL) -> None:
+    """Signal the broker found in its run dir's state file (SIGKILL, or SIGTERM: a
+    controlled shutdown), and wait until it is gone."""
+    state = find_running(run_dir)
+    assert state is not None, "no running broker in its run dir"
+    os.kill(state.pid, sig)
+    deadline = time.monotonic() + 60
+    while find_running(run_dir) is not None:
+        assert time.monotonic() < deadline, "the broker survived SIGKILL"
+        time.sleep(0.05)
+
+
+def _restart(old: KafkaBroker) -> KafkaBroker:
+    """The same broker again: its run dir (data kept), the same two ports. Not
+    ``die_with_parent``: the kernel's parent-death signal follows the *thread* that
+    started the JVM, and the outage thread ends at once (the fixture stops it)."""
+    b = KafkaBroker(old.run_dir, port=old.state.port if old.state else old.port,
+                    controller_port=old.state.controller_port if old.state else None)
+    b.start()
+    return b
+
+
+def _wordcount(tag: str, bootstrap: str, lines: list[str]):
+    suffix = f"{tag}-{uuid.uuid4().hex[:6]}"
+    pipeline = load_pipeline(EXAMPLES / "wordcount.py")
+    pipeline.rename(f"{pipeline.name}-{suffix}", source=f"{pipeline.source_topic}-{suffix}",
+                    sink=f"{pipeline.sink_topic}-{suffix}")
+    with open_transport(bootstrap_servers=bootstrap) as t:
+        produce(t, pipeline.source_topic, encode_lines(lines))
+    return pipeline
+
+
+class Outage:
+    """Kills the broker once every sink task has committed a checkpoint, as seen in the
+    run's progress (``watch_run``'s ``on_progress``, as ``eos run`` watches), while the
+    driver goes on watching; then, with ``down`` seconds, starts it again."""
+
+    def __init__(self, holder: dict, down: float | None, sig: int = signal.SIGKILL) -> None:
+        self.holder = holder
+        self.down = down
+        self.sig = sig
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.unfinished: dict | None = None       # the progress when the kill came
+        self.killed = threading.Event()
+        self.restarted = threading.Event()
+
+    def on_progress(self, p: dict) -> None:
+        sink = p["stages"][-1]
+        if (self.thread is None and sink["reporting"] == sink["tasks"]
+                and sink["checkpoints"] >= sink["tasks"]):
+            self.unfinished = p
+            self.thread = threading.Thread(target=self._outage, daemon=True)
+            self.thread.start()
+
+    def _outage(self) -> None:
+        try:
+            old: KafkaBroker = self.holder["broker"]
+            _kill(old.run_dir, self.sig)
+            self.killed.set()
+            if self.down is not None:
+                time.sleep(self.down)   # how long does not matter, only that it is an outage
+                self.holder["broker"] = _restart(old)
+                self.restarted.set()
+        except BaseException as exc:
+            self.error = exc
+
+    def check(self, *, restarted: bool) -> None:
+        """The kill came while the sources had input left, and the restart happened."""
+        if self.thread is not None:
+            self.thread.join(120)
+        assert self.error is None, f"the outage thread failed: {self.error!r}"
+        assert self.killed.is_set(), "the broker was never killed: the run ended first"
+        p = self.unfinished
+        assert p is not None and p["input_total"] and p["input_committed"] < p["input_total"], \
+            f"the sources had committed all their input before the kill: {p}"
+        assert self.restarted.is_set() == restarted
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_a_run_rides_through_a_broker_killed_and_restarted(sig, broker, tmp_path):
+    b: KafkaBroker = broker["broker"]
+    lines = word_lines(60_000)
+    pipeline = _wordcount("outage", b.bootstrap_servers, lines)
+    # SIGTERM: the broker's controlled shutdown first leaves every partition without a
+    # leader, which the driver's offset look-ups remembered past the restart (found by
+    # eos experiment, fault broker with signal term).
+    outage = Outage(broker, down=18 if sig == signal.SIGKILL else 6, sig=sig)
+    run = start_pipeline(pipeline, bootstrap_servers=b.bootstrap_servers, commit_every=2_000,
+                         state_dir=str(tmp_path / "state"), outage_budget=120)
+    summary = watch_run(run, on_progress=outage.on_progress)
+    outage.check(restarted=True)
+    assert summary.input_records == len(lines)
+    with open_transport(bootstrap_servers=broker["broker"].bootstrap_servers) as t:
+        check_wordcount_exactly_once(read_output(t, pipeline.sink_topic, job=pipeline.name),
+                                     lines)
+
+
+def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_broker(broker, tmp_path):
+    b: KafkaBroker = broker["broker"]
+    bootstrap = b.bootstrap_servers
+    lines = word_lines(60_000)
+    pipeline = _wordcount("gone", bootstrap, lines)
+    outage = Outage(broker, down=None)
+    run = start_pipeline(pipeline, bootstrap_servers=bootstrap, commit_every=2_000,
+                         state_dir=str(tmp_path / "state"), outage_budget=5)
+    with pytest.raises(OutageBudgetExceeded) as info:
+        watch_run(run, on_progress=outage.on_progress)
+    outage.check(restarted=False)
+    line = str(info.value)
+    assert "\n" not in line
+    assert f"Kafka at {bootstrap} was unreachable for " in line
+    assert "longer than the outage budget of 5 s" in line
+
+
+# ------------------------------------------------------------ eos experiment, fault broker
+
+def test_an_experiment_stops_and_restarts_the_broker_and_the_run_passes(broker, tmp_path):
+    import json
+
+    from test_cli import eos
+
+    b: KafkaBroker = broker["broker"]
+    schedule = tmp_path / "broker.toml"
+    schedule.write_text('[[fault]]\nkind = "broker"\nafter = 0.5\ndown = 2.0\n'
+                        'signal = "kill"\n')
+    report = tmp_path / "report"
+    p = eos("experiment", "wordcount", "--schedule", str(schedule), "--seed", "4",
+            "--lines", "3000", "--bootstrap-servers", b.bootstrap_servers,
+            "--broker-dir", str(b.run_dir), "--report", str(report), "--json",
+            cwd=tmp_path, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = json.loads((report / "seed-4" / "run.json").read_text())
+    assert run["passed"], run["verdict"]
+    (fault,) = run["faults"]
+    assert fault["kind"] == "broker" and fault["fired"], fault
+    assert fault.get("error") is None, fault
+    assert fault["back"] > fault["gone"] >= fault["time"], fault
+    assert find_running(b.run_dir) is not None, "the broker is not back after the experiment"
+
+
+def test_broker_faults_refuse_a_run_dir_without_the_broker_of_the_run(broker, tmp_path):
+    from test_cli import eos, error_line
+
+    b: KafkaBroker = broker["broker"]
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    p = eos("experiment", "wordcount", "--kinds", "crash,broker", "--bootstrap-servers",
+            b.bootstrap_servers, "--broker-dir", str(empty), "--report", str(tmp_path / "r"),
+            cwd=tmp_path)
+    assert error_line(p).startswith(
+        f"error: fault kind 'broker' stops and restarts the project's own broker, and none "
+        f"runs from '{empty}'")
+    assert not (tmp_path / "r").exists()
