@@ -1098,24 +1098,32 @@ class KafkaTransport(Transport):
 
     def _wait_until_ready(self, specs: Iterable[TopicSpec]) -> None:
         """Return once every topic's partitions all have a leader."""
+        wanted = {s.name: s.partitions for s in specs}
+
+        def ready(name: str) -> bool:
+            try:
+                parts = self._topic_metadata(name, timeout=min(self.timeout, 5.0)).partitions
+            except TopicNotFound:
+                return False
+            return len(parts) >= wanted[name] and all(
+                pm.leader >= 0 and pm.error is None for pm in parts.values())
+
+        self._wait_for_each(wanted, ready, "not ready (no leader for every partition)")
+
+    def _wait_for_each(self, names: Iterable[str], done: Callable[[str], bool],
+                       failure: str) -> None:
+        """Ask ``done`` of each name, backing off, until it holds for all of them; past
+        ``topic_ready_timeout`` raise naming those still pending."""
         deadline = time.monotonic() + self.topic_ready_timeout
-        pending = {s.name: s.partitions for s in specs}
+        pending = set(names)
         delay = 0.02
         while pending:
-            for name in list(pending):
-                try:
-                    tmd = self._topic_metadata(name, timeout=min(self.timeout, 5.0))
-                except TopicNotFound:
-                    continue
-                parts = tmd.partitions
-                if (len(parts) >= pending[name]
-                        and all(pm.leader >= 0 and pm.error is None for pm in parts.values())):
-                    del pending[name]
+            pending = {name for name in pending if not done(name)}
             if not pending:
                 return
             if time.monotonic() >= deadline:
-                raise TransportError(f"topic(s) {sorted(pending)} not ready (no leader for every "
-                                     f"partition) after {self.topic_ready_timeout:g}s")
+                raise TransportError(f"topic(s) {sorted(pending)} {failure} after "
+                                     f"{self.topic_ready_timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 
@@ -1167,22 +1175,14 @@ class KafkaTransport(Transport):
         """Return once the metadata no longer has these topics: the controller answers a
         deletion before every broker's metadata forgot the topic, and creating the name
         again meanwhile would find the old one."""
-        deadline = time.monotonic() + self.topic_ready_timeout
-        pending = set(names)
-        delay = 0.02
-        while pending:
-            for name in list(pending):
-                try:
-                    self._topic_metadata(name, timeout=min(self.timeout, 5.0))
-                except TopicNotFound:
-                    pending.discard(name)
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                raise TransportError(f"topic(s) {sorted(pending)} still listed "
-                                     f"{self.topic_ready_timeout:g}s after their deletion")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+        def gone(name: str) -> bool:
+            try:
+                self._topic_metadata(name, timeout=min(self.timeout, 5.0))
+            except TopicNotFound:
+                return True
+            return False
+
+        self._wait_for_each(names, gone, "still listed since their deletion")
 
     def producer(self, *, transactional_id: str | None = None) -> KafkaProducer:
         self._admin_client()
