@@ -214,10 +214,11 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     next run starts from scratch (run 0, empty state, the source read from the start).
 
     Asks for confirmation first. Never deletes the source or sink topic, the dead
-    letters, or another job's topics; refuses while a task of the job runs on this
-    machine.
+    letters, or another job's topics; refuses while a driver holds the job's lease or a
+    task of the job runs on this machine.
     """
     from . import reset
+    from .runtime.control import ControlLog
     from .transport import open_transport
 
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
@@ -225,6 +226,8 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with open_transport(**opts) as transport:
         plan = reset.plan_reset(transport, job, root)
+        # A run on other machines holds no store lock here, but it holds the job's lease.
+        ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)
         if held:
             raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "

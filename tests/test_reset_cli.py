@@ -143,3 +143,21 @@ def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(t
     assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
                                "checkpoints"), p.stderr
     assert "deleted half.control" in p.stdout
+
+
+def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
+    """A run on other machines holds no local store lock, but it holds the job's lease:
+    a reset under it would delete the change log its tasks commit to."""
+    from test_lease_cli import other_driver
+
+    data = tmp_path / "data"
+    layout = ("stage 0: input lines x1, tasks 0, stores [], output half.shuffle-1 x1",
+              "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
+              "guarantee exactly-once")
+    fake_job(data, "half", layout)
+    other_driver({"data_dir": str(data)}, "half")
+    p = eos("reset", "half", "--yes", "--data-dir", str(data))
+    line = error_line(p)
+    assert line.startswith("error: job 'half' is running (run 0, started ") and \
+        "eos reset only while the job is stopped" in line, line
+    assert "half.control" in topics(data)
