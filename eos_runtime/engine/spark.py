@@ -676,6 +676,7 @@ class RunningJob:
         self._thread: threading.Thread | None = None
         self._fail_fast: dict[str, Any] | None = None   # the tag of a fail-fast failure
         self._stalled: JobStalled | None = None          # why the watch cancelled the job
+        self._final = False                              # the final status is written
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -897,7 +898,13 @@ class RunningJob:
                 state, running = "failed", 0
         else:
             state = "running" if self._started.is_set() else "starting"
-        self._last_status = JobStatus(state, self.tasks, running, finished, failed, self.master)
+        status = JobStatus(state, self.tasks, running, finished, failed, self.master)
+        with self._lock:
+            # A look taken while the job ended (the no-progress watch's thread, a caller's
+            # status()) must not overwrite the final state.
+            if final or not self._final:
+                self._last_status = status
+            self._final = self._final or final
 
     # -- cancel --------------------------------------------------------------------
 
