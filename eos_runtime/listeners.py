@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import TopicNotFound
 from .protocol.retention import retention_cuts
 from .transport import TopicPartition, Transport
 
@@ -139,7 +140,10 @@ class DeleteConsumedInput:
         plan, t = self.context.plan, self.context.transport
         source = plan.stages[0].input_topic
         channels = [s.output_topic for s in plan.stages if s.shuffle is not None]
-        others = {sp: _other_readers(t, plan.name, sp) for sp in offsets if sp[0] == source}
+        own_store = [line for line in _layout_lines(plan) if line.startswith("checkpoints ")]
+        others = {sp: _other_readers(t, plan.name, sp)
+                  + _store_positions(t, plan.name, own_store, task, sp, len(plan.tasks))
+                  for sp in offsets if sp[0] == source}
         for (topic, partition), cut in retention_cuts(offsets, [source, *channels],
                                                       others).items():
             tp = TopicPartition(topic, partition)
@@ -148,10 +152,39 @@ class DeleteConsumedInput:
                 self.cuts.append((topic, partition, cut))
 
 
+def _layout_lines(plan: Any) -> tuple[str, ...]:
+    from .runtime.control import job_layout
+
+    return job_layout(plan)
+
+
+def _store_positions(transport: Transport, job: str, layout: Any, task: int,
+                     sp: tuple[str, int], tasks: int) -> list[int | None]:
+    """Where a source task with a topic or file-system checkpoint store restarts, besides
+    its commit: the store is written after the commit, so a crash in between restarts it
+    from the store's older position. A file-system store lives on the job's hosts, out
+    of sight here: None (no cut)."""
+    store = next((line[len("checkpoints "):] for line in layout
+                  if line.startswith("checkpoints ")), "changelog")
+    if store == "changelog":
+        return []
+    if store != "kafka":
+        return [None]
+    from .checkpoints import TopicCheckpoints
+
+    manager = TopicCheckpoints(transport, job, tasks)
+    try:
+        manager.start()
+        manager.register(task)
+        cp = manager.read_last_checkpoint(task)
+    except TopicNotFound:
+        return [None]
+    return [None if cp is None else cp.offsets.get(sp)]
+
+
 def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[int | None]:
-    """The committed positions of ``sp`` of every other job whose source is its topic
-    (None: that job's reading task has no checkpoint of it)."""
-    from .errors import TopicNotFound
+    """Where every other job whose source is ``sp``'s topic restarts reading it (None: the
+    reading task has no checkpoint of it, or one out of sight)."""
     from .runtime.changelog import last_commit
     from .runtime.control import ControlLog, jobs_on, layout_stages
 
@@ -161,7 +194,8 @@ def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[
         if other == job:
             continue
         last = ControlLog(transport, other).last_run()
-        stages = layout_stages(last.start.layout) if last is not None else []
+        layout = last.start.layout if last is not None else ()
+        stages = layout_stages(layout)
         if not stages or stages[0].input_topic != topic:
             continue
         readers = stages[0].task_ids
@@ -172,4 +206,6 @@ def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[
             commit = None
         positions = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
         found.append(positions.get(sp))
+        tasks = sum(len(s.task_ids) for s in stages)
+        found += _store_positions(transport, other, layout, task, sp, tasks)
     return found

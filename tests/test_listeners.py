@@ -134,3 +134,51 @@ def test_listeners_open_once_a_raising_one_is_logged_and_functions_work_as_decor
     assert seen == [("open", "lis", 3), ("call", 3, {("in", 0): 5}), ("call", 3, {("in", 0): 9})]
     assert sum("boom.on_checkpoint raised ValueError: listener bug" in r.getMessage()
                for r in caplog.records) == 2
+
+
+def test_a_reader_with_a_checkpoint_store_restarts_from_the_lower_of_store_and_commit(tmp_path):
+    """A topic or file-system store is written after the commit: a crash in between
+    restarts the task from the store. The helper takes the lower; a file-system store,
+    out of sight, blocks the cut."""
+    from eos_runtime.checkpoints import ChangeLogCheckpoints, Checkpoint, TopicCheckpoints
+    from eos_runtime.listeners import _other_readers
+    from eos_runtime.runtime.control import ControlLog
+    from eos_runtime.transport import TopicSpec
+
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec("lines", 2)])
+        with t.producer() as p:
+            for i in range(100):
+                p.produce("lines", i % 2, b"x")
+            p.flush()
+        for job, store in (("tjob", "kafka"), ("fjob", "filesystem")):
+            log = ControlLog(t, job)
+            log.create()
+            log._append(wire.RunStart(0, 1, True, (
+                "stage 0: input lines x2, tasks 0,1, stores [], output out x1",
+                "guarantee at-least-once", f"checkpoints {store}")))
+            t.create_topics([TopicSpec(f"{job}.changelog", 2)])
+            manager = ChangeLogCheckpoints(t, job)
+            manager.start()
+            manager.register(1)
+            manager.write_checkpoint(1, Checkpoint({("lines", 1): 40}))
+        topic_store = TopicCheckpoints(t, "tjob", 2)
+        topic_store.start()
+        topic_store.register(1)
+        topic_store.write_checkpoint(1, Checkpoint({("lines", 1): 30}))
+        readers = _other_readers(t, "me", ("lines", 1))
+        assert sorted(readers, key=str) == sorted([40, 30, 40, None], key=str)
+        assert _other_readers(t, "fjob", ("lines", 1)) == [40, 30]
+
+
+def test_retention_leaves_a_source_whose_positions_are_in_files_out_of_sight(tmp_path):
+    opts = {"data_dir": str(tmp_path / "data")}
+    job, source, _ = fresh_pipeline("wordcount", "fs-store")
+    job.on_checkpoint(DeleteConsumedInput(every=0))
+    with open_transport(**opts) as t:
+        produce(t, source, encode_lines(word_lines(200, seed=3)))
+    run_pipeline(job, guarantee="at-least-once", checkpoints="filesystem", commit_every=50,
+                 state_dir=str(tmp_path / "state"), **opts)
+    with open_transport(**opts) as t:
+        assert [low(t, source, p) for p in (0, 1)] == [0, 0]
+        assert all(low(t, f"{job.name}.shuffle-1", p) > 0 for p in (0, 1))
