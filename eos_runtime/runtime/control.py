@@ -199,6 +199,8 @@ class ControlLog:
         """Windows of ``tp``'s records from its end towards its start, each window oldest
         first and twice the size of the one before (nothing if the topic does not exist)."""
         try:
+            # describe first: a look-up of a missing topic's watermarks may wait on Kafka
+            self.t.describe(tp.topic)
             low, high = self.t.watermarks(tp, read_committed=False)
         except TopicNotFound:
             return
