@@ -330,6 +330,22 @@ class Pipeline:
         # for the topic and file-system stores (plan.py refuses them under exactly-once).
         self.checkpoints = checkpoints
         self._segments: list[_Segment] = []
+        # Told after each committed checkpoint of every task (listeners.py).
+        self.listeners: list[Any] = []
+
+    def on_checkpoint(self, listener: Any) -> Any:
+        """Register a checkpoint listener: a function ``fn(task, offsets)`` or an object
+        with ``on_checkpoint(task, offsets)`` (and optionally ``open(context)``,
+        ``close()``), called in each task after each checkpoint it committed, with the
+        input positions committed (``{(topic, partition): offset}``). Not atomic with the
+        checkpoint: it may be called again for positions after a restart, or not at all if
+        the task dies right after its commit (docs/operations.md). Returns ``listener``,
+        so it also works as a decorator. ``eos_runtime.listeners.DeleteConsumedInput()``
+        is the retention helper."""
+        from .listeners import as_listener
+
+        self.listeners.append(as_listener(listener))
+        return listener
 
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
                parallelism: int | None = None, reset_offset: bool = False,

@@ -144,7 +144,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from .runtime.control import ControlLog, control_topic, jobs_on, layout_stages
+    from .runtime.control import ControlLog, control_topic, heartbeat_topic, jobs_on, layout_stages
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -162,6 +162,7 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
             use(s.output_topic, job, "channel")
         use(f"{job}.changelog", job, "changelog")
         use(control_topic(job), job, "control")
+        use(heartbeat_topic(job), job, "heartbeats")
         use(f"{job}.dead-letters", job, "dead-letters")
         use(f"{job}.metadata", job, "metadata")
     return uses
@@ -169,7 +170,8 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
 
 _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
               "changelog": "change log of", "control": "control topic of",
-              "dead-letters": "dead letters of", "metadata": "startpoints of"}
+              "heartbeats": "lease heartbeats of", "dead-letters": "dead letters of",
+              "metadata": "startpoints of"}
 
 
 @click.command("topics")

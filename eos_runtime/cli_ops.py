@@ -53,10 +53,9 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     """Print the latest checkpoint of every task of JOB as a properties file (Samza's
     checkpoint tool): one editable line per source partition; versions, generations and
     the positions of internal channels as comments. Edit an offset, then `eos checkpoint
-    write JOB FILE`."""
+    write JOB FILE`. Refused while a run holds the job."""
     from .checkpoint_tool import render
     from .checkpoints import ChangeLogCheckpoints
-    from .protocol.lease import HELD
     from .runtime.control import ControlLog
     from .startpoints import list_startpoints
     from .transport import open_transport
@@ -64,6 +63,10 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
+        # A running job's positions move with every commit: a file shown now would be
+        # stale by the time it is written back, and writing is refused until the run ends
+        # anyway (issue 8: both halves of the tool are refused while the job runs).
+        ControlLog(t, job).refuse_if_running("the checkpoint tool shows positions")
         manager = ChangeLogCheckpoints(t, job)
         manager.start()
         checkpoints = {}
@@ -71,13 +74,8 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
             manager.register(task.task_id)
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
         text = render(plan, t.name, checkpoints)
-        log = ControlLog(t, job)
-        status, holder, last_ms = log.lease()
         pending = list_startpoints(job, transport=t)
     notes = []
-    if status == HELD and holder is not None:
-        notes.append(f"# {log.running_text(holder, last_ms)}: these positions move as it "
-                     f"commits; `eos checkpoint write` waits until it ends")
     for key, sp in sorted(pending.items()):
         who = "" if key.task is None else f" (task-{key.task})"
         notes.append(f"# startpoint pending for the next run: {key.topic}[{key.partition}]{who}"

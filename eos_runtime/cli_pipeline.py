@@ -353,6 +353,11 @@ def _summary_lines(summary: Any) -> list[str]:
               metavar="N",
               help="Attempts per task before the run fails (a user function's error is not "
                    "retried: it ends the run at once).")
+@click.option("--no-progress-timeout", type=click.FloatRange(0), default=300.0,
+              show_default=True, metavar="SECONDS",
+              help="Fail the run when some task has had no running attempt for SECONDS (a "
+                   "cluster that lost its workers, or has fewer free slots than tasks: Spark "
+                   "would wait forever). 0: wait forever.")
 @click.option("--dead-letters", "dead_letters_on", is_flag=True,
               help="A record whose function raises goes to topic <job>.dead-letters (with the "
                    "error) instead of ending the run. Default: the pipeline's setting.")
@@ -403,9 +408,9 @@ def _summary_lines(summary: Any) -> list[str]:
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
-            master: str | None, max_attempts: int, dead_letters_on: bool,
-            dead_letter_topic: str | None, unbounded: bool, outage_budget: float | None,
-            crash_at: str | None,
+            master: str | None, max_attempts: int, no_progress_timeout: float,
+            dead_letters_on: bool, dead_letter_topic: str | None, unbounded: bool,
+            outage_budget: float | None, crash_at: str | None,
             crash_task: int | None, reset_stream: str | None, offset_default: str | None,
             checkpoint_store: str | None, take_over: bool, lease_timeout: float,
             name_override: str | None, source_override: str | None,
@@ -447,6 +452,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
         commit_every=commit_every, parallelism=parallelism, sink_partitions=sink_partitions,
         master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded,
+        no_progress_timeout=no_progress_timeout,
         take_over=take_over, lease_timeout=lease_timeout, checkpoints=checkpoint_store,
         reset_offset=True if reset_stream is not None else None, offset_default=offset_default,
         outage_budget=outage_budget,

@@ -35,7 +35,8 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     ├── UserFunctionError        a user function (step or key_by) raised, or returned a bad key
     ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
     ├── EngineError              the Spark job failed: a task's last attempt, or Spark itself
-    │   └── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
+    │   ├── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
+    │   └── JobStalled           some task had no running attempt for the no-progress timeout
     ├── JobRunning               another driver holds the job's lease (names its run)
     ├── SmokeFailed              ``eos smoke`` read back something other than it wrote
     └── DemoFailed               ``eos demo``'s committed output differs from its oracle
@@ -69,6 +70,7 @@ __all__ = [
     "TaskFailed",
     "EngineError",
     "JobCancelled",
+    "JobStalled",
     "SmokeFailed",
     "DemoFailed",
     "JobRunning",
@@ -245,6 +247,12 @@ class EngineError(EosError):
 
 class JobCancelled(EngineError):
     """The job was cancelled (``RunningJob.cancel``, Ctrl-C in ``run_tasks``)."""
+
+
+class JobStalled(EngineError):
+    """Some unfinished task of the job had no running attempt for the engine's no-progress
+    timeout (the cluster lost its workers, or has fewer slots than tasks): the job was
+    cancelled rather than left waiting forever."""
 
 
 class JobRunning(EosError):

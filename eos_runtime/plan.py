@@ -17,7 +17,7 @@ sink topic exists or can be created, parallelism fits the input and the engine's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
@@ -70,6 +70,8 @@ class JobPlan:
     dead_letter_topic: str | None = None   # None: a raising function stops its task
     dead_letter_partitions: int = 1
     checkpoints: str = "changelog"         # where source positions are kept (checkpoints.py)
+    # checkpoint listeners (listeners.py): each task gets its own copy
+    listeners: tuple[Any, ...] = field(default=(), compare=False)
 
     @property
     def exactly_once(self) -> bool:
@@ -192,7 +194,7 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                    commit_interval if commit_interval is not None else pipeline.commit_interval,
                    commit_every if commit_every is not None else pipeline.commit_every,
                    tuple(stages), tuple(tasks), f"{pipeline.name}.changelog",
-                   dead_topic, dead_parts, checkpoints)
+                   dead_topic, dead_parts, checkpoints, tuple(pipeline.listeners))
 
 
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:

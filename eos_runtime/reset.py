@@ -4,7 +4,8 @@ A reset makes a job start from scratch: its next run is run 0 again, reads its s
 from the start (``offset_default``) with empty state, and may have another layout. It
 deletes only what the job made:
 
-* ``<job>.changelog`` (state changes and checkpoints) and ``<job>.control`` (its runs);
+* ``<job>.changelog`` (state changes and checkpoints), ``<job>.control`` (its runs) and
+  ``<job>.heartbeats`` (its drivers' lease heartbeats);
 * its channels, ``<job>.shuffle-N``: a fresh job would otherwise read the old run's
   records in them again;
 * its local state directory ``<state dir>/<job>/`` (RocksDB stores, buffers, pid and
@@ -33,7 +34,7 @@ from pathlib import Path
 from .errors import ConfigError, TopicNotFound
 from .protocol.runs import run_end
 from .runtime.changelog import last_commit
-from .runtime.control import ControlLog, control_topic, layout_stages
+from .runtime.control import ControlLog, control_topic, heartbeat_topic, layout_stages
 from .transport import TopicPartition, Transport
 
 __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_run"]
@@ -62,7 +63,7 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
     existing = set(transport.list_topics())
     runs = ControlLog(transport, job).runs()
     stages = layout_stages(runs[-1].start.layout) if runs else []
-    wanted = [f"{job}.changelog", control_topic(job)]
+    wanted = [f"{job}.changelog", control_topic(job), heartbeat_topic(job)]
     # Channels are the outputs of every stage but the last; a layout naming a topic
     # outside the job's own names is not trusted with a deletion.
     wanted += [s.output_topic for s in stages[:-1] if _own(job, s.output_topic)]

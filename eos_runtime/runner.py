@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
+from .engine.stall import DEFAULT_NO_PROGRESS_TIMEOUT
 from .errors import (
     ConfigError,
     EngineError,
@@ -403,7 +404,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
                    reset_offset: bool | None = None, offset_default: str | None = None,
                    checkpoints: str | None = None,
-                   outage_budget: float | None = None) -> PipelineRun:
+                   outage_budget: float | None = None,
+                   no_progress_timeout: float | None = DEFAULT_NO_PROGRESS_TIMEOUT
+                   ) -> PipelineRun:
     """Plan ``pipeline``, record a new run of its job, start its tasks on Spark; return at
     once. Bounded: the sources read what their input holds now. Unbounded: they read on
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
@@ -413,7 +416,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
     the tasks' included, over the pipeline's ``kafka_config``. ``outage_budget``: seconds
     the driver and each task ride through a broker outage (default: the pipeline's, 60);
-    past it the run fails with ``OutageBudgetExceeded``.
+    past it the run fails with ``OutageBudgetExceeded``. ``no_progress_timeout``: seconds
+    some task may have no running attempt (a dead or too small cluster) before the run
+    fails with ``JobStalled`` (None or 0: never).
 
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
@@ -447,6 +452,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         # wait for another).
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}",
+                              no_progress_timeout=no_progress_timeout,
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded

@@ -219,8 +219,8 @@ def _source_of(transport: Transport, job: str) -> tuple[str, int, dict[int, int]
 def check_source_partition(transport: Transport, job: str, key: StartpointKey) -> None:
     """Refuse a Startpoint for anything but a partition of the job's source stream."""
     known = _source_of(transport, job)
-    internal = (f"{job}.shuffle-", f"{job}.changelog", f"{job}.control", f"{job}.metadata",
-                f"{job}.dead-letters")
+    internal = (f"{job}.shuffle-", f"{job}.changelog", f"{job}.control", f"{job}.heartbeats",
+                f"{job}.metadata", f"{job}.dead-letters")
     if key.topic.startswith(internal):
         raise ConfigError(f"{key.topic!r} is an internal topic of job {job!r}: Startpoints apply "
                           f"to the job's source stream only (a channel's position follows its "

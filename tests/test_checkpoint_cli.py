@@ -72,7 +72,7 @@ def test_show_edit_write_run_reads_again_from_the_edited_offset(tmp_path):
     assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
 
 
-def test_write_refuses_a_bad_file_naming_the_line_and_while_a_run_holds_the_job(tmp_path):
+def test_write_refuses_a_bad_line_and_show_and_write_refuse_while_a_run_holds_the_job(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "20", *d)
@@ -105,8 +105,11 @@ def test_write_refuses_a_bad_file_naming_the_line_and_while_a_run_holds_the_job(
                     rf"wordcount` first$", line), line
     line = error_line(eos("startpoint", "set", "wordcount", "lines", "0", "--oldest", *d))
     assert "Startpoints can be set only while the job is stopped" in line
-    assert "# job 'wordcount' is running (run 1" in ok("checkpoint", "show", "wordcount",
-                                                       *d).stdout
+    line = error_line(eos("checkpoint", "show", "wordcount", *d))
+    assert re.match(rf"^error: job 'wordcount' is running \(run 1, started .* by pid "
+                    rf"{os.getpid()} on host .*\): the checkpoint tool shows positions only "
+                    rf"while the job is stopped; wait for the run to end or `eos stop "
+                    rf"wordcount` first$", line), line
 
 
 def test_startpoint_set_list_clear_and_the_refusals(tmp_path):

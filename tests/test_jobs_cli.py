@@ -129,6 +129,7 @@ def test_topics_says_which_job_uses_each_topic_as_what(wordcount):
     assert by["wordcount.shuffle-1"]["uses"] == [{"job": "wordcount", "role": "channel"}]
     assert by["wordcount.changelog"]["uses"] == [{"job": "wordcount", "role": "changelog"}]
     assert by["wordcount.control"]["uses"] == [{"job": "wordcount", "role": "control"}]
+    assert by["wordcount.heartbeats"]["uses"] == [{"job": "wordcount", "role": "heartbeats"}]
     text = ok("topics", "--data-dir", str(wordcount)).stdout
     assert any(line.startswith("lines ") and line.endswith("source of wordcount")
                for line in text.splitlines()), text

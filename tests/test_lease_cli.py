@@ -158,7 +158,8 @@ def test_a_keepers_heartbeat_moves_the_expiry_and_close_releases(tmp_path):
         keeper.close()
         assert log.lease()[0] == FREE
         actions = [r.action for r in log.leases()]
-        assert actions[0] == "acquire" and actions[-1] == "release" and "renew" in actions
+        assert actions == ["acquire", "release"]       # heartbeats have their own topic
+        assert [r.action for r in log.heartbeats()] == ["renew"]
 
 
 def test_a_task_of_a_run_taken_over_stops_before_it_recovers(tmp_path):
@@ -187,3 +188,68 @@ def test_a_task_of_a_run_taken_over_stops_before_it_recovers(tmp_path):
             run_task(config)
         assert t.watermarks(TopicPartition("old.changelog", 0)) == (0, 0), \
             "the old run's task registered a generation"
+
+
+def test_lease_and_run_queries_read_few_records_however_many_heartbeats(tmp_path):
+    """A job that ran for a day beats ~8600 times: each task's start, the lease check and
+    `eos jobs` must not read them all. Counted in records read, not time."""
+    from eos_runtime.protocol.lease import HELD
+    from eos_runtime.runtime.control import LeaseKeeper, LeaseRequest, heartbeat_topic
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        log = ControlLog(t, "busy")
+        log.create()
+        old, new = LeaseRequest(timeout=3600.0), LeaseRequest(timeout=3600.0)
+        log._acquire(old, 0)
+        log._append(wire.RunStart(0, int(time.time() * 1000), False, ("guarantee x",)))
+        now = int(time.time() * 1000)
+        with t.producer() as p:
+            for i in range(6000):      # run 0's driver beats, then run 1's, both at once
+                owner, run = (old.owner, 0) if i < 4000 or i % 2 else (new.owner, 1)
+                if i == 4000:
+                    p.flush()
+                    log._acquire(LeaseRequest(timeout=3600.0, take_over=True, owner=new.owner),
+                                 1)
+                    log._append(wire.RunStart(1, now, False, ("guarantee x",)))
+                p.produce(heartbeat_topic("busy"), 0, wire.encode(wire.Lease(
+                    run, "renew", owner, os.getpid(), socket.gethostname(), now + i, 3_600_000)),
+                    key=owner.encode())
+            p.flush()
+        LeaseKeeper(opts, "busy", 1, new).renew(t)    # the keeper's way: not the control topic
+        assert not [r for r in log.leases() if r.action == "renew"]
+
+        for query in (lambda q: q.last_run(), lambda q: q.lease(), lambda q: q.runs(),
+                      lambda q: q.refuse_if_superseded(1, 0)):
+            q = ControlLog(t, "busy")
+            query(q)
+            assert q.records_read <= 100, q.records_read
+        q = ControlLog(t, "busy")
+        last = q.last_run()
+        assert last is not None and last.start.run == 1
+        status, holder, last_ms = q.lease()
+        assert (status, holder.owner if holder else None) == (HELD, new.owner)
+        assert last_ms >= now + 5998                    # its latest heartbeat counts
+        assert [r.start.run for r in q.runs()] == [0, 1]
+        assert len(q.heartbeats()) == 6001
+
+
+def test_a_holder_without_heartbeats_is_found_without_reading_older_ones(tmp_path):
+    from eos_runtime.runtime.control import LeaseRequest, heartbeat_topic
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        log = ControlLog(t, "quiet")
+        log.create()
+        long_ago = int(time.time() * 1000) - 2 * HOUR_MS
+        with t.producer() as p:
+            for i in range(5000):      # an earlier run's heartbeats, two hours old
+                p.produce(heartbeat_topic("quiet"), 0, wire.encode(wire.Lease(
+                    0, "renew", "gone", 1, "h", long_ago + i, 60_000)), key=b"gone")
+            p.flush()
+        lease = LeaseRequest(timeout=3600.0)
+        log._acquire(lease, 1)          # and no heartbeat yet
+        q = ControlLog(t, "quiet")
+        status, holder, _ = q.lease()
+        assert status == "held" and holder is not None and holder.owner == lease.owner
+        assert q.records_read <= 100, q.records_read

@@ -23,7 +23,8 @@ from test_cli import (
 )
 from test_jobs_cli import fake_job, wordcount_layout
 
-JOB_TOPICS = ["wordcount.changelog", "wordcount.control", "wordcount.shuffle-1"]
+JOB_TOPICS = ["wordcount.changelog", "wordcount.control", "wordcount.heartbeats",
+              "wordcount.shuffle-1"]
 
 
 def topics(data) -> list[str]:
@@ -48,7 +49,8 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert topics(data) == before and state.is_dir()
 
     done = ok("reset", "wordcount", "--yes", "--data-dir", str(data))
-    assert "deleted wordcount.changelog, wordcount.control, wordcount.shuffle-1" in done.stdout
+    assert ("deleted wordcount.changelog, wordcount.control, wordcount.heartbeats, "
+            "wordcount.shuffle-1") in done.stdout
     after = topics(data)
     assert not set(JOB_TOPICS) & set(after)
     assert {"lines", "counts", "other.control"} <= set(after)
@@ -116,7 +118,7 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     run = ["run", WORDCOUNT, "--name", job, "--source", source, "--sink", sink,
            "--state-dir", str(state), "--json", *kafka]
     ok(*run)
-    mine = [f"{job}.changelog", f"{job}.control", f"{job}.shuffle-1"]
+    mine = [f"{job}.changelog", f"{job}.control", f"{job}.heartbeats", f"{job}.shuffle-1"]
     before = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
     assert set(mine) <= set(before)
     committed = int(ok("consume", sink, "--count", *kafka).stdout)

@@ -372,3 +372,51 @@ def test_deleted_topics_are_gone_and_their_names_free(transport):
 def test_deleting_nothing_or_only_missing_topics_deletes_nothing(transport):
     assert transport.delete_topics([]) == []
     assert transport.delete_topics(["contract-missing-" + uuid.uuid4().hex[:6]]) == []
+
+
+def test_delete_records_moves_the_low_watermark_and_keeps_the_offsets_after_it(transport):
+    from eos_runtime.errors import OffsetOutOfRange
+
+    topic = new_topic(transport, partitions=2)
+    tp, other = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    with transport.producer() as p:
+        for i in range(300):
+            p.produce(topic, 0, f"v{i}".encode(), key=b"k")
+        p.produce(topic, 1, b"x")
+        p.flush()
+    assert transport.delete_records(tp, 120) == 120
+    assert transport.watermarks(tp) == (120, 300)
+    assert transport.watermarks(other) == (0, 1)               # only that partition
+    assert transport.delete_records(tp, 50) == 120              # never moves back
+    assert transport.resolve(tp, OLDEST) == 120
+    kept = read_all(transport, {tp: 120}, 180)
+    assert [(r.offset, r.value) for r in kept[:2]] == [(120, b"v120"), (121, b"v121")]
+    assert kept[-1].offset == 299
+    assert transport.resolve(tp, AtTimestamp(0)) == 120         # a time before the low
+    with pytest.raises(OffsetOutOfRange):
+        transport.delete_records(tp, 301)
+    with transport.consumer() as c, pytest.raises(OffsetOutOfRange):
+        c.assign({tp: 10})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            c.poll(100, 0.5)
+    # A reader positioned before a deletion and left below it is told, not fed a hole.
+    with transport.consumer() as c:
+        c.assign({tp: 130})
+        assert read_poll(c, 1)[0].offset == 130
+        transport.delete_records(tp, 200)
+        with pytest.raises(OffsetOutOfRange):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                c.seek(tp, 140)
+                c.poll(100, 0.5)
+    assert transport.delete_records(tp, 300) == 300             # everything: low == high
+    assert transport.watermarks(tp) == (300, 300)
+
+
+def read_poll(consumer, n, timeout=20.0):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend(consumer.poll(n - len(out), 0.5))
+    return out

@@ -39,7 +39,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError, EngineError, EosError, JobCancelled, SetupError
+from ..errors import ConfigError, EngineError, EosError, JobCancelled, JobStalled, SetupError
+from .stall import DEFAULT_NO_PROGRESS_TIMEOUT, StallWatch, check_timeout
 
 __all__ = [
     "TaskAttempt",
@@ -97,6 +98,9 @@ class EngineConfig:
     #: that a retry would only repeat (a user function raising on a record). The failing
     #: attempt tells the driver, which cancels the job (``EngineError.retried`` False).
     fail_fast: tuple[type[BaseException], ...] = ()
+    #: Seconds some unfinished task may go without a running attempt before the job is
+    #: cancelled and fails with ``JobStalled`` (``engine/stall.py``); None or 0: never.
+    no_progress_timeout: float | None = DEFAULT_NO_PROGRESS_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -671,6 +675,8 @@ class RunningJob:
         self._last_status = JobStatus("starting", self.tasks, 0, 0, 0, self.master)
         self._thread: threading.Thread | None = None
         self._fail_fast: dict[str, Any] | None = None   # the tag of a fail-fast failure
+        self._stalled: JobStalled | None = None          # why the watch cancelled the job
+        self._final = False                              # the final status is written
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -737,6 +743,10 @@ class RunningJob:
             results = inputs.mapPartitionsWithIndex(
                 _PartitionTask(self._fn, report, tuple(self._config.fail_fast)))
             self._started.set()
+            timeout = check_timeout(self._config.no_progress_timeout)
+            if timeout is not None:
+                threading.Thread(target=self._watch, args=(timeout,), name="eos-spark-watch",
+                                 daemon=True).start()
             rows = results.collect()
             if len(rows) != self.tasks:
                 raise EngineError(f"Spark returned {len(rows)} results for {self.tasks} tasks")
@@ -744,7 +754,9 @@ class RunningJob:
         except EosError as exc:
             self._error = exc
         except BaseException as exc:
-            if self._fail_fast is not None:
+            if self._stalled is not None:
+                self._error = self._stalled
+            elif self._fail_fast is not None:
                 self._error = _fail_fast_error(self._fail_fast)
             else:
                 self._error = _map_job_error(exc, self._cancel_requested)
@@ -764,6 +776,26 @@ class RunningJob:
                     pass
             self._done.set()
             _ONE_JOB.release()
+
+    def _watch(self, timeout: float) -> None:
+        """Cancel the job once it stalls (``engine/stall.py``): Spark would wait forever
+        for a cluster that lost its workers."""
+        watch = StallWatch(timeout)
+        every = min(1.0, timeout / 4)
+        while not self._done.wait(every):
+            st = self.status()
+            short = watch.observe(time.monotonic(), st.tasks, st.running, st.finished)
+            if short is None:
+                continue
+            missing = st.tasks - st.finished - st.running
+            self._stalled = JobStalled(
+                f"{missing} of {st.tasks} tasks had no running attempt for {short:.0f} s "
+                f"(no-progress timeout {timeout:g} s; {st.running} running, {st.finished} "
+                f"finished, {st.failed_attempts} failed attempts) on master {self.master}: "
+                f"the cluster lost its workers or has fewer free slots than tasks; the job "
+                f"was cancelled", reason="stalled")
+            self.cancel()
+            return
 
     def _driver_host(self, sc: Any) -> str:
         """Where the workers reach the driver: loopback for local masters, else the
@@ -866,7 +898,13 @@ class RunningJob:
                 state, running = "failed", 0
         else:
             state = "running" if self._started.is_set() else "starting"
-        self._last_status = JobStatus(state, self.tasks, running, finished, failed, self.master)
+        status = JobStatus(state, self.tasks, running, finished, failed, self.master)
+        with self._lock:
+            # A look taken while the job ended (the no-progress watch's thread, a caller's
+            # status()) must not overwrite the final state.
+            if final or not self._final:
+                self._last_status = status
+            self._final = self._final or final
 
     # -- cancel --------------------------------------------------------------------
 
@@ -919,6 +957,10 @@ def start_tasks(fn: Callable[[TaskAttempt], bytes], payloads: Sequence[bytes],
         raise ConfigError(f"log_level must be one of {', '.join(_LEVELS)}, "
                           f"not {config.log_level!r}")
     _spark_conf(config, plan, python, None)   # refuses forbidden conf now, not in the thread
+    try:
+        check_timeout(config.no_progress_timeout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if data:
         _check_java()
         from pyspark import cloudpickle

@@ -237,6 +237,15 @@ class StandaloneCluster:
                 setattr(self, attr, None)
         self.master_url = self.web_url = self.worker_web_url = None
 
+    def stop_worker(self) -> None:
+        """Kill only the worker's process group (it and its executors): the master stays
+        and accepts applications that then never get an executor, as a cluster that lost
+        its workers (what the engine's no-progress timeout is for)."""
+        if self._worker is not None:
+            self._kill_group(self._worker)
+            self._worker = None
+            self.worker_web_url = None
+
     def status(self) -> dict[str, Any]:
         """The master's web UI JSON (``workers``, ``aliveworkers``, ``cores``,
         ``coresused``, ``activeapps``, ``completedapps``, ...)."""

@@ -1,9 +1,14 @@
 """One driver per job: who holds the job's lease, from its ``Lease`` records. No I/O.
 
 A driver appends ``Lease`` records to the job's control topic (one partition, so every
-reader sees them in one order): ``acquire`` before it records its run, ``renew`` every
-few seconds while the run goes on, ``release`` when the run is over. The lease is
-decided by folding those records in offset order; the rules:
+reader sees them in one order): ``acquire`` before it records its run, ``release`` when
+the run is over; ``renew`` every few seconds while the run goes on, to the heartbeat
+topic ``<job>.heartbeats`` (``runtime/control.py``: a reader of the control topic must
+not read every heartbeat). The lease is decided by folding the control topic's records
+in offset order, the holder's latest heartbeat counting as its last record at the time
+of the look (L3). A driver appends an acquire only after such a look found the lease
+free or lapsed, so L1 over the control topic alone, where a holder's last record is its
+acquire, never lets an acquire take a lease whose holder still beats. The rules:
 
 L1  An ``acquire`` takes the lease when nobody holds it: no holder yet, the holder
     released it, or the holder's last record is more than its ``timeout_ms`` older than

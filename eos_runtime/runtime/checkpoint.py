@@ -14,6 +14,8 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     4. the RocksDB batch: staged state + checkpoint data
     5. marker fan-out to every channel (exactly-once only; at-least-once sends only the
        end-of-run markers)
+    6. the checkpoint listeners (``listeners.py``), after the commit point and not atomic
+       with it: a crash before them skips the call, a retry may repeat positions
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from typing import Any
 
 from .. import faults
+from ..listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
@@ -49,6 +52,7 @@ class Committer:
         self.generation = 0
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
+        self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
 
     # ------------------------------------------------------------------ start
 
@@ -135,6 +139,8 @@ class Committer:
         if self.channels is not None and self.exactly_once:
             self.channels.markers(self.generation, version)
         self.stats.checkpoints += 1
+        # 6. listeners
+        self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in inputs})
         self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
                             commit_ms=(committed - committing) * 1000,
                             changelog_bytes=changelog_bytes, **(alignment or {}))
@@ -175,5 +181,6 @@ class Committer:
         self.announce(version)
 
     def close(self) -> None:
+        self.listeners.close()
         if self.log is not None:
             self.log.close()

@@ -10,6 +10,15 @@ One driver per job: before its ``RunStart`` a driver appends a ``Lease`` acquire
 the log back to learn whether it won (``protocol/lease.py`` decides); ``LeaseKeeper``
 renews it from a thread while the run goes on and releases it at the end. The checkpoint
 tool and Startpoint writes refuse while the lease is held (``ControlLog.refuse_if_running``).
+
+Heartbeats (``renew``) go to their own topic, ``<job>.heartbeats``, not to the control
+topic: a running job writes one every few seconds, and every reader of the control topic
+(each task's start, the lease check, ``eos jobs``) would otherwise read all of them. The
+control topic then grows by a few records per run, and a lease check reads the heartbeat
+topic backwards from its end only until the holder's latest heartbeat. Acquires stay in
+the control topic, in one order with the runs: a driver appends one only after its check
+with the heartbeats found the lease free or lapsed, so the fold over the control topic
+alone (where a holder's last record is its acquire) decides races exactly as before.
 """
 
 from __future__ import annotations
@@ -21,19 +30,20 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError
 from ..plan import JobPlan
 from ..protocol import wire
-from ..protocol.lease import EXPIRED, HELD, fold_lease
+from ..protocol.lease import EXPIRED, HELD, LeaseState, fold_lease
 from ..protocol.runs import MAX_RUN
-from ..transport import TopicPartition, TopicSpec, Transport
+from ..transport import Record, TopicPartition, TopicSpec, Transport
 
 __all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
-           "control_topic", "job_layout", "jobs_on", "jobs_with_sink", "layout_guarantee",
-           "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
+           "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+           "jobs_with_sink", "layout_guarantee", "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,20 @@ DEFAULT_LEASE_TIMEOUT = 60.0
 
 def control_topic(job: str) -> str:
     return f"{job}.control"
+
+
+def heartbeat_topic(job: str) -> str:
+    return f"{job}.heartbeats"
+
+
+#: Records of the first window read backwards from a topic's end; each next window is
+#: twice as large, so finding a record n back reads at most about 2n + this.
+FIRST_WINDOW = 32
+
+#: How far a heartbeat's clock may run behind its holder's acquire (other drivers' hosts)
+#: before a backwards search for the holder's heartbeats stops: older ones cannot be the
+#: holder's (a driver beats only after its acquire).
+CLOCK_MARGIN_MS = 60_000
 
 
 def job_layout(plan: JobPlan) -> tuple[str, ...]:
@@ -130,12 +154,15 @@ class RunInfo:
 
 
 class ControlLog:
-    """Read and append a job's control records."""
+    """Read and append a job's control records. ``records_read`` counts the records this
+    object read, so tests can bound what a query costs."""
 
     def __init__(self, transport: Transport, job: str) -> None:
         self.t = transport
         self.job = job
         self.tp = TopicPartition(control_topic(job), 0)
+        self.beats = TopicPartition(heartbeat_topic(job), 0)
+        self.records_read = 0
 
     def exists(self) -> bool:
         try:
@@ -145,50 +172,69 @@ class ControlLog:
             return False
 
     def create(self) -> None:
-        self.t.create_topics([TopicSpec(self.tp.topic, 1, keep_forever=True)])
+        # Heartbeats only matter for a lease timeout after they were written: the topic is
+        # compacted by driver (Kafka keeps each driver's latest) and needs no keep-forever.
+        self.t.create_topics([TopicSpec(self.tp.topic, 1, keep_forever=True),
+                              TopicSpec(self.beats.topic, 1, compacted=True)])
+
+    def _read(self, tp: TopicPartition, start: int, end: int) -> list[Record]:
+        """The records of ``tp`` at offsets ``start``..``end - 1``, oldest first."""
+        out: list[Record] = []
+        if end <= start:
+            return out
+        with self.t.consumer(read_committed=False) as c:
+            c.assign({tp: start})
+            deadline = time.monotonic() + 60
+            while c.position(tp) < end:
+                if time.monotonic() > deadline:
+                    raise TransportError(f"reading {tp.topic!r} timed out at "
+                                         f"{c.position(tp)} of {end}")
+                for r in c.poll(10_000, 0.5):
+                    if r.offset < end:
+                        out.append(r)
+        self.records_read += len(out)
+        return out
+
+    def _backwards(self, tp: TopicPartition) -> Iterator[list[Record]]:
+        """Windows of ``tp``'s records from its end towards its start, each window oldest
+        first and twice the size of the one before (nothing if the topic does not exist)."""
+        try:
+            # describe first: a look-up of a missing topic's watermarks may wait on Kafka
+            self.t.describe(tp.topic)
+            low, high = self.t.watermarks(tp, read_committed=False)
+        except TopicNotFound:
+            return
+        size, end = FIRST_WINDOW, high
+        while end > low:
+            start = max(low, end - size)
+            yield self._read(tp, start, end)
+            end, size = start, size * 2
+
+    def _decode(self, r: Record) -> wire.ControlRecord:
+        return wire.decode_control(r.value, topic=r.topic, partition=r.partition,
+                                   offset=r.offset)
 
     def records(self) -> list[tuple[int, wire.ControlRecord]]:
-        """Every control record with its offset, oldest first."""
+        """Every control record with its offset, oldest first (heartbeats are apart)."""
         if not self.exists():
             return []
         low, high = self.t.watermarks(self.tp, read_committed=False)
-        out: list[tuple[int, wire.ControlRecord]] = []
-        if high <= low:
-            return out
-        with self.t.consumer(read_committed=False) as c:
-            c.assign({self.tp: low})
-            deadline = time.monotonic() + 60
-            while c.position(self.tp) < high:
-                if time.monotonic() > deadline:
-                    raise TransportError(f"reading {self.tp.topic!r} timed out at "
-                                         f"{c.position(self.tp)} of {high}")
-                for r in c.poll(10_000, 0.5):
-                    if r.offset < high:
-                        out.append((r.offset, wire.decode_control(
-                            r.value, topic=r.topic, partition=r.partition, offset=r.offset)))
-        return out
+        return [(r.offset, self._decode(r)) for r in self._read(self.tp, low, high)]
 
     def runs(self) -> list[RunInfo]:
         """Every run of the job, oldest first, each with its stop request if it had one."""
-        runs: list[RunInfo] = []
-        for offset, rec in self.records():
-            if isinstance(rec, wire.RunStart):
-                runs.append(RunInfo(rec, offset))
-            elif isinstance(rec, wire.StopRequest) and runs and rec.run == runs[-1].start.run \
-                    and runs[-1].stopped is None:
-                runs[-1] = RunInfo(runs[-1].start, runs[-1].offset, rec)
-        return runs
+        return fold_runs(self.records())
 
     def last_run(self) -> RunInfo | None:
-        """The latest run and whether a stop was asked for it."""
-        info: RunInfo | None = None
-        for offset, rec in self.records():
-            if isinstance(rec, wire.RunStart):
-                info = RunInfo(rec, offset)
-            elif isinstance(rec, wire.StopRequest) and info is not None \
-                    and rec.run == info.start.run and info.stopped is None:
-                info = RunInfo(info.start, info.offset, rec)
-        return info
+        """The latest run and whether a stop was asked for it: read backwards from the
+        topic's end only as far as the latest run's start."""
+        newer: list[tuple[int, wire.ControlRecord]] = []
+        for window in self._backwards(self.tp):
+            newer = [(r.offset, self._decode(r)) for r in window] + newer
+            runs = fold_runs(newer)
+            if runs:
+                return runs[-1]
+        return None
 
     def latest_run(self) -> int | None:
         """The number of the job's newest run (None: it never ran)."""
@@ -212,11 +258,36 @@ class ControlLog:
         return None if last is None else layout_guarantee(last.start.layout)
 
     def leases(self) -> list[wire.Lease]:
+        """The control topic's lease records (acquires and releases; older jobs' renews)."""
         return [rec for _, rec in self.records() if isinstance(rec, wire.Lease)]
+
+    def heartbeats(self) -> list[wire.Lease]:
+        """Every heartbeat in ``<job>.heartbeats``, oldest first (tests, diagnosis)."""
+        out: list[wire.Lease] = []
+        for window in self._backwards(self.beats):
+            out = [rec for rec in map(self._decode, window) if isinstance(rec, wire.Lease)] + out
+        return out
+
+    def _last_heartbeat(self, holder: wire.Lease) -> int | None:
+        """The time of ``holder``'s latest heartbeat: the heartbeat topic read backwards
+        until one of the holder's, or until heartbeats older than its acquire (less the
+        clock margin), which cannot be its own."""
+        for window in self._backwards(self.beats):
+            beats = [rec for rec in map(self._decode, window) if isinstance(rec, wire.Lease)]
+            mine = [b.at_ms for b in beats if b.owner == holder.owner and b.run == holder.run]
+            if mine:
+                return max(mine)
+            if beats and beats[0].at_ms < holder.at_ms - CLOCK_MARGIN_MS:
+                return None
+        return None
 
     def lease(self, now_ms: int | None = None) -> tuple[str, wire.Lease | None, int]:
         """``(free | held | expired, the acquire holding it, its last record's ms)``."""
         state = fold_lease(self.leases())
+        if state.holder is not None and not state.released:
+            beat = self._last_heartbeat(state.holder)
+            if beat is not None and beat > state.last_ms:
+                state = LeaseState(state.holder, beat, False)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return state.status(now), state.holder, state.last_ms
 
@@ -293,7 +364,13 @@ class ControlLog:
                         self.job, holder.run, holder.pid, holder.host, (now - last_ms) / 1000)
 
     def append_lease(self, record: wire.Lease) -> None:
-        self._append(record)
+        if record.action == "renew":
+            self.t.create_topics([TopicSpec(self.beats.topic, 1, compacted=True)])
+            with self.t.producer() as p:
+                p.produce(self.beats.topic, 0, wire.encode(record), key=record.owner.encode())
+                p.flush()
+        else:
+            self._append(record)
 
     def request_stop(self, reason: str) -> tuple[wire.StopRequest, wire.StopRequest | None]:
         """Ask the latest run to stop gracefully; returns the request and the run's earlier
@@ -309,6 +386,19 @@ class ControlLog:
         with self.t.producer() as p:
             p.produce(self.tp.topic, 0, wire.encode(record))
             return p.flush()[self.tp]
+
+
+def fold_runs(records: list[tuple[int, wire.ControlRecord]]) -> list[RunInfo]:
+    """The runs in ``records`` (control records with offsets, oldest first), each with the
+    first stop request naming it."""
+    runs: list[RunInfo] = []
+    for offset, rec in records:
+        if isinstance(rec, wire.RunStart):
+            runs.append(RunInfo(rec, offset))
+        elif isinstance(rec, wire.StopRequest) and runs and rec.run == runs[-1].start.run \
+                and runs[-1].stopped is None:
+            runs[-1] = RunInfo(runs[-1].start, runs[-1].offset, rec)
+    return runs
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,17 @@ class Transport(abc.ABC):
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
         """The first offset whose record timestamp is >= ``timestamp``; ``high`` if none."""
 
+    @abc.abstractmethod
+    def delete_records(self, tp: TopicPartition, before: int) -> int:
+        """Delete ``tp``'s records below offset ``before`` (retention: input every reader
+        has consumed). Returns the partition's low watermark afterwards: ``before``, or the
+        old low if that was higher already (a deletion never moves it back). ``before``
+        above the high watermark raises ``OffsetOutOfRange``. Afterwards ``watermarks``
+        reports the new low, and assigning or seeking a consumer below it, or reading a
+        position that fell below it, raises ``OffsetOutOfRange``; offsets of the records
+        kept do not change. Kafka: the broker's DeleteRecords; local log: a low watermark
+        per partition, and the file's bytes below it freed (a hole punched)."""
+
     def resolve(self, tp: TopicPartition, position: Position) -> int:
         """Turn a ``Position`` into a concrete offset for ``tp``."""
         match position:

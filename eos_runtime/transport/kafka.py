@@ -1146,6 +1146,32 @@ class KafkaTransport(Transport):
                             lambda t: self._admin_client().list_topics(timeout=t))
         return sorted(name for name in md.topics if not name.startswith("__"))
 
+    def delete_records(self, tp: TopicPartition, before: int) -> int:
+        low, high = self.watermarks(tp, read_committed=False)
+        if before > high or before < 0:
+            raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: cannot delete records below "
+                                   f"{before}: the partition holds {low}..{high}")
+        if before <= low:
+            return low
+        admin = self._admin_client()
+        try:
+            futures = admin.delete_records([_CkTopicPartition(tp.topic, tp.partition, before)],
+                                           request_timeout=self.timeout,
+                                           operation_timeout=self.timeout)
+        except _KafkaException as exc:
+            raise _map_exception(exc, "delete_records") from None
+        for fut in futures.values():
+            try:
+                done = fut.result(timeout=self.timeout + 5)
+            except _KafkaException as exc:
+                raise _map_exception(exc, f"delete records of {tp.topic}[{tp.partition}]") \
+                    from None
+            except Exception as exc:   # the future timed out
+                raise TransportError(f"delete records of {tp.topic}[{tp.partition}]: "
+                                     f"{exc!r}") from None
+            low = max(low, int(getattr(done, "low_watermark", before)))
+        return max(low, before)
+
     def delete_topics(self, names: Iterable[str]) -> list[str]:
         wanted = list(dict.fromkeys(names))
         if not wanted:

@@ -9,6 +9,8 @@ Layout under the data directory::
     topics/<topic>/<p>.log        frames, back to back
     topics/<topic>/<p>.end        the commit pointer: two checksummed slots
     topics/<topic>/<p>.idx        sparse index: (offset, position, max timestamp before)
+    topics/<topic>/<p>.low        the low watermark (offset, position), once records were
+                                  deleted below it (``delete_records``); absent: 0
 
 Rules that make it safe:
 
@@ -25,6 +27,11 @@ Rules that make it safe:
   number and a CRC; a reader takes the valid slot with the higher sequence.
 * **Frames carry their offset and a CRC**, so damage below the committed end is
   detected (``LogCorrupted``) instead of being read as data.
+* **Deleting records moves a low watermark, never an offset.** ``delete_records``
+  writes ``<p>.low`` (replaced atomically, under the partition lock) and then frees the
+  file's bytes below it by punching a hole (Linux; elsewhere the bytes stay and only the
+  watermark moves). Readers check the watermark before reading a partition, so nothing
+  reads the hole: a position below it is ``OffsetOutOfRange``, as on Kafka.
 
 **Reading needs no write access.** A partition whose files cannot be opened for
 writing (a read-only file system, or files or directories the user may not write) is
@@ -78,6 +85,8 @@ _SLOT = struct.Struct("<QqqqI")
 _SLOT_SIZE = 40
 # index entry: offset | position | max timestamp of all records before it
 _INDEX = struct.Struct("<qqq")
+# low watermark: offset | position | crc32
+_LOW = struct.Struct("<qqI")
 INDEX_INTERVAL = 64 * 1024
 _NO_TS = -(2**63)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -163,6 +172,20 @@ class _PartitionFiles:
     def close(self) -> None:
         for fd in (self.log, self.end, self.idx):
             os.close(fd)
+
+    def low(self) -> tuple[int, int]:
+        """(low watermark, its file position): (0, 0) until records were deleted."""
+        try:
+            with open(f"{self.name}.low", "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return 0, 0
+        if len(raw) != _LOW.size:
+            raise LogCorrupted(f"{self.name}.low: {len(raw)} bytes, not {_LOW.size}")
+        offset, pos, crc = _LOW.unpack(raw)
+        if zlib.crc32(raw[:16]) != crc:
+            raise LogCorrupted(f"{self.name}.low: checksum mismatch")
+        return offset, pos
 
     def pointer(self) -> _Pointer:
         return _read_pointer(self.end)
@@ -341,7 +364,30 @@ class LocalLogTransport(Transport):
     # ------------------------------------------------------------------ positions
 
     def watermarks(self, tp: TopicPartition, *, read_committed: bool = True) -> tuple[int, int]:
-        return 0, self._partition(tp).pointer().next_offset
+        files = self._partition(tp)
+        return files.low()[0], files.pointer().next_offset
+
+    def delete_records(self, tp: TopicPartition, before: int) -> int:
+        files = self._writable_partition(tp)
+        fcntl.flock(files.end, fcntl.LOCK_EX)
+        try:
+            low, _ = files.low()
+            high = files.pointer().next_offset
+            if not 0 <= before <= high:
+                raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: cannot delete records "
+                                       f"below {before}: the partition holds {low}..{high}")
+            if before <= low:
+                return low
+            pos = self._position_of(tp, before)
+            tmp = f"{files.name}.low.{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                body = struct.pack("<qq", before, pos)
+                f.write(body + struct.pack("<I", zlib.crc32(body)))
+            os.replace(tmp, f"{files.name}.low")
+            _punch_hole(files.log, pos)
+            return before
+        finally:
+            fcntl.flock(files.end, fcntl.LOCK_UN)
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int:
         files = self._partition(tp)
@@ -349,12 +395,13 @@ class LocalLogTransport(Transport):
         if pointer.max_ts < timestamp:
             return pointer.next_offset
         # The last index entry whose "max timestamp before" is below the target still
-        # precedes the answer; scan from there.
-        start_offset, start_pos = 0, 0
+        # precedes the answer; scan from there (never from below the low watermark).
+        start_offset, start_pos = files.low()
         for offset, pos, max_before in files.index(pointer.end):
             if max_before >= timestamp:
                 break
-            start_offset, start_pos = offset, pos
+            if offset > start_offset:
+                start_offset, start_pos = offset, pos
         for offset, _pos, ts, _k, _v in _scan(files, start_pos, pointer.end, start_offset):
             if ts >= timestamp:
                 return offset
@@ -364,16 +411,18 @@ class LocalLogTransport(Transport):
         """The file position of the frame with ``offset`` (or the end, for the high mark)."""
         files = self._partition(tp)
         pointer = files.pointer()
+        low, low_pos = files.low()
         if offset == pointer.next_offset:
             return pointer.end
-        if not 0 <= offset < pointer.next_offset:
+        if not low <= offset < pointer.next_offset:
             raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: offset {offset} is outside "
-                                   f"[0, {pointer.next_offset}]")
-        start_offset, start_pos = 0, 0
+                                   f"[{low}, {pointer.next_offset}]")
+        start_offset, start_pos = low, low_pos
         for entry_offset, pos, _ in files.index(pointer.end):
             if entry_offset > offset:
                 break
-            start_offset, start_pos = entry_offset, pos
+            if entry_offset > start_offset:
+                start_offset, start_pos = entry_offset, pos
         if start_offset == offset:
             return start_pos
         for frame_offset, pos, _ts, _k, _v in _scan(files, start_pos, pointer.end, start_offset):
@@ -498,6 +547,24 @@ class LocalLogTransport(Transport):
             raise TransportError(f"{files.name}: append failed ({exc})") from exc
         finally:
             fcntl.flock(files.end, fcntl.LOCK_UN)
+
+
+_FALLOC_PUNCH_HOLE = 0x02 | 0x01    # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def _punch_hole(fd: int, length: int) -> None:
+    """Free the first ``length`` bytes of ``fd``'s file, keeping its size and every later
+    byte where it is. Best effort: where the system cannot, the bytes stay."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    fallocate(fd, _FALLOC_PUNCH_HOLE, 0, length)
 
 
 def _scan(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
@@ -670,6 +737,10 @@ class _LocalConsumer(Consumer):
             end = files.pointer().end
             if cursor[1] >= end:
                 continue
+            low = files.low()[0]
+            if cursor[0] < low:   # deleted under this reader: its bytes may be a hole now
+                raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: position {cursor[0]} was "
+                                       f"deleted (the partition starts at {low})")
             topic, partition = tp
             for offset, pos, ts, key, value in _scan(files, cursor[1], end, cursor[0]):
                 out.append(Record(topic, partition, offset, key, value, ts))
