@@ -50,16 +50,19 @@ CRASH_POINTS: dict[str, str] = {
 _armed: dict[str, int] = {}
 _actions: dict[str, str] = {}
 _paths: dict[str, str] = {}
+_not_before: dict[str, float] = {}   # epoch seconds before which a point's hits do not count
 _record: dict[str, Any] = {}
 _zombie: list[str] = []     # in a zombie: the point it split at
 ACTIONS = ("kill", "stop", "lose-state", "zombie")
 
 
-def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None) -> None:
+def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None,
+        not_before: float | None = None) -> None:
     """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``),
     SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would), delete the
     directory ``path`` and SIGKILL (``lose-state``), or split into a dead parent and a
-    stopped child that lives on (``zombie``)."""
+    stopped child that lives on (``zombie``). With ``not_before`` (epoch seconds) only
+    the hits from that moment on count: a soak spreads its faults over its duration."""
     if name not in CRASH_POINTS:
         raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
     if hit < 1:
@@ -73,6 +76,8 @@ def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = Non
     _actions[name] = action
     if path is not None:
         _paths[name] = path
+    if not_before is not None:
+        _not_before[name] = not_before
 
 
 def record_to(path: str, **tag: Any) -> None:
@@ -86,6 +91,7 @@ def disarm() -> None:
     _armed.clear()
     _actions.clear()
     _paths.clear()
+    _not_before.clear()
     _record.clear()
 
 
@@ -99,6 +105,8 @@ def crash_point(name: str) -> None:
         return
     left = _armed.get(name)
     if left is None:
+        return
+    if _not_before and time.time() < _not_before.get(name, 0.0):
         return
     if left <= 1:
         action = _actions.get(name, "kill")
