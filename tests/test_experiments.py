@@ -331,6 +331,58 @@ def test_random_schedules_follow_their_seed_and_chain_a_task_s_attempts(transpor
         assert f.signal in ("kill", "term") and f.after is not None and f.down is not None
 
 
+def test_a_soak_schedule_spreads_its_faults_over_the_duration():
+    """Soak faults get moments in order, one per slice of the run's middle; each task's
+    attempts still chain, so the moments of one task's faults rise with its attempts."""
+    import random
+
+    from eos_runtime.experiments.schedule import (
+        check_schedule,
+        kinds_for,
+        random_schedule,
+        soak_times,
+    )
+
+    times = soak_times(random.Random(1), 8, 100.0)
+    assert times == sorted(times) and 10.0 <= times[0] and times[-1] <= 80.0
+    assert [int((t - 10.0) // 8.75) for t in times] == list(range(8))   # one per slice
+    roles = roles_of("pageviews")
+    kinds = [*kinds_for("kafka", "exactly-once"), "broker"]
+    soak = random_schedule(3, 20, kinds, roles, "kafka", duration=600.0)
+    assert soak.as_dict() == random_schedule(3, 20, kinds, roles, "kafka",
+                                             duration=600.0).as_dict()
+    check_schedule(soak, roles, "kafka", "exactly-once")
+    moments = [f.after if f.kind == "broker" else f.at for f in soak.faults
+               if f.kind not in ("buffer", "lag")]
+    assert len(moments) >= 15 and moments == sorted(moments)
+    assert all(60.0 <= (m or 0) <= 480.0 for m in moments)
+    assert all(f.point != "task.recovery" for f in soak.faults)   # reached before its moment
+    assert all(f.after == 0.0 for f in soak.faults if f.kind == "kill")
+    for task in {f.task for f in soak.task_faults()}:
+        mine = [f for f in soak.task_faults() if f.task == task]
+        assert [f.attempt for f in mine] == list(range(len(mine)))
+    many = [random_schedule(s, 20, kinds, roles, "kafka", duration=600.0) for s in range(10)]
+    assert max(sum(f.kind == "broker" for f in sch.faults) for sch in many) > 1
+    # without a duration, the same seed draws what it always drew
+    assert random_schedule(3, 20, kinds, roles, "kafka").as_dict() == random_schedule(
+        3, 20, kinds, roles, "kafka", duration=None).as_dict()
+    assert all(f.at is None for f in random_schedule(3, 20, kinds, roles, "kafka").faults)
+
+
+def test_a_moment_is_a_field_of_task_faults():
+    from eos_runtime.experiments.schedule import parse_schedule
+
+    s = parse_schedule([{"kind": "crash", "task": 1, "point": "task.mid_version", "at": 12.5},
+                        {"kind": "kill", "task": 0, "at": 3}])
+    assert [f.at for f in s.faults] == [12.5, 3]
+    assert s.faults[0].describe() == "crash task 1 attempt 0 at task.mid_version@1, from 12.5 s"
+    assert parse_schedule(s.as_dict()).as_dict() == s.as_dict()
+    with pytest.raises(ConfigError, match="field 'at' must be >= 0 seconds, not -1"):
+        parse_schedule([{"kind": "kill", "task": 0, "at": -1}])
+    with pytest.raises(ConfigError, match="unknown field 'at'; a lag fault has"):
+        parse_schedule([{"kind": "lag", "task": 0, "delay": 0.001, "at": 1}])
+
+
 def test_a_lag_shares_its_attempt_with_a_fault_that_ends_it():
     from eos_runtime.experiments.schedule import check_schedule, parse_schedule
 
@@ -356,6 +408,12 @@ BAD_INPUT = [
      "error: --kinds: fault kind 'buffer': an at-least-once job has no early-arrival buffer"),
     (["pageviews", "--report", "{dir}/theirs"],
      "error: report directory '{dir}/theirs' is not empty and was not made by eos experiment"),
+    (["wordcount", "--duration", "ten minutes"],
+     "error: --duration: 'ten minutes' is not a duration: give seconds or a number with s, m"),
+    (["wordcount", "--duration", "0s"], "error: --duration: must be more than 0 seconds"),
+    (["wordcount", "--duration", "30s", "--lines", "100"],
+     "error: --lines sizes a bounded run; a soak (--duration) is fed at --rate"),
+    (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
 ]
 
 
@@ -441,6 +499,97 @@ def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
     assert summary["passed"] == 1 and summary["results"][0]["seed"] == 5
     assert summary["results"][0]["counts"] == {"lost": 0, "duplicated": 0, "unexpected": 0,
                                                "out_of_order": 0}
+
+
+# --------------------------------------------------------------------------- soaks
+
+def test_durations_and_the_soak_s_fault_count():
+    from eos_runtime.cli_experiment import parse_duration, soak_faults
+
+    assert [parse_duration(t) for t in ("90", "30s", "10m", "1.5h", " 2M ")] == [
+        90.0, 30.0, 600.0, 5400.0, 120.0]
+    for bad in ("", "m", "10 minutes", "-5s", "0", "nan", "inf"):
+        with pytest.raises(ConfigError, match="--duration"):
+            parse_duration(bad)
+    assert soak_faults(600.0) == 40 and soak_faults(20.0) == 1 and soak_faults(1.0) == 1
+
+
+def test_a_soak_feeds_then_drains_then_stops():
+    """The soak's steps: feed for the duration; then wait until the sources committed
+    every record that arrived (not one fewer), or give up waiting after DRAIN_LIMIT."""
+    from eos_runtime.experiments.run import DRAIN_LIMIT, soak_phase
+
+    assert soak_phase(10.0, 30.0, 500, 500, None) == "feed"       # caught up, still feeding
+    assert soak_phase(30.0, 30.0, 3000, 2999, 30.0) == "drain"
+    assert soak_phase(31.0, 30.0, 3000, 3000, 30.0) == "stop"
+    assert soak_phase(30.0 + DRAIN_LIMIT - 0.1, 30.0, 3000, 10, 30.0) == "drain"
+    assert soak_phase(30.0 + DRAIN_LIMIT, 30.0, 3000, 10, 30.0) == "stop"
+
+
+def test_the_soak_s_oracle_input_is_what_the_source_holds(tmp_path):
+    from eos_runtime.errors import EosError
+    from eos_runtime.experiments.run import source_inputs
+
+    values = ["a b", "c", "a b", "d"]
+    payloads = [v.encode() for v in values]
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("in", 2)])
+        with t.producer() as p:
+            for i in (0, 1, 3):   # value 2 never arrived (say, an outage took it)
+                p.produce("in", i % 2, payloads[i])
+            p.flush()
+        assert sorted(source_inputs(t, "in", payloads, values)) == ["a b", "c", "d"]
+        with t.producer() as p:
+            p.produce("in", 0, b"not fed")
+            p.flush()
+        with pytest.raises(EosError, match=r"in\[0\] offset 1 holds a record the soak did not"):
+            source_inputs(t, "in", payloads, values)
+
+
+SOAK_SCHEDULE = """
+[[fault]]
+kind = "crash"
+task = 0
+point = "task.mid_version"
+at = 4.0
+
+[[fault]]
+kind = "kill"
+task = 2
+at = 8.0
+
+[[fault]]
+kind = "lose-state"
+task = 3
+point = "task.checkpoint.after_store"
+at = 12.0
+"""
+
+
+def test_a_short_soak_is_fed_all_along_stopped_and_verified(tmp_path):
+    """A 20 s soak on the local log: an unbounded run fed at 150 records a second while
+    faults fire at their moments, then a graceful stop; every record the source holds is
+    in the oracle, and the committed output matches it exactly."""
+    from test_cli import ok
+
+    (tmp_path / "soak.toml").write_text(SOAK_SCHEDULE)
+    p = ok("experiment", "wordcount", "--duration", "20s", "--rate", "150", "--schedule",
+           "soak.toml", "--seed", "4", "--report", "report", "--json", cwd=tmp_path,
+           timeout=400)
+    summary = json.loads(p.stdout)
+    assert summary["passed"] == 1 and summary["settings"]["soak"] == {"duration": 20.0,
+                                                                      "rate": 150.0}
+    run = json.loads((tmp_path / "report" / "seed-4" / "run.json").read_text())
+    soak = run["soak"]
+    assert soak["generated"] == 3000 and 0 < soak["fed"] <= 3000
+    assert soak["fed"] == soak["handed_to_producer"] and soak["feeder_error"] is None
+    assert run["verdict"]["lost"] == run["verdict"]["duplicated"] == 0
+    assert run["verdict"]["committed"] == run["verdict"]["expected"] > 0
+    assert all(f["fired"] for f in run["faults"])
+    assert [f["time"] >= f["at"] for f in run["faults"]] == [True] * 3
+    sources = [t for t in run["tasks"] if t["task_id"] in (0, 1)]
+    assert all(t["stopped"] for t in sources)           # a graceful stop ended the run
+    assert "--duration 20s --rate 150" in run["replay"]
 
 
 # --------------------------------------------------------------------------- the checker can fail
