@@ -221,7 +221,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                                    and any(f.kind == "broker" for f in fixed.faults)):
         assert bootstrap_servers   # the local log refused kind broker above
         run_dir = _broker_run_dir(broker_dir, bootstrap_servers)
-    else:
+    if not bootstrap_servers:
         from .runner import check_writable_dir
 
         root = Path(data_dir).absolute() if data_dir else report_dir / "data"

@@ -499,6 +499,12 @@ def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
     assert summary["passed"] == 1 and summary["results"][0]["seed"] == 5
     assert summary["results"][0]["counts"] == {"lost": 0, "duplicated": 0, "unexpected": 0,
                                                "out_of_order": 0}
+    # on Kafka indeed: its topics are the broker's, and no local log was made
+    run = json.loads((tmp_path / "report" / "seed-5" / "run.json").read_text())
+    assert run["transport"] == "kafka"
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        assert f"{run['job']}-pageviews" in t.list_topics()
+    assert not (tmp_path / "report" / "data").exists()
 
 
 # --------------------------------------------------------------------------- soaks
