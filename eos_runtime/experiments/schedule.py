@@ -11,7 +11,8 @@ from a seed. Every fault but ``buffer`` targets one attempt of one task:
   RocksDB directory, then dies: the retry has no local state;
 - ``zombie`` (task, attempt, point, hit, release): at the point the attempt splits; one
   half dies (the engine retries the task), the other stops and, ``release`` seconds
-  after the retry started, goes on beside its successor (local log only);
+  after the retry started, goes on beside its successor (both transports; on Kafka the
+  zombie's clients are made anew after the split, and the broker fences its producer);
 - ``kill`` (task, attempt, after): the experiment SIGKILLs the attempt's worker
   ``after`` seconds after the attempt started;
 - ``buffer`` (max_bytes): every channel task's early-arrival buffer holds at most
@@ -289,10 +290,9 @@ def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
     if transport == "local" and kind == "broker":
         return ("fault kind 'broker' needs Kafka: it stops and restarts the broker, and the "
                 "local log has none (give --bootstrap-servers)")
-    if transport == "kafka" and kind in ("torn", "zombie"):
-        return (f"fault kind {kind!r} needs the local log" + (
-            " (a torn write is a local-log append cut short)" if kind == "torn" else
-            " (a zombie's Kafka client does not survive the split yet)"))
+    if transport == "kafka" and kind == "torn":
+        return ("fault kind 'torn' needs the local log (a torn write is a local-log append "
+                "cut short)")
     if guarantee == "at-least-once" and kind == "buffer":
         return "fault kind 'buffer': an at-least-once job has no early-arrival buffer"
     if guarantee == "at-least-once" and kind == "zombie":
