@@ -67,12 +67,20 @@ def test_exact_output_passes():
 
 def test_each_kind_of_wrong_result_is_counted():
     expected = wordcount_expected(["a a a b"])
-    v = check(expected, [("a", "1"), ("a", "3"), ("a", "2"), ("a", "3"), ("b", "7"),
+    v = check(expected, [("a", "1"), ("a", "3"), ("a", "2"), ("a", "3"), ("b", "0"),
                          ("z", "1")])
     assert not v.passed
     assert (v.lost, v.duplicated, v.out_of_order) == (1, 1, 1)   # b's "1"; a's "3"; a's "2"
-    assert v.unexpected == 2 and v.unexpected_keys == 1         # b's "7", z
+    assert v.unexpected == 2 and v.unexpected_keys == 1         # b's "0", z
     assert "1 lost" in v.reasons() and "1 duplicated" in v.reasons()
+
+
+def test_an_input_counted_twice_is_a_duplicate_under_exactly_once_too():
+    """A count past a word's last (wordcount's oracle: a replayed input counted again) is
+    a duplicate, not a stray value, and fails an exactly-once run."""
+    v = check(wordcount_expected(["a a"]), [("a", "1"), ("a", "2"), ("a", "3")])
+    assert not v.passed and (v.duplicated, v.unexpected) == (1, 0)
+    assert "1 duplicated" in v.reasons()
 
 
 def test_at_least_once_passes_with_duplicates_and_fails_on_a_loss():
@@ -646,9 +654,17 @@ SPAWNED_ATTEMPT = (
     "import sys, cloudpickle\n"
     "from eos_runtime.engine import TaskAttempt\n"
     "fn, payload, index, attempt, bug = cloudpickle.load(open(sys.argv[1], 'rb'))\n"
-    "if bug:\n"
+    "if bug == 'rewind keeps output':\n"
     "    from eos_runtime.runtime.outputs import SinkWriter\n"
     "    SinkWriter.discard = lambda self: None\n"
+    "if bug == 'a restore only fences':\n"
+    "    from eos_runtime.protocol import aligner\n"
+    "    restore = aligner.Aligner.on_restore\n"
+    "    def weakened(self, *args):\n"
+    "        out = restore(self, *args)\n"
+    "        return aligner.RestoreOutcome.FENCE if out == aligner.RestoreOutcome.REWIND "
+    "else out\n"
+    "    aligner.Aligner.on_restore = weakened\n"
     "out = fn(TaskAttempt(index, attempt, payload))\n"
     "open(sys.argv[2], 'wb').write(out)\n")
 
@@ -659,7 +675,7 @@ class SpawnedJob:
     as Spark retries it. Not forks of the test process: a fork taken while another thread
     holds a lock (logging, imports) can hang the child for good."""
 
-    def __init__(self, fn, payloads, engine, bug=False) -> None:
+    def __init__(self, fn, payloads, engine, bug=None) -> None:
         import tempfile
         import threading
 
@@ -726,13 +742,15 @@ class SpawnedJob:
             proc.kill()
 
 
-@pytest.mark.parametrize("bug", [False, True], ids=["as built", "rewind keeps output"])
+@pytest.mark.parametrize("bug", [None, "rewind keeps output", "a restore only fences"])
 def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, monkeypatch):
-    """The rewind rule broken on purpose: a sink task that rewinds on a restore keeps the
-    open version's output instead of discarding it (SEP-10 4.x). The source crashes after
-    its first batches reached the sinks, so a sink rewinds; with the bug its held output
-    is committed beside the output of the same records processed again. Without it the
-    same experiment on the same stand-in engine passes."""
+    """A protocol rule broken on purpose, in every task: a sink task that rewinds on a
+    restore keeps the open version's output instead of discarding it (SEP-10 4.x); or the
+    aligner's restore rule weakened, so a restore only fences the old generation and never
+    rewinds what its open version took from it (R4). The source crashes after its first
+    batches reached the sinks, so the sinks get a restore; with either bug the records the
+    old generation sent are counted beside the same records sent again. Without a bug
+    the same experiment on the same stand-in engine passes."""
     from click.testing import CliRunner
 
     import eos_runtime.engine
