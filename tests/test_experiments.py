@@ -570,6 +570,16 @@ def test_durations_and_the_soak_s_fault_count():
     assert soak_faults(600.0) == 40 and soak_faults(20.0) == 1 and soak_faults(1.0) == 1
 
 
+def test_broker_outages_take_turns_with_the_broker_up_between_them():
+    from eos_runtime.experiments.run import BROKER_REST, broker_may_stop
+
+    assert not broker_may_stop(9.9, 10.0, False, None)            # not due yet
+    assert broker_may_stop(10.0, 10.0, False, None)
+    assert not broker_may_stop(50.0, 10.0, True, None)             # another one lasts
+    assert not broker_may_stop(50.0, 10.0, False, 50.0 - BROKER_REST + 0.1)   # just back
+    assert broker_may_stop(50.0, 10.0, False, 50.0 - BROKER_REST)
+
+
 def test_a_soak_feeds_then_drains_then_stops():
     """The soak's steps: feed for the duration; then wait until the sources committed
     every record that arrived (not one fewer), or give up waiting after DRAIN_LIMIT."""

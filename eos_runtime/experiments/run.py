@@ -48,6 +48,7 @@ ZOMBIE_LINGER = 5.0   # seconds a released zombie may go on after the run before
 # every downstream task would wait for markers that a record count never brings.
 SOAK_COMMIT = 1.0
 DRAIN_LIMIT = 120.0   # seconds a soak waits, after feeding, for its input to be committed
+BROKER_REST = 15.0    # seconds the broker stays up between two outages, at least
 
 
 @dataclass
@@ -146,6 +147,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def broker_may_stop(now: float, due: float, outage_running: bool,
+                    last_back: float | None) -> bool:
+    """Whether a broker outage due at ``due`` starts now: one outage at a time, and the
+    broker up for BROKER_REST seconds since the last came back. Outages that fell due
+    while another lasted (a broker's restart can take half a minute on a loaded machine)
+    would otherwise follow it at once, and the run see one outage longer than its budget
+    where the schedule meant two."""
+    if now < due or outage_running:
+        return False
+    return last_back is None or now >= last_back + BROKER_REST
+
+
 class Injector:
     """Watches the tasks' attempts, notes faults as they fire, does the outside ones."""
 
@@ -200,10 +213,12 @@ class Injector:
         # From the first task's start, as a kill counts from its attempt's: Spark's own
         # start-up takes seconds that vary from machine to machine.
         started = [a["started"] for a in self.attempts.values() if a["started"] is not None]
-        if not started or now < min(started) + f.after or rec.get("started"):
+        if not started or rec.get("started"):
             return
-        if any(t.is_alive() for t in self._outages):
-            return   # one outage at a time: a later one waits for the broker to be back
+        backs = [r["back"] for r in self.records if r.get("back") is not None]
+        if not broker_may_stop(now, min(started) + f.after,
+                               any(t.is_alive() for t in self._outages), max(backs, default=None)):
+            return
         rec["started"] = True
         thread = threading.Thread(target=self._outage, args=(f, rec), daemon=True,
                                   name="eos-experiment-broker-outage")
