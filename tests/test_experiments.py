@@ -580,6 +580,23 @@ def test_broker_outages_take_turns_with_the_broker_up_between_them():
     assert broker_may_stop(50.0, 10.0, False, 50.0 - BROKER_REST)
 
 
+def test_no_outage_starts_once_the_run_is_over(tmp_path):
+    """A broker outage that fell due while the run ended is not started by the clean-up
+    after it (seen in a soak: an outage 3 s after the stop, tested nothing, cost 20 s)."""
+    import os
+
+    from eos_runtime.experiments.run import Injector
+    from eos_runtime.experiments.schedule import parse_schedule
+
+    (tmp_path / "task-0.pid").write_text(f"{os.getpid()} 0\n")
+    schedule = parse_schedule([{"kind": "broker", "after": 0}])
+    injector = Injector(schedule, tmp_path, tmp_path / "faults.log", 1, broker_dir=None)
+    injector.finish()
+    [rec] = injector.records
+    assert not rec["fired"] and rec["missed"] and rec["note"] == "the run had ended"
+    assert "error" not in rec and not injector._outages
+
+
 def test_a_soak_feeds_then_drains_then_stops():
     """The soak's steps: feed for the duration; then wait until the sources committed
     every record that arrived (not one fewer), or give up waiting after DRAIN_LIMIT."""
