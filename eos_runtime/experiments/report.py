@@ -178,9 +178,8 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
         if r.soak is not None:
             md.append(f"\nSeed {r.seed}: {r.soak['fed']:,} records fed over "
                       f"{r.soak['duration']:g} s ({r.soak['failed_flushes']} failed flushes), "
-                      f"all of them verified; the sources had committed them "
-                      f"{r.soak['drain_seconds']} s after the feeding ended, then the run "
-                      f"stopped gracefully.")
+                      f"the oracle's input; the run was stopped {r.soak['drain_seconds']} s "
+                      f"after the feeding ended.")
     failing = [r for r in results if not r.passed]
     if failing:
         md += ["", "## Failing runs", ""]
