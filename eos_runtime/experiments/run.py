@@ -560,15 +560,20 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     t0, wall0 = time.monotonic(), time.time()
     feeder = (Feeder(opts, pipeline.source_topic, w.source_partitions, payloads, settings.rate)
               if settings.soak else None)
-    run = start_pipeline(pipeline, guarantee=settings.guarantee,
-                         commit_every=settings.commit_every,
-                         commit_interval=settings.commit_interval,
-                         poll_records=settings.poll_records, state_dir=str(state),
-                         max_attempts=max_attempts_for(schedule), bounded=not settings.soak,
-                         fault=_fault_dicts(schedule, log, wall0), **options)
-    injector.t0, injector.wall0 = t0, wall0
     if feeder is not None:
-        feeder.start()
+        feeder.start()   # from the run's start: it feeds for the whole duration
+    try:
+        run = start_pipeline(pipeline, guarantee=settings.guarantee,
+                             commit_every=settings.commit_every,
+                             commit_interval=settings.commit_interval,
+                             poll_records=settings.poll_records, state_dir=str(state),
+                             max_attempts=max_attempts_for(schedule), bounded=not settings.soak,
+                             fault=_fault_dicts(schedule, log, wall0), **options)
+    except BaseException:
+        if feeder is not None:
+            feeder.stop()
+        raise
+    injector.t0, injector.wall0 = t0, wall0
     phase = "feed" if settings.soak else "run"
     drain_started: float | None = None
     try:
