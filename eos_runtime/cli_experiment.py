@@ -46,6 +46,32 @@ def _report_dir(path: str | None, workload: str) -> Path:
     return d
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """``--duration``: seconds, or a number with s, m or h (``90``, ``30s``, ``10m``, ``1.5h``)."""
+    t = text.strip().lower()
+    unit = _UNITS.get(t[-1:], None)
+    number = t[:-1] if unit is not None else t
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"--duration: {text!r} is not a duration: give seconds or a number "
+                          f"with s, m or h (30s, 10m)") from None
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"--duration: must be more than 0 seconds, not {text!r}")
+    return seconds
+
+
+def soak_faults(duration: float) -> int:
+    """A soak's faults when --faults is not given: one about every SOAK_EVERY seconds."""
+    return max(1, round(duration / SOAK_EVERY))
+
+
+SOAK_EVERY = 15.0
+
+
 def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
     from .experiments.schedule import check_kinds, kinds_for
 
@@ -100,7 +126,8 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
               help="Seed of the input and of a random schedule (the first of --runs seeds). "
                    "Default: a random one, printed.")
 @click.option("--faults", "n_faults", type=click.IntRange(0), default=None, metavar="N",
-              help="Faults per run in a random schedule. Default: 3.")
+              help="Faults per run in a random schedule. Default: 3; a soak: one per 15 s "
+                   "of --duration.")
 @click.option("--kinds", default=None, metavar="K1,K2",
               help="Fault kinds a random schedule draws from: crash, torn, lose-state, zombie, "
                    "kill, buffer, lag, broker. Default: every kind the transport and guarantee "
@@ -110,8 +137,15 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
               metavar="FILE", help="An explicit schedule (TOML or JSON) instead of a random one.")
 @click.option("--runs", type=click.IntRange(1), default=1, show_default=True, metavar="N",
               help="Runs, with seeds S, S+1, ..., S+N-1; a table at the end.")
-@click.option("--lines", type=click.IntRange(1), default=10_000, show_default=True, metavar="N",
-              help="Input records generated per run.")
+@click.option("--lines", type=click.IntRange(1), default=None, metavar="N",
+              help="Input records generated per run (a bounded run). Default: 10000.")
+@click.option("--duration", "duration_text", default=None, metavar="TIME",
+              help="A soak: an unbounded run this long (seconds, or 30s, 10m, 1h), fed by "
+                   "the generator at --rate all along, faults spread over it (default: one "
+                   "every ~15 s), then a graceful stop and the verification of every record "
+                   "fed.")
+@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None, metavar="N",
+              help="A soak's input records per second. Default: 100.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Where the runs' local logs go (each run in a new directory of its own, "
                    "removed when the run passed). Default: <report>/data.")
@@ -130,7 +164,8 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as JSON on stdout, and nothing else there.")
 def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: int | None,
-                   kinds: str | None, schedule_file: str | None, runs: int, lines: int,
+                   kinds: str | None, schedule_file: str | None, runs: int, lines: int | None,
+                   duration_text: str | None, rate: float | None,
                    data_dir: str | None, keep_data: bool, bootstrap_servers: str | None,
                    broker_dir: str | None, report: str | None, as_json: bool) -> None:
     """Run WORKLOAD under injected faults and verify its committed output.
@@ -153,7 +188,15 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                                "not both")
     if schedule_file is not None and (n_faults is not None or kinds is not None):
         raise click.UsageError("--schedule replaces --faults and --kinds: give one or the other")
+    if duration_text is not None and lines is not None:
+        raise ConfigError("--lines sizes a bounded run; a soak (--duration) is fed at --rate "
+                          "for its duration: give one or the other")
+    if rate is not None and duration_text is None:
+        raise ConfigError("--rate is a soak's: give --duration too")
     transport_name = "kafka" if bootstrap_servers else "local"
+    duration = parse_duration(duration_text) if duration_text is not None else None
+    lines = 10_000 if lines is None else lines
+    rate = 100.0 if rate is None else rate
 
     # Everything a user can get wrong, before anything starts.
     w = load_workload(workload)
@@ -163,7 +206,8 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     if schedule_file is not None:
         fixed = load_schedule(schedule_file)
         check_schedule(fixed, roles, transport_name, guarantee)
-    count = 3 if n_faults is None else n_faults
+    count = n_faults if n_faults is not None else (
+        3 if duration is None else soak_faults(duration))
     report_dir = _report_dir(report, workload)
     transport: dict[str, Any]
     client = kafka_client_config(bootstrap_servers)
@@ -186,7 +230,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         transport = {"data_dir": str(root)}
     first = seed if seed is not None else random.randrange(1_000_000)
 
-    base = ["eos", "experiment", workload, "--guarantee", guarantee, "--lines", str(lines)]
+    base = ["eos", "experiment", workload, "--guarantee", guarantee]
+    base += (["--lines", str(lines)] if duration is None
+             else ["--duration", duration_text or "", "--rate", f"{rate:g}"])
     if fixed is not None:
         base += ["--schedule", str(Path(schedule_file or "").absolute())]
     else:
@@ -206,13 +252,14 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / REPORT_MARKER).write_text("made by eos experiment\n")
     settings = Settings(w, report_dir, transport, guarantee=guarantee, lines=lines,
-                        replay=replay, keep_data=keep_data, broker_dir=run_dir)
+                        replay=replay, keep_data=keep_data, broker_dir=run_dir,
+                        duration=duration, rate=rate)
 
     show = _Progress(as_json, runs)
     results = []
     for i, s in enumerate(range(first, first + runs)):
         schedule = fixed if fixed is not None else random_schedule(
-            s, count, fault_kinds, roles, transport_name)
+            s, count, fault_kinds, roles, transport_name, duration=duration)
         show.start(i, s, schedule)
         with _stdout_to_stderr():
             result = run_experiment(settings, s, schedule, on_progress=show.progress)
@@ -222,7 +269,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     show.close()
     summary = write_summary(results, report_dir, command=command, settings={
         "workload": w.name, "origin": w.origin, "guarantee": guarantee,
-        "transport": "Kafka" if bootstrap_servers else "the local log", "lines": lines,
+        "transport": "Kafka" if bootstrap_servers else "the local log",
+        "lines": lines if duration is None else None,
+        "soak": None if duration is None else {"duration": duration, "rate": rate},
         "seeds": [first, first + runs - 1], "faults": count if fixed is None else None,
         "kinds": fault_kinds or None, "schedule": schedule_file})
     failed = [r for r in results if not r.passed]
@@ -251,6 +300,7 @@ class _Progress:
         self.live = None
         self.quiet = quiet
         self.index = 0
+        self.next_line = 30.0
         if not quiet and sys.stderr.isatty():
             from rich.console import Console
 
@@ -266,15 +316,29 @@ class _Progress:
 
     def start(self, index: int, seed: int, schedule: Any) -> None:
         self.index = index
+        self.next_line = 30.0
         faults = "; ".join(f.describe() for f in schedule.faults) or "no faults"
         self._say(f"run {index + 1}/{self.runs}, seed {seed}: {faults}")
 
     def progress(self, p: dict[str, Any]) -> None:
         for rec in p["events"]:
             self._say(f"  {p['seconds']:6.2f} s  fault: {rec['describe']}")
+        if self.live is None and not self.quiet and p.get("duration") is not None \
+                and p["seconds"] >= self.next_line:
+            # a soak runs for minutes: a line now and then shows it is alive
+            self.next_line = p["seconds"] + 30.0
+            click.echo(f"  {p['seconds']:6.1f} s  soak {p['phase']}: {p['fed']:,} fed, "
+                       f"{p['input_committed']:,} committed, {p['sink_records']:,} sink records",
+                       err=True)
         if self.live is not None:
+            soak = ""
+            if p.get("duration") is not None:
+                doing = {"feed": "feeding", "drain": "draining", "stop": "stopping"}[p["phase"]]
+                soak = (f"soak {doing} {min(p['seconds'], p['duration']):.0f}/"
+                        f"{p['duration']:.0f} s, {p['fed']:,} fed, {p['input_committed']:,} "
+                        f"committed, ")
             self.live.update(
-                f"run {self.index + 1}/{self.runs}, seed {p['seed']}: {p['seconds']:.0f} s, "
+                f"run {self.index + 1}/{self.runs}, seed {p['seed']}: {soak}{p['seconds']:.0f} s, "
                 f"{p['sink_records']:,} sink records, tasks {p['tasks_running']} running / "
                 f"{p['tasks_finished']} done, {p['failed_attempts']} failed attempts, faults "
                 f"{p['faults_fired']}/{p['faults']}")

@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import stat
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError
 
 __all__ = ["CRASH_POINTS", "ACTIONS", "arm", "disarm", "is_armed", "crash_point", "record_to",
-           "zombie_ended"]
+           "zombie_ended", "zombie_armed", "on_split"]
 
 CRASH_POINTS: dict[str, str] = {
     "locallog.append.mid_data": "local log append: half of a batch's frames are written",
@@ -50,16 +52,25 @@ CRASH_POINTS: dict[str, str] = {
 _armed: dict[str, int] = {}
 _actions: dict[str, str] = {}
 _paths: dict[str, str] = {}
+_not_before: dict[str, float] = {}   # epoch seconds before which a point's hits do not count
 _record: dict[str, Any] = {}
 _zombie: list[str] = []     # in a zombie: the point it split at
+# Split hooks, (before, after): ``before`` runs in the process about to split, ``after``
+# in the zombie just after the split, before it stops. A client library whose threads do
+# not survive a fork settles its clients before and makes them anew after
+# (transport/kafka.py).
+_split_hooks: list[tuple[Callable[[], None], Callable[[], None]]] = []
 ACTIONS = ("kill", "stop", "lose-state", "zombie")
+SPLIT_WAIT = 60.0   # seconds the dying half waits for the zombie to be ready, at most
 
 
-def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None) -> None:
+def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None,
+        not_before: float | None = None) -> None:
     """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``),
     SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would), delete the
     directory ``path`` and SIGKILL (``lose-state``), or split into a dead parent and a
-    stopped child that lives on (``zombie``)."""
+    stopped child that lives on (``zombie``). With ``not_before`` (epoch seconds) only
+    the hits from that moment on count: a soak spreads its faults over its duration."""
     if name not in CRASH_POINTS:
         raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
     if hit < 1:
@@ -73,6 +84,8 @@ def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = Non
     _actions[name] = action
     if path is not None:
         _paths[name] = path
+    if not_before is not None:
+        _not_before[name] = not_before
 
 
 def record_to(path: str, **tag: Any) -> None:
@@ -86,7 +99,13 @@ def disarm() -> None:
     _armed.clear()
     _actions.clear()
     _paths.clear()
+    _not_before.clear()
     _record.clear()
+
+
+def zombie_armed() -> bool:
+    """Whether this process may split into a zombie (a client keeps what it must redo)."""
+    return "zombie" in _actions.values()
 
 
 def is_armed(name: str) -> bool:
@@ -99,6 +118,8 @@ def crash_point(name: str) -> None:
         return
     left = _armed.get(name)
     if left is None:
+        return
+    if _not_before and time.time() < _not_before.get(name, 0.0):
         return
     if left <= 1:
         action = _actions.get(name, "kill")
@@ -131,11 +152,27 @@ def _note(name: str, action: str, **more: Any) -> None:
         os.close(fd)
 
 
+def on_split(before: Callable[[], None], after: Callable[[], None]) -> None:
+    """Run ``before`` just before a zombie splits off and ``after`` in the zombie just
+    after, before it stops (each pair once)."""
+    if (before, after) not in _split_hooks:
+        _split_hooks.append((before, after))
+
+
 def _split_zombie(name: str) -> None:
     """The parent is SIGKILLed (its engine retries the task); the child is the old
     instance kept alive: it stops itself and, after SIGCONT, carries on where it was."""
+    for before, _ in _split_hooks:
+        before()
+    ready, done = os.pipe()
     if os.fork() != 0:
+        os.close(done)
+        # Die only once the zombie is ready (its hooks ran, or it died): a Kafka zombie's
+        # new transactional producer must fence this process's, never the successor's,
+        # and the successor starts only once this process is gone.
+        select.select([ready], [], [], SPLIT_WAIT)
         os.kill(os.getpid(), signal.SIGKILL)
+    os.close(ready)
     # Out of the worker's process group: an engine that kills its workers' group when it
     # shuts down must not take the zombie along. It ends on its own, or its experiment ends it.
     os.setsid()
@@ -158,6 +195,11 @@ def _split_zombie(name: str) -> None:
     os.close(fd)
     _zombie.append(name)
     _note(name, "zombie")
+    try:
+        for _, after in _split_hooks:
+            after()
+    finally:
+        os.close(done)   # the parent may die now
     os.kill(os.getpid(), signal.SIGSTOP)
 
 

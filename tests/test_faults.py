@@ -48,3 +48,21 @@ def test_arm_validates():
         faults.arm("locallog.append.after_data", 0)
     faults.disarm()
     assert not faults.is_armed("locallog.append.after_data")
+
+
+NOT_BEFORE = ("import sys, time\n"
+              "from eos_runtime import faults\n"
+              "faults.arm('task.mid_version', 2, not_before=time.time() + float(sys.argv[1]))\n"
+              "for i in range(5):\n"
+              "    print(i, flush=True)\n"
+              "    faults.crash_point('task.mid_version')\n")
+
+
+@pytest.mark.parametrize("offset,printed", [(-3600, 2), (3600, 5)])
+def test_hits_count_only_from_not_before(offset, printed):
+    """A soak's fault is armed from the start of the attempt but fires only after its
+    moment: hits before ``not_before`` are not counted (an hour off either way)."""
+    proc = subprocess.run([sys.executable, "-c", NOT_BEFORE, str(offset)], capture_output=True,
+                          text=True)
+    assert len(proc.stdout.split()) == printed
+    assert proc.returncode == (-signal.SIGKILL if printed == 2 else 0)

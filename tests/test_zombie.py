@@ -83,3 +83,78 @@ def test_a_zombie_source_never_makes_its_output_count(kind, tmp_path, request):
     assert sum(s.fenced for s in sinks) > 0, "the zombie's messages never reached the sinks"
     with open_transport(**opts) as t:
         check_wordcount_exactly_once(read_output(t, sink, job=pipeline.name), lines)
+
+
+# --------------------------------------------------------------------------- a forked Kafka zombie
+
+SPLIT = '''
+import sys
+from eos_runtime import faults
+from eos_runtime.transport import TopicPartition, open_transport
+servers, topic, log = sys.argv[1:4]
+faults.record_to(log, task=0, attempt=0)
+faults.arm("task.mid_version", 1, "zombie")
+t = open_transport(bootstrap_servers=servers)
+p = t.producer(transactional_id=topic + "-txn")
+c = t.consumer()
+c.assign({TopicPartition(topic, 0): 0})
+p.begin_transaction()
+p.produce(topic, 0, b"before the split")
+p.flush()
+faults.crash_point("task.mid_version")      # only the zombie goes on, after SIGCONT
+try:
+    p.produce(topic, 0, b"late")
+    p.commit_transaction()
+    polled = [r.value for r in c.poll(10, timeout=10)]
+    faults.zombie_ended(None)
+    print("committed; read", polled, flush=True)
+except Exception as exc:
+    faults.zombie_ended(exc)
+'''
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("first", ["successor", "zombie"])
+def test_a_kafka_zombie_gets_new_clients_and_the_broker_fences_it(first, kafka_bootstrap,
+                                                                  tmp_path):
+    """A zombie split off a process whose transaction was open: the split makes its
+    clients anew (librdkafka's threads stay behind in a fork), opening the transaction
+    again with what it held. If the successor's producer starts before the zombie goes
+    on, the broker fences the zombie and nothing of its transaction is ever committed;
+    if the zombie goes on first, its commit holds everything, the records from before the
+    split included (none lost to the split), and its consumer reads on where it was."""
+    import json
+    import uuid
+
+    from eos_runtime.runtime.committed import read_topic
+    from eos_runtime.transport import TopicSpec
+
+    topic = f"zombie-split-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "faults.log"
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        t.create_topics([TopicSpec(topic, 1)])
+        proc = subprocess.Popen([sys.executable, "-c", SPLIT, kafka_bootstrap, topic, str(log)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.wait(60) == -signal.SIGKILL          # the parent died once the zombie was ready
+        zombie = json.loads(log.read_text().splitlines()[0])["pid"]
+        assert stopped(zombie)
+        successor = None
+        if first == "successor":
+            successor = t.producer(transactional_id=topic + "-txn")   # fences the zombie
+        os.kill(zombie, signal.SIGCONT)
+        while os.path.exists(f"/proc/{zombie}"):          # it ends, and does not hang on exit
+            time.sleep(0.05)
+        end = json.loads(log.read_text().splitlines()[1])
+        committed = [r.value for r in read_topic(t, topic)]
+        if first == "successor":
+            assert end["action"] == "zombie-end" and end["error"].startswith("ProducerFenced")
+            assert "fenced" in end["error"] and committed == []
+            successor.close()
+        else:
+            assert end["error"] is None
+            assert committed == [b"before the split", b"late"]
+        assert proc.stdout is not None
+        out = proc.stdout.read()   # the zombie's, through the pipe it inherited
+        proc.stdout.close()
+        if first == "zombie":
+            assert out == "committed; read [b'before the split', b'late']\n"

@@ -156,14 +156,16 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
                         "error": r.error, "faults_fired": r.fired(), "faults": len(r.faults),
                         "counts": r.verdict.counts() if r.verdict else None,
                         "raw": r.verdict.raw if r.verdict else None,
-                        "seconds": round(r.seconds, 2), "replay": r.replay,
+                        "seconds": round(r.seconds, 2), "replay": r.replay, "soak": r.soak,
                         "report": f"seed-{r.seed}/run.json"} for r in results]}
     (report_dir / "summary.json").write_text(json.dumps(doc, indent=1) + "\n")
     has_hist = recovery_png(results, report_dir / "recovery.png")
+    soak = settings.get("soak")
+    size = (f"{settings.get('lines'):,} input records per run" if not soak else
+            f"soaks of {soak['duration']:g} s fed at {soak['rate']:g} records per second")
     md = [f"# Experiment: {settings.get('workload')}", "", f"    {command}", "",
           f"{len(results)} runs, {passed} passed, {len(results) - passed} failed; "
-          f"{settings.get('guarantee')} on {settings.get('transport')}, "
-          f"{settings.get('lines'):,} input records per run.", ""]
+          f"{settings.get('guarantee')} on {settings.get('transport')}, {size}.", ""]
     rows = table_rows(results)
     md.append("| " + " | ".join(rows[0]) + " | timeline |")
     md.append("|" + "---|" * (len(rows[0]) + 1))
@@ -172,6 +174,12 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
     md.append("")
     md.append("`hidden`: records of the sink topic a reader does not see (output of crashed or "
               "fenced attempts). `retries`: task attempts after a first one.")
+    for r in results:
+        if r.soak is not None:
+            md.append(f"\nSeed {r.seed}: {r.soak['fed']:,} records fed over "
+                      f"{r.soak['duration']:g} s ({r.soak['failed_flushes']} failed flushes), "
+                      f"the oracle's input; the run was stopped {r.soak['drain_seconds']} s "
+                      f"after the feeding ended.")
     failing = [r for r in results if not r.passed]
     if failing:
         md += ["", "## Failing runs", ""]

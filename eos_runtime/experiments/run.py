@@ -19,6 +19,7 @@ count means the same thing on a slow machine as on a fast one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
+from ..outage import is_transient
 from ..transport import TopicSpec, open_transport
 from .schedule import Fault, Schedule, TaskRole
 from .verify import Verdict, verify_output
@@ -42,6 +44,11 @@ __all__ = ["Settings", "RunResult", "Injector", "run_experiment", "task_roles"]
 NO_TIMER = 3600.0     # commit_interval: checkpoints come from commit_every alone
 SAMPLE_EVERY = 0.25   # seconds between timeline samples
 ZOMBIE_LINGER = 5.0   # seconds a released zombie may go on after the run before it is killed
+# A soak's sources idle between records at a low rate: a timer checkpoints them, or
+# every downstream task would wait for markers that a record count never brings.
+SOAK_COMMIT = 1.0
+DRAIN_LIMIT = 120.0   # seconds a soak waits, after feeding, for its input to be committed
+BROKER_REST = 15.0    # seconds the broker stays up between two outages, at least
 
 
 @dataclass
@@ -57,6 +64,24 @@ class Settings:
     keep_data: bool = False             # keep a passing run's log and state too
     broker_dir: Path | None = None      # run dir of the broker that broker faults stop
     replay: Callable[[int], str] = field(default=lambda seed: f"--seed {seed}")
+    duration: float | None = None       # a soak: seconds of an unbounded run fed at `rate`
+    rate: float = 100.0                 # a soak's input records per second
+    commit_interval: float = NO_TIMER   # a soak's checkpoints come by timer too (SOAK_COMMIT)
+
+    def __post_init__(self) -> None:
+        if self.duration is not None:
+            self.commit_interval = SOAK_COMMIT
+            self.timeout = max(self.timeout, self.duration + DRAIN_LIMIT + 300.0)
+
+    @property
+    def soak(self) -> bool:
+        return self.duration is not None
+
+    def records(self) -> int:
+        """Input records a run generates: ``lines``, or what a soak feeds at most."""
+        if self.duration is None:
+            return self.lines
+        return max(1, math.ceil(self.rate * self.duration))
 
     @property
     def transport_name(self) -> str:
@@ -79,6 +104,7 @@ class RunResult:
     seconds: float
     replay: str
     kept_data: str | None = None
+    soak: dict[str, Any] | None = None   # a soak's duration, rate, input fed and committed
 
     @property
     def passed(self) -> bool:
@@ -91,7 +117,7 @@ class RunResult:
         return {"seed": self.seed, "job": self.job, "guarantee": self.guarantee,
                 "transport": self.transport, "passed": self.passed, "error": self.error,
                 "seconds": round(self.seconds, 2), "replay": self.replay,
-                "kept_data": self.kept_data,
+                "kept_data": self.kept_data, "soak": self.soak,
                 "verdict": self.verdict.as_dict() if self.verdict is not None else None,
                 "schedule": self.schedule.as_dict(), "faults": self.faults,
                 "attempts": self.attempts, "tasks": self.tasks, "timeline": self.timeline}
@@ -119,6 +145,18 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+def broker_may_stop(now: float, due: float, outage_running: bool,
+                    last_back: float | None) -> bool:
+    """Whether a broker outage due at ``due`` starts now: one outage at a time, and the
+    broker up for BROKER_REST seconds since the last came back. Outages that fell due
+    while another lasted (a broker's restart can take half a minute on a loaded machine)
+    would otherwise follow it at once, and the run see one outage longer than its budget
+    where the schedule meant two."""
+    if now < due or outage_running:
+        return False
+    return last_back is None or now >= last_back + BROKER_REST
 
 
 class Injector:
@@ -175,10 +213,12 @@ class Injector:
         # From the first task's start, as a kill counts from its attempt's: Spark's own
         # start-up takes seconds that vary from machine to machine.
         started = [a["started"] for a in self.attempts.values() if a["started"] is not None]
-        if not started or now < min(started) + f.after or rec.get("started"):
+        if not started or rec.get("started"):
             return
-        if any(t.is_alive() for t in self._outages):
-            return   # one outage at a time: a later one waits for the broker to be back
+        backs = [r["back"] for r in self.records if r.get("back") is not None]
+        if not broker_may_stop(now, min(started) + f.after,
+                               any(t.is_alive() for t in self._outages), max(backs, default=None)):
+            return
         rec["started"] = True
         thread = threading.Thread(target=self._outage, args=(f, rec), daemon=True,
                                   name="eos-experiment-broker-outage")
@@ -272,7 +312,8 @@ class Injector:
         if later:
             rec.update(missed=True, note="a later attempt had started")
             return
-        if mine is None or mine["started"] is None or now < mine["started"] + f.after:
+        if (mine is None or mine["started"] is None
+                or now < max(mine["started"] + f.after, f.at or 0.0)):
             return
         try:
             os.kill(mine["pid"], signal.SIGKILL)
@@ -297,8 +338,13 @@ class Injector:
     def finish(self) -> None:
         """After the run: release zombies still stopped, give them a moment to write late,
         then kill what is left of them; wait for broker outages to end (the broker must be
-        back for the verification); mark every fault that never fired."""
-        self.tick()
+        back for the verification); mark every fault that never fired. No outside fault
+        starts now: an outage or a kill after the run tests nothing."""
+        self._read_pids(self.now())
+        self._read_log()
+        for f, rec in self._faults:
+            if f.kind == "broker" and not rec.get("started") and not rec.get("missed"):
+                rec.update(missed=True, note="the run had ended")
         for thread in self._outages:
             thread.join(300)
         zombies = [(f, rec) for f, rec in self._faults if f.kind == "zombie" and rec["fired"]]
@@ -326,12 +372,15 @@ class Injector:
 
 # --------------------------------------------------------------------------- one run
 
-def _fault_dicts(schedule: Schedule, log: Path) -> list[dict[str, Any]]:
+def _fault_dicts(schedule: Schedule, log: Path, wall0: float) -> list[dict[str, Any]]:
+    """The in-task faults as the tasks take them; a moment (``at``, seconds since the run
+    started at ``wall0``) becomes the epoch time from which the point counts its hits."""
     action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie",
               "lag": "lag"}
     return [{"point": f.point, "task": f.task, "attempt": f.attempt, "hit": f.hit,
              "action": action[f.kind], "log": str(log),
-             **({"delay": f.delay} if f.kind == "lag" else {})}
+             **({"delay": f.delay} if f.kind == "lag" else {}),
+             **({"not_before": wall0 + f.at} if f.at is not None else {})}
             for f in schedule.faults if f.kind in action]
 
 
@@ -376,6 +425,95 @@ def _resumed(rec: dict[str, Any], since: float, timeline: list[dict[str, Any]]) 
         before = s["sink"]
 
 
+# --------------------------------------------------------------------------- soaks
+
+def soak_phase(now: float, duration: float, arrived: int, committed: int,
+               drain_started: float | None) -> str:
+    """What a soak does next: ``feed`` until its duration is over; then ``drain`` until
+    the sources' checkpoints committed every record that arrived (or DRAIN_LIMIT seconds
+    went by: the verdict then shows what was not read); then ``stop``, a graceful stop,
+    after which every record fed must be in the committed output."""
+    if now < duration:
+        return "feed"
+    if committed >= arrived:
+        return "stop"
+    if drain_started is not None and now - drain_started >= DRAIN_LIMIT:
+        return "stop"
+    return "drain"
+
+
+class Feeder:
+    """Feeds a soak's source from a thread of its own at a steady rate: payload i is due
+    i / rate seconds after the start, round-robin over the partitions, until ``stop()`` or
+    the payloads run out. A failed flush (a broker outage) is noted and fed on: librdkafka
+    keeps the queued records and retries them, and a record it gave up on is simply not
+    in the source, which is what the oracle is computed from (``source_inputs``)."""
+
+    def __init__(self, opts: dict[str, Any], topic: str, partitions: int,
+                 payloads: list[bytes], rate: float) -> None:
+        self.opts, self.topic, self.partitions = opts, topic, partitions
+        self.payloads, self.rate = payloads, rate
+        self.sent = 0                    # handed to the producer
+        self.failed_flushes = 0
+        self.error: str | None = None    # why it stopped early, if it did
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="eos-soak-feeder")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = DRAIN_LIMIT) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            with open_transport(**self.opts) as t, t.producer() as producer:
+                t0 = time.monotonic()
+                while not self._stop.is_set() and self.sent < len(self.payloads):
+                    due = min(len(self.payloads), int((time.monotonic() - t0) * self.rate) + 1)
+                    for i in range(self.sent, due):
+                        producer.produce(self.topic, i % self.partitions, self.payloads[i])
+                    self.sent = due
+                    self._flush(producer, 10.0)
+                    self._stop.wait(0.1)
+                deadline = time.monotonic() + DRAIN_LIMIT
+                while not self._flush(producer, 10.0) and time.monotonic() < deadline:
+                    pass
+        except EosError as exc:
+            self.error = " ".join(str(exc).split())[:300]
+
+    def _flush(self, producer: Any, timeout: float) -> bool:
+        try:
+            producer.flush(timeout)
+            return True
+        except EosError as exc:
+            if not is_transient(exc):
+                raise
+            self.failed_flushes += 1
+            return False
+
+
+def source_inputs(transport: Any, topic: str, payloads: list[bytes],
+                  values: list[Any]) -> list[Any]:
+    """The values the source holds, in the order they were fed (partition by partition
+    interleaved by offset): the input the soak's oracle is computed over, whatever an
+    outage let through."""
+    from ..runtime.committed import read_topic
+
+    index = {payload: i for i, payload in reversed(list(enumerate(payloads)))}
+    records = sorted(read_topic(transport, topic, read_committed=False),
+                     key=lambda r: (r.offset, r.partition))
+    out = []
+    for r in records:
+        i = index.get(r.value or b"")
+        if i is None:
+            raise EosError(f"{topic}[{r.partition}] offset {r.offset} holds a record the soak "
+                           f"did not feed")
+        out.append(values[i])
+    return out
+
+
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                    on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``settings.workload`` once under ``schedule`` and judge its committed output."""
@@ -398,14 +536,15 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     job_dir.mkdir(parents=True, exist_ok=True)
     log = job_dir / "faults.log"
 
-    values = w.generate(seed, settings.lines)
-    expected = w.oracle(values)
+    values = w.generate(seed, settings.records())
+    payloads = w.input_bytes(values, pipeline)
     with open_transport(**opts) as t:
         t.create_topics([TopicSpec(pipeline.source_topic, w.source_partitions)])
-        with t.producer() as producer:
-            for i, v in enumerate(w.input_bytes(values, pipeline)):
-                producer.produce(pipeline.source_topic, i % w.source_partitions, v)
-            producer.flush()
+        if not settings.soak:
+            with t.producer() as producer:
+                for i, v in enumerate(payloads):
+                    producer.produce(pipeline.source_topic, i % w.source_partitions, v)
+                producer.flush()
 
     roles = task_roles(w, settings.guarantee)
     injector = Injector(schedule, job_dir, log, len(roles), settings.broker_dir)
@@ -416,12 +555,27 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     buffer = schedule.buffer_max_bytes()
     if buffer is not None:
         options["buffer_max_bytes"] = buffer
-    run = start_pipeline(pipeline, guarantee=settings.guarantee,
-                         commit_every=settings.commit_every, commit_interval=NO_TIMER,
-                         poll_records=settings.poll_records, state_dir=str(state),
-                         max_attempts=max_attempts_for(schedule),
-                         fault=_fault_dicts(schedule, log), **options)
-    injector.t0, injector.wall0 = time.monotonic(), time.time()
+    # The moment every fault's time counts from: taken before the start, so the tasks'
+    # not_before and the injector's clock agree.
+    t0, wall0 = time.monotonic(), time.time()
+    feeder = (Feeder(opts, pipeline.source_topic, w.source_partitions, payloads, settings.rate)
+              if settings.soak else None)
+    if feeder is not None:
+        feeder.start()   # from the run's start: it feeds for the whole duration
+    try:
+        run = start_pipeline(pipeline, guarantee=settings.guarantee,
+                             commit_every=settings.commit_every,
+                             commit_interval=settings.commit_interval,
+                             poll_records=settings.poll_records, state_dir=str(state),
+                             max_attempts=max_attempts_for(schedule), bounded=not settings.soak,
+                             fault=_fault_dicts(schedule, log, wall0), **options)
+    except BaseException:
+        if feeder is not None:
+            feeder.stop()
+        raise
+    injector.t0, injector.wall0 = t0, wall0
+    phase = "feed" if settings.soak else "run"
+    drain_started: float | None = None
     try:
         next_sample = 0.0
         while not run.wait(0.05):
@@ -440,13 +594,25 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                                  "source": p["source_new_records"],
                                  "running": p["tasks_running"], "finished": p["tasks_finished"],
                                  "failed": p["failed_attempts"]})
+                if feeder is not None and settings.duration is not None and phase != "stop":
+                    if phase == "feed" and now >= settings.duration:
+                        feeder.stop()   # every record fed is in the source before the drain
+                        drain_started = injector.now()
+                        p = run.progress()
+                    phase = soak_phase(now, settings.duration, p["source_new_records"],
+                                       p["input_committed"], drain_started)
+                    if phase == "stop":
+                        run.stop("the soak's duration is over")
                 if on_progress is not None:
                     on_progress({"seed": seed, "seconds": now, "sink_records": p["sink_records"],
                                  "tasks_running": p["tasks_running"],
                                  "tasks_finished": p["tasks_finished"],
                                  "failed_attempts": p["failed_attempts"],
                                  "faults_fired": sum(1 for r in injector.records if r["fired"]),
-                                 "faults": len(injector.records), "events": injector.drain()})
+                                 "faults": len(injector.records), "events": injector.drain(),
+                                 "phase": phase, "duration": settings.duration,
+                                 "fed": p["source_new_records"],
+                                 "input_committed": p["input_committed"]})
             if now > settings.timeout:
                 error = f"timed out after {settings.timeout:.0f} s; the run was cancelled"
                 run.cancel()
@@ -462,6 +628,8 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
         run.wait()
         raise
     finally:
+        if feeder is not None:
+            feeder.stop()
         seconds = injector.now()
         try:
             p = run.progress()
@@ -474,14 +642,31 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
         injector.finish()
 
     key_decode, value_decode = sink_formats(pipeline)
+    soak: dict[str, Any] | None = None
     with open_transport(**opts) as t:
+        if feeder is None:
+            expected = w.oracle(values)
+        else:
+            # Exactly what reached the source, not what was meant to: an outage may have
+            # cost the feeder records, and the run can only be judged on what it was given.
+            fed = source_inputs(t, pipeline.source_topic, payloads, values)
+            expected = w.oracle(fed)
+            soak = {"duration": settings.duration, "rate": settings.rate,
+                    "generated": len(values), "handed_to_producer": feeder.sent,
+                    "fed": len(fed), "failed_flushes": feeder.failed_flushes,
+                    "feeder_error": feeder.error,
+                    "drain_seconds": (None if drain_started is None
+                                      else round(seconds - drain_started, 3))}
+            if feeder.error is not None and error is None:
+                error = f"the soak's feeder stopped: {feeder.error}"
         verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
                                 key_decode=key_decode, value_decode=value_decode)
     attempts = sorted(injector.attempts.values(), key=lambda a: (a["task"], a["attempt"]))
     faults = injector.records
     _recovery(faults, attempts, timeline)
     result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
-                       attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed))
+                       attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed),
+                       soak=soak)
     if result.passed and not settings.keep_data:
         shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
     else:

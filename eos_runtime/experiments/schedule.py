@@ -11,7 +11,8 @@ from a seed. Every fault but ``buffer`` targets one attempt of one task:
   RocksDB directory, then dies: the retry has no local state;
 - ``zombie`` (task, attempt, point, hit, release): at the point the attempt splits; one
   half dies (the engine retries the task), the other stops and, ``release`` seconds
-  after the retry started, goes on beside its successor (local log only);
+  after the retry started, goes on beside its successor (both transports; on Kafka the
+  zombie's clients are made anew after the split, and the broker fences its producer);
 - ``kill`` (task, attempt, after): the experiment SIGKILLs the attempt's worker
   ``after`` seconds after the attempt started;
 - ``buffer`` (max_bytes): every channel task's early-arrival buffer holds at most
@@ -55,7 +56,7 @@ from ..errors import ConfigError
 from ..faults import CRASH_POINTS
 
 __all__ = ["KINDS", "Fault", "Schedule", "TaskRole", "parse_schedule", "load_schedule",
-           "random_schedule", "kinds_for", "check_schedule"]
+           "random_schedule", "soak_times", "kinds_for", "check_schedule"]
 
 KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer", "broker", "lag")
 #: Kinds the issue names that this slice does not build yet (refused with a clear line).
@@ -86,18 +87,21 @@ BUFFER_BYTES = (1, 64, 512)
 BROKER_AFTER = (0.5, 3.0)      # seconds after the first task started
 BROKER_DOWN = (2.0, 8.0)       # seconds the broker stays down
 LAG_DELAY = (0.0002, 0.002)    # seconds per record
+SOAK_SPAN = (0.1, 0.8)         # a soak's faults fall in this part of its duration
 # A zombie must never write the RocksDB store its successor has open: the split does not
 # keep the store's lock, which a same-host zombie would hold. Split after the commit, its
 # next step is exactly that write.
 ZOMBIE_NEVER = {"task.checkpoint.after_commit": "a zombie split here would write the RocksDB "
                 "store its successor has open (its next step); choose another point"}
 
+_NUMBER = (int, float)
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "crash": {"task": int, "attempt": int, "point": str, "hit": int},
-    "torn": {"task": int, "attempt": int, "point": str, "hit": int},
-    "lose-state": {"task": int, "attempt": int, "point": str, "hit": int},
-    "zombie": {"task": int, "attempt": int, "point": str, "hit": int, "release": (int, float)},
-    "kill": {"task": int, "attempt": int, "after": (int, float)},
+    "crash": {"task": int, "attempt": int, "point": str, "hit": int, "at": _NUMBER},
+    "torn": {"task": int, "attempt": int, "point": str, "hit": int, "at": _NUMBER},
+    "lose-state": {"task": int, "attempt": int, "point": str, "hit": int, "at": _NUMBER},
+    "zombie": {"task": int, "attempt": int, "point": str, "hit": int, "release": _NUMBER,
+               "at": _NUMBER},
+    "kill": {"task": int, "attempt": int, "after": _NUMBER, "at": _NUMBER},
     "buffer": {"max_bytes": int},
     "broker": {"after": (int, float), "down": (int, float), "signal": str},
     "lag": {"task": int, "attempt": int, "delay": (int, float)},
@@ -130,11 +134,14 @@ class Fault:
     down: float | None = None         # broker: seconds it stays down
     signal: str | None = None         # broker: "kill" (SIGKILL) or "term" (SIGTERM)
     delay: float | None = None        # lag: seconds per record
+    # not before this many seconds since the run started (a soak spreads its faults so)
+    at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind}
         for name in _FIELDS[self.kind]:
-            d[name] = getattr(self, name)
+            if name != "at" or self.at is not None:
+                d[name] = getattr(self, name)
         return d
 
     def describe(self) -> str:
@@ -143,11 +150,12 @@ class Fault:
         if self.kind == "broker":
             return (f"broker {self.signal} after {self.after:.2f} s, down {self.down:.1f} s")
         where = f"task {self.task} attempt {self.attempt}"
+        when = "" if self.at is None else f", from {self.at:.1f} s"
         if self.kind == "kill":
-            return f"kill {where} after {self.after:.2f} s"
+            return f"kill {where} after {self.after:.2f} s{when}"
         if self.kind == "lag":
             return f"lag {where} {(self.delay or 0) * 1000:g} ms per record"
-        return f"{self.kind} {where} at {self.point}@{self.hit}"
+        return f"{self.kind} {where} at {self.point}@{self.hit}{when}"
 
 
 @dataclass
@@ -236,7 +244,7 @@ def _parse_fault(entry: Any, at: str) -> Fault:
         if name in values and values[name] < low:
             raise ConfigError(f"{at} ({kind}): field {name!r} must be >= {low}, not "
                               f"{values[name]}")
-    for name in ("after", "release", "down"):
+    for name in ("after", "release", "down", "at"):
         if name in values and not values[name] >= 0:
             raise ConfigError(f"{at} ({kind}): field {name!r} must be >= 0 seconds, not "
                               f"{values[name]}")
@@ -282,10 +290,9 @@ def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
     if transport == "local" and kind == "broker":
         return ("fault kind 'broker' needs Kafka: it stops and restarts the broker, and the "
                 "local log has none (give --bootstrap-servers)")
-    if transport == "kafka" and kind in ("torn", "zombie"):
-        return (f"fault kind {kind!r} needs the local log" + (
-            " (a torn write is a local-log append cut short)" if kind == "torn" else
-            " (a zombie's Kafka client does not survive the split yet)"))
+    if transport == "kafka" and kind == "torn":
+        return ("fault kind 'torn' needs the local log (a torn write is a local-log append "
+                "cut short)")
     if guarantee == "at-least-once" and kind == "buffer":
         return "fault kind 'buffer': an at-least-once job has no early-arrival buffer"
     if guarantee == "at-least-once" and kind == "zombie":
@@ -346,20 +353,48 @@ def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
 
 # --------------------------------------------------------------------------- random
 
+def soak_times(rng: random.Random, count: int, duration: float) -> list[float]:
+    """``count`` moments spread over a soak of ``duration`` seconds, in order: one drawn in
+    each of ``count`` equal slices of the middle (SOAK_SPAN), so faults come all along the
+    run, none before its tasks have started working and none so late that its recovery
+    would be cut short by the stop."""
+    low, high = SOAK_SPAN
+    width = (high - low) * duration / max(count, 1)
+    return [round(low * duration + width * (i + rng.random()), 2) for i in range(count)]
+
+
 def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRole],
-                    transport: str) -> Schedule:
+                    transport: str, duration: float | None = None) -> Schedule:
     """``count`` faults of ``kinds`` drawn from ``seed``: the same seed, the same schedule.
 
     Each task's faults take its attempts in turn (0, 1, 2, ...), so every fault after a
-    task's first one targets the retry its predecessor caused."""
+    task's first one targets the retry its predecessor caused. With ``duration`` (a soak)
+    every fault but a buffer bound and a lag gets a moment (``soak_times``): a task's
+    fault counts its hits, a kill waits, from then; a broker outage starts then."""
     rng = random.Random(f"faults:{seed}")
+    faults = _draw(rng, count, kinds, roles, soak=duration is not None)
+    if duration is not None:
+        timed = [f for f in faults if f.kind not in ("buffer", "lag")]
+        for f, t in zip(timed, soak_times(rng, len(timed), duration), strict=True):
+            if f.kind == "broker":
+                f.after = t
+            else:
+                f.at = t
+                if f.kind == "kill":
+                    f.after = 0.0
+    return Schedule(faults, "random")
+
+
+def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole],
+          soak: bool) -> list[Fault]:
     faults: list[Fault] = []
     attempts: dict[int, int] = {}
     task_kinds = [k for k in kinds if k not in ("buffer", "broker")]
     for _ in range(count):
         kind = rng.choice(kinds)
         if kind in ("buffer", "broker"):
-            if not any(f.kind == kind for f in faults):   # one of each per run
+            # one bound per run; one outage per run, but a soak's come all along it
+            if not any(f.kind == kind for f in faults) or (soak and kind == "broker"):
                 faults.append(
                     Fault("buffer", max_bytes=rng.choice(BUFFER_BYTES)) if kind == "buffer"
                     else Fault("broker", after=round(rng.uniform(*BROKER_AFTER), 2),
@@ -384,6 +419,8 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
             f.hit = rng.randint(1, RANDOM_TORN_HITS)
         else:
             points = [p for p in RANDOM_HITS if unreachable(p, role) is None]
+            if soak:   # an attempt recovers at its start, before the fault's moment
+                points = [p for p in points if p != "task.recovery"]
             if kind == "zombie":
                 # one split during recovery has sent nothing yet: nothing to write late
                 points = [p for p in points if p != "task.recovery" and p not in ZOMBIE_NEVER]
@@ -392,4 +429,4 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
             if kind == "zombie":
                 f.release = round(rng.uniform(*ZOMBIE_RELEASE), 2)
         faults.append(f)
-    return Schedule(faults, "random")
+    return faults

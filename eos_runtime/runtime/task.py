@@ -62,7 +62,8 @@ class TaskConfig:
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
     buffer_max_bytes: int = 64 << 20
     # fault injection: {"point", "task", "attempt", "hit", "action", "log"} or a list of them
-    # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to)
+    # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to;
+    # "not_before": epoch seconds before which hits do not count)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
     # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
@@ -117,7 +118,8 @@ def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
             # lose-state: the task's own RocksDB directory, as on a host that lost its disk
             store = (str(Path(config.state_dir) / config.plan.name / f"task-{config.task_id}")
                      if action == "lose-state" else None)
-            faults.arm(f["point"], f.get("hit", 1), action, path=store)
+            faults.arm(f["point"], f.get("hit", 1), action, path=store,
+                       not_before=f.get("not_before"))
             if f.get("log"):   # experiments learn when and where their faults fired
                 faults.record_to(f["log"], task=config.task_id, attempt=attempt)
     try:

@@ -33,14 +33,17 @@ Not thread-safe: one task, one thread.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import rocksdict
 
+from .. import faults
 from ..errors import ConfigError, EosError, StateError, StateLocked, WireFormatError
 from ..protocol.wire import CheckpointData, decode_checkpoint_data, encode
 
@@ -114,6 +117,15 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "While lock file:" in text or "lock hold by current process" in text
 
 
+def _forked() -> None:
+    for store in list(_open_stores):
+        store._forked = True
+
+
+_open_stores: weakref.WeakSet[TaskStore] = weakref.WeakSet()
+faults.on_split(lambda: None, _forked)
+
+
 class TaskStore:
     """State of one task: named stores (one RocksDB column family each), changes staged
     in memory until ``commit`` writes them with the checkpoint data in ONE atomic
@@ -126,6 +138,8 @@ class TaskStore:
 
     def __init__(self, path: str | Path, stores: Sequence[str], *, sync: bool = False) -> None:
         self.path = str(path)
+        self._forked = False             # in a fault-injection zombie: never close the DB
+        _open_stores.add(self)
         self._names = _check_store_names(stores)
         self._stores: dict[str, _Store] = {}
         self._order: list[tuple[_Store, bytes]] = []   # first touch of each staged (store, key)
@@ -196,6 +210,15 @@ class TaskStore:
         self._meta_handle = db.get_column_family_handle(META_FAMILY)
 
     def _release(self) -> None:
+        if self._forked:
+            # RocksDB's background threads did not survive the split: closing waits on
+            # them for ever. The zombie's process ends soon; its LOCK goes with it.
+            for handle in (self._db, self._meta, self._meta_handle,
+                           *(h for st in self._stores.values() for h in (st.cf, st.handle))):
+                if handle is not None:
+                    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))
+            self._db = None
+            return
         # rocksdict keeps the DB (and its LOCK) alive while any family reader or handle
         # lives, even after Rdict.close(): drop every reference, then close.
         for store in self._stores.values():

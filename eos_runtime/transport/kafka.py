@@ -25,6 +25,7 @@ Design notes (``docs/transports-kafka.md`` has the user-facing version):
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
 import threading
@@ -44,6 +45,7 @@ from confluent_kafka.admin import ConfigResource as _ConfigResource
 from confluent_kafka.admin import NewTopic as _NewTopic
 from confluent_kafka.admin import ResourceType as _ResourceType
 
+from .. import faults
 from ..errors import (
     AuthenticationFailed,
     BrokerUnavailable,
@@ -325,6 +327,42 @@ def _log_client_error(err: _KafkaError) -> None:
         log.debug("Kafka client error (librdkafka retries): %s", _describe(err))
 
 
+# ------------------------------------------------------------------------- zombies
+
+# A fault-injection zombie (faults.py) is a fork of a task's process, and librdkafka's
+# threads do not survive a fork: the zombie's clients would never send or fetch again.
+# So just before the split every producer flushes (its queue empty, nothing is lost or
+# sent twice by the split), and in the zombie, before it stops, every client of every
+# open transport is made anew from its settings: a transactional producer with the same
+# transactional id, whose init_transactions fences the dying parent's and aborts its
+# open transaction, so the zombie opens it again and produces into it what the parent's
+# held (its journal); the successor's init_transactions, later, fences the zombie's, and
+# the broker refuses the zombie's late transactions as it would a real zombie's.
+# Consumers are assigned at the positions the old ones had reached. The old handles are
+# kept, never destroyed: destroying one joins threads that are gone.
+_live: weakref.WeakSet[KafkaTransport] = weakref.WeakSet()
+
+
+def _abandon(handle: Any) -> None:
+    """Never destroy ``handle``, not even when the interpreter exits: a reference that is
+    never given back (a list would be emptied at shutdown, and the zombie hang there)."""
+    if handle is not None:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))
+
+
+def _settle_before_split() -> None:
+    for transport in list(_live):
+        transport._before_split()
+
+
+def _rebuild_after_split() -> None:
+    for transport in list(_live):
+        transport._after_split()
+
+
+faults.on_split(_settle_before_split, _rebuild_after_split)
+
+
 # ------------------------------------------------------------------------- producer
 
 class _DeliveryState:
@@ -397,6 +435,11 @@ class KafkaProducer(Producer):
             if not transactional_id:
                 raise ConfigError("transactional_id must be a non-empty string")
             full["transactional.id"] = transactional_id
+        self._conf = full
+        # What the open transaction holds, kept only where a zombie may split off: it
+        # must produce it again into the transaction it opens anew (_after_split).
+        self._journal: list[tuple[str, int, bytes | None, bytes | None, int]] | None = (
+            [] if self.transactional and faults.zombie_armed() else None)
         self._p: _CkProducer | None = _make_client(_CkProducer, full, "producer")
         if self.transactional:
             try:
@@ -408,6 +451,23 @@ class KafkaProducer(Producer):
                                         transactional=True)
                 self._discard()
                 raise mapped from None
+
+    def _after_split(self) -> None:
+        """In a zombie: a new handle in place of the one whose threads the fork lost
+        (see ``_rebuild_after_split``); a transaction that was open is open again."""
+        if self._p is None:
+            return
+        _abandon(self._p)
+        self._state = _DeliveryState()
+        self._conf.update(on_delivery=self._state.on_delivery, error_cb=self._state.on_error)
+        self._since_poll = 0
+        self._p = _make_client(_CkProducer, self._conf, "producer")
+        if self.transactional:
+            self._p.init_transactions(self._timeout)
+            if self._in_transaction:
+                self._p.begin_transaction()
+                for topic, partition, value, key, timestamp in self._journal or ():
+                    self._p.produce(topic, value, key, partition, timestamp=timestamp)
 
     # -- helpers
 
@@ -539,6 +599,8 @@ class KafkaProducer(Producer):
             try:
                 # timestamp 0 means "now" to librdkafka.
                 p.produce(topic, value, key, partition, timestamp=timestamp or 0)
+                if self._journal is not None:
+                    self._journal.append((topic, partition, value, key, timestamp or 0))
                 break
             except BufferError:
                 # The local queue is full: serve delivery reports until there is
@@ -572,6 +634,8 @@ class KafkaProducer(Producer):
         except _KafkaException as exc:
             raise self._txn_error(exc, "begin_transaction") from None
         self._in_transaction = True
+        if self._journal is not None:
+            self._journal.clear()
 
     def commit_transaction(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         self._require_transactional()
@@ -667,7 +731,25 @@ class KafkaConsumer(Consumer):
         self._fatal: list[TransportError] = []
         full = dict(conf)
         full["error_cb"] = _consumer_error_cb(self._fatal)
+        self._conf = full
         self._c: _CkConsumer | None = _make_client(_CkConsumer, full, "consumer")
+
+    def _after_split(self) -> None:
+        """In a zombie: a new handle, assigned where the old one had got to (paused
+        partitions paused again; what the old one fetched and held back is fetched anew)."""
+        if self._c is None:
+            return
+        _abandon(self._c)
+        self._fatal = []
+        self._conf["error_cb"] = _consumer_error_cb(self._fatal)
+        self._c = _make_client(_CkConsumer, self._conf, "consumer")
+        if self._positions:
+            self._c.assign([_CkTopicPartition(t, p, off)
+                            for (t, p), off in self._positions.items()])
+        if self._paused:
+            self._c.pause([_CkTopicPartition(t, p) for t, p in self._paused])
+        self._stale = set()
+        self._pending = []
 
     def _handle(self) -> _CkConsumer:
         c = self._c
@@ -969,6 +1051,25 @@ class KafkaTransport(Transport):
         except BaseException:
             self._admin = None
             raise
+        _live.add(self)
+
+    def _before_split(self) -> None:
+        for child in list(self._children):
+            if isinstance(child, KafkaProducer) and child._p is not None:
+                child._p.flush(self.timeout)
+
+    def _after_split(self) -> None:
+        """In a zombie: every client of this transport made anew (``_rebuild_after_split``)."""
+        if self._admin is None:
+            return
+        for handle in [self._admin, *self._query.values()]:
+            _abandon(handle)
+        self._lock = threading.Lock()   # another thread may have held it at the fork
+        self._query = {}
+        self._admin = _make_client(_AdminClient, dict(self._base, error_cb=_log_client_error),
+                                   "admin client")
+        for child in list(self._children):
+            child._after_split()
 
     def _check_reachable(self, admin: _AdminClient, watch: _ConnectWatch, seconds: float) -> None:
         """Return once the brokers answer a metadata request; else fail within ``seconds``
