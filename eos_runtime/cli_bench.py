@@ -118,7 +118,8 @@ MEASURES = ["throughput", "latency", "recovery", "memory"]
                    "older confluent-kafka than the runtime's). Default: "
                    "$EOS_BENCH_QUIX_PYTHON, else .venv-quix/bin/python if it exists.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Where results.json, throughput.png and report.md go. Default: "
+              help="Where results.json, the plots (throughput.png, latency_cdf.png, "
+                   "recovery.png, memory.png: those measured) and report.md go. Default: "
                    ".eos/bench/<time>.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print results.json on stdout, and nothing else there.")
