@@ -253,8 +253,14 @@ def _versions(active: list[Any]) -> dict[str, str]:
         with contextlib.suppress(PackageNotFoundError):
             found[dist] = version(dist)
     for system in active:
-        if getattr(system, "version", None):
+        if getattr(system, "version", None) and system.name.startswith("quix"):
             found[f"quixstreams ({system.name})"] = system.version
+        if system.name == "spark-structured-streaming":
+            from .bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
+
+            found["spark-sql-kafka-0-10 (Spark peer)"] = CONNECTOR_VERSION
+            found["spark-token-provider-kafka-0-10, built from source"] = \
+                TOKEN_PROVIDER_SOURCE_VERSION
     return found
 
 
