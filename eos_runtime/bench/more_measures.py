@@ -158,8 +158,9 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
     rec = result.get("recovery") or []
     if rec:
         lines += ["## Recovery", "",
-                  "The same steady load; one task of the last stage SIGKILLed a third into "
-                  "the run and restarted as its supervisor restarts it. Time from the kill "
+                  "The same steady load; a third into the run one task of the system "
+                  "SIGKILLed (its last stage's; Spark's whole application, the column "
+                  "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
                   "until the result of the probe that waited longest (of those appended "
                   "after the kill) was readable; the latency before the kill beside it.", "",
                   "![recovery](recovery.png)", "",

@@ -19,6 +19,7 @@ on SIGTERM (the query stopped, then Spark).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jars", required=True)
     args = ap.parse_args(argv)
 
+    # Spark's Python workers: this interpreter (pandas and pyarrow are in its venv), also
+    # when a supervisor restarts the application with an environment of its own
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout

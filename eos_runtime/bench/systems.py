@@ -396,8 +396,7 @@ class SparkStructuredStreaming:
              "--commit-interval", str(setup.commit_interval),
              "--checkpoint", str(setup.work_dir / "spark-checkpoint"),
              "--jars", ",".join(str(j) for j in self.jars)],
-            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True,
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True)
         return _SparkApp([proc], [log])
 
 
