@@ -316,3 +316,28 @@ def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "## Latency" in report and "## Recovery" in report and "## Memory" in report
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_peers_are_killed_and_restarted_and_their_recovery_is_measured(kafka_bootstrap,
+                                                                        tmp_path):
+    from test_cli import ok
+
+    systems = ["raw-kafka"]
+    if _quix_python() is not None:
+        systems.append("quix-at-least-once")
+    systems.append("spark-structured-streaming")   # skipped with a reason if not installed
+    ok("bench", "--systems", ",".join(systems), "--measures", "recovery", "--workloads",
+       "passthrough", "--rate", "100", "--steady-seconds", "3", "--probe-every", "50",
+       "--rounds", "1", "--commit-interval", "0.5", "--idle-timeout", "90",
+       "--bootstrap-servers", kafka_bootstrap,
+       *(["--quix-python", _quix_python()] if _quix_python() else []),
+       "--out", "out", "--json", cwd=tmp_path, timeout=800)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    ran = [s for s in systems if s not in result["skipped"]]
+    assert {r["system"] for r in result["recovery"]} == set(ran)
+    for row in result["recovery"]:
+        assert row["status"] == "ok", row
+        assert row["killed"].endswith("started again") and row["resumed_ms"] > 0
