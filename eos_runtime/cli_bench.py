@@ -3,6 +3,7 @@
     eos bench                                        # every workload and system, 3 rounds
     eos bench --workloads wordcount --rounds 5 --records 400000
     eos bench --systems eos-exactly-once,raw-kafka --bootstrap-servers 127.0.0.1:9092
+    eos bench --measures latency,recovery --rate 2000 --steady-seconds 30
 """
 
 from __future__ import annotations
@@ -67,9 +68,17 @@ def _out_dir(path: str | None) -> Path:
     return d
 
 
+MEASURES = ["throughput", "latency", "recovery", "memory"]
+
+
 @click.command("bench")
+@click.option("--measures", default=",".join(MEASURES), show_default=True, metavar="M1,M2",
+              help="What to measure: throughput (a burst), latency (a steady rate with "
+                   "probes), recovery (the same, one task SIGKILLed), memory (peak RSS on "
+                   "the aggregate workload as its state grows 10×).")
 @click.option("--workloads", default="wordcount,pageviews,passthrough", show_default=True,
-              metavar="W1,W2", help="Workloads to run: wordcount, pageviews, passthrough.")
+              metavar="W1,W2", help="Workloads of the throughput, latency and recovery runs: "
+                                    "wordcount, pageviews, passthrough, aggregate.")
 @click.option("--systems", default=None, metavar="S1,S2",
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
@@ -82,6 +91,19 @@ def _out_dir(path: str | None) -> Path:
               metavar="N", help="Partitions of every topic; tasks or processes per stage.")
 @click.option("--commit-interval", type=click.FloatRange(min=0.05), default=1.0,
               show_default=True, metavar="S", help="Seconds between checkpoints (commits).")
+@click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True,
+              metavar="N", help="Latency and recovery runs: input records per second, "
+                                "steadily.")
+@click.option("--probe-every", type=click.FloatRange(min=1), default=100.0, show_default=True,
+              metavar="MS", help="Latency and recovery runs: a probe record every MS ms "
+                                 "among the steady input.")
+@click.option("--steady-seconds", type=click.FloatRange(min=1), default=20.0,
+              show_default=True, metavar="S",
+              help="Latency and recovery runs: seconds of steady input (recovery kills a "
+                   "task a third into it).")
+@click.option("--state-keys", type=click.IntRange(1), default=100_000, show_default=True,
+              metavar="N", help="Memory runs: the aggregate workload with N keys in state, "
+                                "then 10×N (two input records per key).")
 @click.option("--seed", type=click.IntRange(0), default=1, show_default=True, metavar="S",
               help="Seed of the generated input.")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
@@ -96,29 +118,36 @@ def _out_dir(path: str | None) -> Path:
                    "older confluent-kafka than the runtime's). Default: "
                    "$EOS_BENCH_QUIX_PYTHON, else .venv-quix/bin/python if it exists.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
-              help="Where results.json, throughput.png and report.md go. Default: "
+              help="Where results.json, the plots (throughput.png, latency_cdf.png, "
+                   "recovery.png, memory.png: those measured) and report.md go. Default: "
                    ".eos/bench/<time>.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print results.json on stdout, and nothing else there.")
-def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, partitions: int,
-              commit_interval: float, seed: int, idle_timeout: float,
+def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: int,
+              partitions: int, commit_interval: float, rate: float, probe_every: float,
+              steady_seconds: float, state_keys: int, seed: int, idle_timeout: float,
               bootstrap_servers: str | None, quix_python: str | None, out: str | None,
               as_json: bool) -> None:
     """Measure workloads on eos_runtime and its peers, side by side on one Kafka broker.
 
     Each run starts a system on empty topics and waits until it is warm, produces a burst
     of input, and times it by the broker's append times: from the first input record to
-    the output record that completed the answer. Every output is checked against an
-    oracle; a wrong or failed run is marked and never ranked. Writes results.json,
-    throughput.png and report.md, and prints the report's tables.
+    the output record that completed the answer. Latency runs feed a steady rate with
+    probe records instead; recovery runs kill one task in one; memory runs sample every
+    process of the system. Every output is checked against an oracle; a wrong or failed
+    run is marked and never ranked. Writes results.json, PNG plots and report.md, and
+    prints the report's tables.
     """
+    from .bench import more_measures as more
     from .bench.kafka import BenchKafka
-    from .bench.measure import Settings, measure
+    from .bench.latency import steady_input
+    from .bench.measure import Load, Settings, measure
     from .bench.report import summarize, write_report
     from .bench.systems import SYSTEM_NAMES, all_systems
-    from .bench.workloads import WORKLOADS
+    from .bench.workloads import WORKLOADS, aggregate_keys
     from .cli_pipeline import _stdout_to_stderr
 
+    chosen_m = _names(measures, MEASURES, "measures")
     chosen_w = _names(workloads, list(WORKLOADS), "workloads")
     chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
     by_name = all_systems(quix_python=_quix_python(quix_python))
@@ -145,32 +174,58 @@ def bench_cmd(workloads: str, systems: str | None, records: int, rounds: int, pa
         return {
             "benchmark": "eos bench", "command": _command(), "started": started,
             "complete": complete, "machine": machine,
-            "settings": {"workloads": chosen_w, "systems": chosen_s, "records": records,
-                         "rounds": rounds, "partitions": partitions,
-                         "commit_interval": commit_interval, "seed": seed,
-                         "bootstrap_servers": bootstrap},
+            "settings": {"measures": chosen_m, "workloads": chosen_w, "systems": chosen_s,
+                         "records": records, "rounds": rounds, "partitions": partitions,
+                         "commit_interval": commit_interval, "rate": rate,
+                         "probe_every_ms": probe_every, "steady_seconds": steady_seconds,
+                         "state_keys": [state_keys, 10 * state_keys] if "memory" in chosen_m
+                         else [], "seed": seed, "bootstrap_servers": bootstrap},
             "versions": versions, "skipped": skipped, "summary": summarize(runs, skipped),
-            "runs": runs}
+            "latency": more.summarize_latency(runs), "recovery": more.summarize_recovery(runs),
+            "memory": more.summarize_memory(runs),
+            "checkpoints": more.summarize_checkpoints(runs), "runs": runs}
 
     with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()
         settings = Settings(bootstrap=bootstrap, partitions=partitions,
                             commit_interval=commit_interval, idle_timeout=idle_timeout,
                             work_root=out_dir / "work")
-        inputs = {w: WORKLOADS[w].generate(records, seed) for w in chosen_w}
-        expected = {w: WORKLOADS[w].oracle(inputs[w]) for w in chosen_w}
+        # (measure, workload, input size label) -> its input, expected answer and load
+        plan: list[tuple[str, str, Any, Any, Load, dict[str, Any]]] = []
+        for m in chosen_m:
+            if m == "throughput":
+                for w in chosen_w:
+                    got = WORKLOADS[w].generate(records, seed)
+                    plan.append((m, w, got, WORKLOADS[w].oracle(got), Load(m), {}))
+            elif m in ("latency", "recovery"):
+                for w in chosen_w:
+                    steady = steady_input(WORKLOADS[w], rate=rate, seconds=steady_seconds,
+                                          probe_every_ms=probe_every, partitions=partitions,
+                                          seed=seed)
+                    load = Load(m, steady=steady, kill_after=steady_seconds / 3
+                                if m == "recovery" else None)
+                    plan.append((m, w, steady.records, WORKLOADS[w].oracle(steady.records),
+                                 load, {}))
+            else:
+                for keys in (state_keys, 10 * state_keys):
+                    got = WORKLOADS["aggregate"].generate(2 * keys, seed)
+                    plan.append((m, "aggregate", got, WORKLOADS["aggregate"].oracle(got),
+                                 Load(m, memory=True),
+                                 {"state_keys": len({v for _, v in got}),
+                                  "key_space": aggregate_keys(2 * keys)}))
         for r in range(rounds):
-            for w in chosen_w:
+            for m, w, inputs, expected, load, extra in plan:
                 for system in active:
                     why = system.cannot_run(WORKLOADS[w])
                     if why is not None:
-                        if r == 0:
+                        if r == 0 and f"{system.name} on {w}" not in skipped:
                             skipped[f"{system.name} on {w}"] = why
                             say(f"skipping {w} on {system.name}: {why}")
                         continue
-                    say(f"round {r + 1}/{rounds}: {w} on {system.name} ...")
-                    row = measure(system, WORKLOADS[w], inputs[w], expected[w], settings,
-                                  round_no=r + 1, tag=tag, say=say)
+                    say(f"round {r + 1}/{rounds}: {m} of {w} on {system.name} ...")
+                    row = measure(system, WORKLOADS[w], inputs, expected, settings,
+                                  round_no=r + 1, tag=tag, say=say, load=load)
+                    row.update(extra)
                     runs.append(row)
                     say(_row_line(row))
                     # after every run: a long bench stopped halfway keeps what it measured
@@ -198,8 +253,14 @@ def _versions(active: list[Any]) -> dict[str, str]:
         with contextlib.suppress(PackageNotFoundError):
             found[dist] = version(dist)
     for system in active:
-        if getattr(system, "version", None):
+        if getattr(system, "version", None) and system.name.startswith("quix"):
             found[f"quixstreams ({system.name})"] = system.version
+        if system.name == "spark-structured-streaming":
+            from .bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
+
+            found["spark-sql-kafka-0-10 (Spark peer)"] = CONNECTOR_VERSION
+            found["spark-token-provider-kafka-0-10, built from source"] = \
+                TOKEN_PROVIDER_SOURCE_VERSION
     return found
 
 
@@ -212,7 +273,15 @@ def _quix_python(given: str | None) -> str | None:
 
 
 def _row_line(row: dict[str, Any]) -> str:
-    if "throughput" in row:
+    if "recovery" in row:
+        what = (f"output resumed {row['recovery'].get('resumed_after_kill_ms', '?')} ms after "
+                f"the kill")
+    elif "latency_ms" in row:
+        lat = row["latency_ms"]
+        what = f"latency p50 {lat.get('p50', '?')} ms, p99 {lat.get('p99', '?')} ms"
+    elif row.get("peak_rss_bytes"):
+        what = f"peak RSS {row['peak_rss_bytes'] / 2**20:,.0f} MB"
+    elif "throughput" in row:
         what = (f"{row['throughput']:,.0f} {row['unit']}/s in {row['seconds']:.2f} s "
                 f"(warm after {row.get('ready_seconds', 0):.1f} s)")
     else:

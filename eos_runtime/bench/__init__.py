@@ -5,11 +5,16 @@
                      peers (skipped with a reason when not installed)
     raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage
     quix_app.py      the Quix Streams peer's application (runs on Quix's own venv)
+    spark_app.py     the Spark Structured Streaming peer's application
+    spark_jars.py    Spark's Kafka connector, and its token provider built from source
     kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
                      output with its append times, when output became visible
     burst.py         the burst producer, a process of its own
+    latency.py       steady input with probes; latency percentiles; recovery after a kill
+    memory.py        peak resident memory of a system's processes, from /proc
     measure.py       one measured run: start, warm up, burst, watch, stop, verify
     report.py        medians, spread and ratios; JSON, PNG and markdown
+    more_measures.py the report's latency, recovery, memory and checkpoint sections
 
 docs/benchmarks.md describes the method and the report.
 """

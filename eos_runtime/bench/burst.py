@@ -8,6 +8,10 @@ i mod N as fast as the client goes, waits for every acknowledgement and prints
 ``done SECONDS`` (or ``failed REASON``). A producer much faster than the systems under
 test keeps the burst a burst: the systems then work through a backlog, not at the
 producer's pace.
+
+With ``--rate R`` it is the steady input of a latency run instead: record i is produced
+at R records per second from ``go`` (i / R seconds after it), each sent at once
+(``linger.ms`` 0), so a record's append time is when the load generator meant it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partitions", type=int, required=True)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="records per second, steadily (default: as fast as it goes)")
     args = ap.parse_args(argv)
 
     with open(args.file, "rb") as f:
@@ -38,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         if err is not None and len(failed) < 5:
             failed.append(str(err))
 
-    p = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5,
+    p = Producer({"bootstrap.servers": args.bootstrap_servers,
+                  "linger.ms": 0 if args.rate else 5,
                   "queue.buffering.max.messages": 2_000_000, "on_delivery": report})
     p.list_topics(args.topic, timeout=30)   # metadata before the clock starts
     print("ready", flush=True)
@@ -46,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     started = time.monotonic()
     produce, parts, topic = p.produce, args.partitions, args.topic
+    rate = args.rate
     for i, (key, value) in enumerate(records):
+        if rate:
+            due = started + i / rate
+            while (ahead := due - time.monotonic()) > 0:
+                p.poll(ahead)   # serves delivery reports while it waits
         while True:
             try:
                 produce(topic, value, key, i % parts)

@@ -91,6 +91,30 @@ class BenchKafka:
                 for tp in m.assignment.topic_partitions if tp.topic == topic}
         return held == set(range(partitions))
 
+    def append_times(self, topic: str, partitions: int, wanted: set[tuple[bytes | None, bytes]]
+                     ) -> dict[tuple[bytes | None, bytes], int]:
+        """The broker's append time of each record (key, value) in ``wanted`` (its first
+        copy), reading the topic to its current end."""
+        found: dict[tuple[bytes | None, bytes], int] = {}
+        with _consumer(self.bootstrap, read_committed=False) as c:
+            tps = [_TP(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+            ends = {p: c.get_watermark_offsets(_TP(topic, p), timeout=self.timeout)[1]
+                    for p in range(partitions)}
+            c.assign(tps)
+            done = {p for p, end in ends.items() if end == 0}
+            deadline = time.monotonic() + self.timeout
+            while len(done) < partitions and time.monotonic() < deadline:
+                for m in c.consume(10_000, 0.5):
+                    part = m.partition()
+                    if m.error() is not None or part is None:
+                        continue
+                    pair = (m.key(), m.value() or b"")
+                    if pair in wanted and pair not in found:
+                        found[pair] = m.timestamp()[1]
+                    if (m.offset() or 0) + 1 >= ends[part]:
+                        done.add(part)
+        return found
+
     def first_append_ms(self, topic: str, partitions: int) -> int:
         """The broker's append time of the topic's first record (all partitions)."""
         first: list[int] = []

@@ -17,6 +17,11 @@ start-up is excluded and commit latency included, alike for every system. Both e
 are one clock when the broker runs on this host (the project's broker does); where the
 bench's clock runs behind the broker's, the end falls back to the append time of the
 record that completed the answer. ``append_seconds`` keeps the append-to-append time.
+
+The other measurements are the same run with another load (``Load``): a steady input
+with probe records for latency (bench/latency.py), the same with one task killed a third
+into it for recovery, and a burst with every process of the system sampled for memory
+(bench/memory.py).
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ import msgpack
 from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch, VisibilityClock
+from .latency import SteadyInput, percentiles, probe_latencies, recovery
+from .memory import RssSampler
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .workloads import BenchWorkload, InputRecord, expected_pairs
 
-__all__ = ["Settings", "measure"]
+__all__ = ["Settings", "Load", "measure"]
 
 Say = Callable[[str], None]
 
@@ -55,13 +62,23 @@ class Settings:
     progress_every: float = 2.0
 
 
+@dataclass(frozen=True)
+class Load:
+    """What one run measures, and the input it gets for it."""
+
+    measure: str = "throughput"           # throughput, latency, recovery, memory
+    steady: SteadyInput | None = None     # latency, recovery: paced input with probes
+    kill_after: float | None = None       # recovery: seconds after the input starts
+    memory: bool = False                  # sample the system's resident memory
+
+
 def _utf8(b: bytes) -> str:
     return b.decode("utf-8")
 
 
 def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
             expected: Expected, settings: Settings, *, round_no: int, tag: str,
-            say: Say) -> dict[str, Any]:
+            say: Say, load: Load = Load()) -> dict[str, Any]:
     """Run ``system`` on ``inputs`` once; return the run's row for the report."""
     kafka = BenchKafka(settings.bootstrap)
     # unique, and no run's name inside another's: cleanup finds a run's topics by it
@@ -72,21 +89,25 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                   work_dir=scratch_dir(settings.work_root, name))
     wanted = expected_pairs(expected)
     row: dict[str, Any] = {
-        "workload": workload.name, "system": system.name, "guarantee": system.guarantee,
-        "round": round_no, "input_records": len(inputs), "unit": workload.unit,
+        "measure": load.measure, "workload": workload.name, "system": system.name,
+        "guarantee": system.guarantee, "round": round_no, "input_records": len(inputs),
+        "unit": workload.unit,
         "results_expected": sum(wanted.values()), "verified": False, "error": None}
     running = None
     watch = None
     burst = None
+    sampler = None
     try:
         kafka.create_topics([setup.source, setup.sink], settings.partitions)
         # The reader warms up with the system (connections, offset look-ups), so it sees
         # the answer when it is there, not after its own start-up.
         watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted),
                             workload.value_part)
-        burst = _Burst(setup, inputs)
+        burst = _Burst(setup, inputs, load.steady.rate if load.steady else None)
         started = time.monotonic()
         running = system.start(setup)
+        if load.memory:
+            sampler = RssSampler(running.pids)
         while not (running.ready() and burst.is_ready()):
             why = running.failure()
             if why is not None:
@@ -100,10 +121,19 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         # When the answer became readable comes from the clock's offset samples: the watch
         # reads record by record and may lag behind a fast system.
         clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
+        killed: list[int] = []
         try:
             burst.go()
+            kill_at = None if load.kill_after is None else time.monotonic() + load.kill_after
+
+            def tick() -> None:
+                if kill_at is not None and not killed and time.monotonic() >= kill_at:
+                    assert running is not None
+                    killed.append(int(time.time() * 1000))
+                    row["killed"] = running.kill_one()
+                    say(f"  killed {row['killed']}")
             incomplete = _watch(watch, running, burst, settings, say,
-                                f"{workload.name} {system.name} round {round_no}")
+                                f"{workload.name} {system.name} round {round_no}", tick)
             row["produce_seconds"] = burst.finish()
             settle_until = time.monotonic() + (0 if incomplete else 2 * settings.commit_interval)
             while time.monotonic() < settle_until:
@@ -113,11 +143,19 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         visible = clock.visible_at(watch.needed) if incomplete is None else None
         if visible is not None:
             watch.visible_ms = min(visible, watch.visible_ms or visible)
+        if sampler is not None:
+            peak = sampler.close()
+            sampler = None
+            row["peak_rss_bytes"] = peak
+        details = running
         running.stop()
         running = None
+        row.update(details.details())
         watch.drain()
         first_ms = kafka.first_append_ms(setup.source, settings.partitions)
-        if incomplete is None:
+        if load.steady is not None:
+            _latency(row, kafka, setup, load.steady, watch, clock, killed)
+        elif incomplete is None:
             _timing(row, first_ms, watch, workload)
         verdict = compare(expected, watch.records, system.verify_as, key_decode=_utf8,
                           value_decode=_utf8)
@@ -134,6 +172,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
     except Exception as exc:   # one system's failure is a row of the report, not the bench's end
         row["error"] = f"{type(exc).__name__}: {exc}"
     finally:
+        if sampler is not None:
+            sampler.close()
         if running is not None:
             try:
                 running.stop()
@@ -156,14 +196,15 @@ class _Burst:
     """The burst producer process (``burst.py``): loaded and connected while the system
     warms up, producing on ``go``."""
 
-    def __init__(self, setup: Setup, inputs: list[InputRecord]) -> None:
+    def __init__(self, setup: Setup, inputs: list[InputRecord], rate: float | None) -> None:
         data = setup.work_dir / "burst.msgpack"
         data.write_bytes(msgpack.packb([list(r) for r in inputs], use_bin_type=True))
         self.log = setup.work_dir / "burst.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "eos_runtime.bench.burst", str(data),
              "--bootstrap-servers", setup.bootstrap, "--topic", setup.source,
-             "--partitions", str(setup.partitions)],
+             "--partitions", str(setup.partitions),
+             *(["--rate", str(rate)] if rate else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
         self.ready = False
         self.answer: str | None = None
@@ -195,7 +236,7 @@ class _Burst:
 
     def finish(self) -> float:
         """The burst's seconds, once it is all delivered."""
-        self.proc.wait(120)
+        self.proc.wait(600)
         if self.error is not None:
             raise _RunFailed(f"producing the burst failed: {self.error}")
         answer = self.answer or ""
@@ -208,14 +249,15 @@ class _Burst:
 
 
 def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, say: Say,
-           label: str) -> str | None:
+           label: str, tick: Callable[[], None]) -> str | None:
     """Read output until the answer is complete; after ``idle_timeout`` s of nothing new,
     say why it is not (the run is then verified as far as it got)."""
     last_new = time.monotonic()
     next_say = time.monotonic() + settings.progress_every
     total = watch.missing
     while watch.missing:
-        if watch.poll(0.5):
+        tick()
+        if watch.poll(0.2):
             last_new = time.monotonic()
         if burst.error is not None:
             raise _RunFailed(f"producing the burst failed: {burst.error}")
@@ -247,3 +289,16 @@ def _timing(row: dict[str, Any], first_ms: int, watch: OutputWatch,
     row["append_seconds"] = round(max(watch.complete_ms - first_ms, 1) / 1000, 3)
     row["throughput"] = round(row["results_expected"] / seconds, 1)
     row["input_per_second"] = round(row["input_records"] / seconds, 1)
+
+
+def _latency(row: dict[str, Any], kafka: BenchKafka, setup: Setup, steady: SteadyInput,
+             watch: OutputWatch, clock: VisibilityClock, killed: list[int]) -> None:
+    appended = kafka.append_times(setup.source, setup.partitions, set(steady.probes))
+    probes = probe_latencies(steady.probes, appended, watch.records, clock.samples)
+    row["rate"] = steady.rate
+    row["probes"] = len(steady.probes)
+    row["latency_ms"] = percentiles([p["visible_ms"] for p in probes])
+    row["append_latency_ms"] = {k: v for k, v in percentiles(
+        [p["append_ms"] for p in probes]).items() if k != "cdf"}
+    if killed:
+        row["recovery"] = recovery(probes, killed[0])

@@ -1,8 +1,9 @@
 """The bench's results: medians with their spread, ratios side by side, in three files.
 
-``results.json`` holds every run and the summary; ``throughput.png`` the bars;
-``report.md`` the tables. A system is ranked only if every one of its rounds was
-verified: a fast wrong answer gets a mark, never a median or a ratio.
+``results.json`` holds every run and the summary; ``throughput.png`` the bars (and
+``latency_cdf.png``, ``recovery.png``, ``memory.png`` when those were measured:
+``more_measures.py``); ``report.md`` the tables. A system is ranked only if every one
+of its rounds was verified: a fast wrong answer gets a mark, never a median or a ratio.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import statistics
 from pathlib import Path
 from typing import Any
+
+from . import more_measures as more
 
 __all__ = ["summarize", "RATIOS", "write_report"]
 
@@ -59,7 +62,9 @@ def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
 
 
 def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
-    """Per workload: each system's summary, and the ratios of ranked systems' medians."""
+    """Per workload: each system's summary, and the ratios of ranked systems' medians
+    (throughput runs only)."""
+    runs = [r for r in runs if r.get("measure", "throughput") == "throughput"]
     out: dict[str, Any] = {}
     for workload in dict.fromkeys(r["workload"] for r in runs):
         mine = [r for r in runs if r["workload"] == workload]
@@ -85,6 +90,12 @@ def write_report(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
              "markdown": out_dir / "report.md"}
     paths["json"].write_text(json.dumps(result, indent=2) + "\n")
     _plot(result, paths["png"])
+    for key, name, plot in (("latency", "latency_cdf.png", more.plot_latency),
+                            ("recovery", "recovery.png", more.plot_recovery),
+                            ("memory", "memory.png", more.plot_memory)):
+        if result.get(key):
+            paths[key] = out_dir / name
+            plot(result[key], paths[key])
     paths["markdown"].write_text(markdown(result, paths["png"].name))
     return paths
 
@@ -108,6 +119,8 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         "Median over rounds; spread = (max − min) / median. A system is ranked only if "
         "every round's output matched the oracle.", "",
         f"![throughput]({plot_name})", ""]
+    if not result["summary"]:
+        lines = lines[:6]   # nothing measured for throughput: no such section
     for workload, w in result["summary"].items():
         unit = w["unit"]
         lines += [f"## {workload}", "",
@@ -135,6 +148,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
                 lines.append(f"| {r['numerator']} / {r['denominator']} | {r['ratio']:.2f} | "
                              f"{paired} |")
         lines.append("")
+    lines += more.markdown_sections(result)
     if result["skipped"]:
         lines += ["## Skipped", ""]
         lines += [f"- {name}: {why}" for name, why in result["skipped"].items()]

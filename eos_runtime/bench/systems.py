@@ -10,9 +10,11 @@ and is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +51,18 @@ class Running(Protocol):
 
     def stop(self) -> None: ...
 
+    def pids(self) -> list[int]:
+        """The roots of the system's processes: it is they and their descendants
+        (bench/memory.py)."""
+
+    def kill_one(self) -> str:
+        """SIGKILL one task of the last stage, restarted as the system's supervisor
+        restarts it; say which."""
+
+    def details(self) -> dict[str, Any]:
+        """What the system reports of itself once stopped (eos_runtime: its tasks'
+        per-checkpoint metrics); empty for most."""
+
 
 class System(Protocol):
     name: str
@@ -66,9 +80,11 @@ class System(Protocol):
 # --------------------------------------------------------------------------- eos_runtime
 
 class _EosRun:
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, task_dir: Path) -> None:
         self.run = run
+        self.task_dir = task_dir       # where each task writes its pid file
         self._failure: str | None = None
+        self._details: dict[str, Any] = {}
 
     def failure(self) -> str | None:
         if self._failure is None and self.run.wait(0):
@@ -87,10 +103,37 @@ class _EosRun:
 
     def stop(self) -> None:
         self.run.stop("bench run complete")
-        if not self.run.wait(60):
+        stopped = self.run.wait(60)
+        if not stopped:
             self.run.cancel()
             self.run.wait(30)
+        elif self._failure is None:
+            try:
+                tasks = self.run.summary().tasks
+                self._details = {"checkpoint_metrics": {
+                    str(t["task_id"]): t.get("checkpoint_metrics", {}) for t in tasks
+                    if "task_id" in t}}
+            except Exception:   # the summary is a bonus; the run's verdict stands without it
+                pass
         self.run.close()
+
+    def details(self) -> dict[str, Any]:
+        return self._details
+
+    def pids(self) -> list[int]:
+        # The Spark JVM, and under it the Python workers that run the tasks. The driver
+        # shares the bench's own process and is not counted.
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        return [proc.pid] if proc is not None else []
+
+    def kill_one(self) -> str:
+        task = self.run.plan.stages[-1].task_ids[0]
+        pid = int((self.task_dir / f"task-{task}.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        return f"task {task} (Python worker pid {pid}); Spark runs its next attempt"
 
 
 class EosSystem:
@@ -114,7 +157,7 @@ class EosSystem:
                              state_dir=str(setup.work_dir / "state"), guarantee=self.guarantee,
                              commit_interval=setup.commit_interval,
                              parallelism=setup.partitions, bounded=False)
-        return _EosRun(run)
+        return _EosRun(run, setup.work_dir / "state" / setup.name)
 
 
 # --------------------------------------------------------------------------- raw client
@@ -122,10 +165,30 @@ class EosSystem:
 class _Processes:
     """Child processes that each print ``ready`` once warm."""
 
-    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path]) -> None:
+    def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path],
+                 victim: int = 0) -> None:
         self.procs = procs
         self.logs = logs   # one per process, named after it
+        self.victim = victim   # the process kill_one kills
         self._ready = [False] * len(procs)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is None]
+
+    def details(self) -> dict[str, Any]:
+        return {}
+
+    def kill_one(self) -> str:
+        """SIGKILL the victim and start it again with the same command, as a supervisor
+        (systemd, Kubernetes) restarts a process that died."""
+        old = self.procs[self.victim]
+        old.send_signal(signal.SIGKILL)
+        old.wait()
+        log = self.logs[self.victim]
+        self.procs[self.victim] = subprocess.Popen(
+            old.args, stdout=subprocess.DEVNULL, stderr=log.open("a"), text=True)
+        self._ready[self.victim] = True
+        return f"{log.stem} (pid {old.pid}), started again"
 
     def failure(self) -> str | None:
         for proc, log in zip(self.procs, self.logs, strict=True):
@@ -160,7 +223,7 @@ class _Group(_Processes):
 
     def __init__(self, procs: list[subprocess.Popen[str]], logs: list[Path],
                  assigned: Callable[[], bool]) -> None:
-        super().__init__(procs, logs)
+        super().__init__(procs, logs, victim=0)
         self.assigned = assigned
 
     def ready(self) -> bool:
@@ -199,7 +262,9 @@ class RawSystem:
                      "--partition", str(p), "--output", dst,
                      "--output-partitions", str(setup.partitions)],
                     stdout=subprocess.PIPE, stderr=log.open("w"), text=True))
-        return _Processes(procs, logs)
+        # the victim of a recovery run: the last stage's process of partition 0 (it keeps
+        # no offsets, so its restart reads its input again from the start)
+        return _Processes(procs, logs, victim=(len(stages) - 1) * setup.partitions)
 
 
 # --------------------------------------------------------------------------- peers
@@ -262,19 +327,77 @@ class QuixSystem:
                                                               setup.partitions))
 
 
+class _SparkApp(_Processes):
+    """The Spark peer's one process, leading a session of its own: its JVM and Python
+    workers go with it when it is killed."""
+
+    def kill_one(self) -> str:
+        """SIGKILL the application, JVM and all, and start it again with the same command,
+        as a supervisor restarts a Spark application: it recovers from its checkpoint."""
+        old = self.procs[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old.pid, signal.SIGKILL)
+        old.wait()
+        self.procs[0] = subprocess.Popen(old.args, stdout=subprocess.DEVNULL,
+                                         stderr=self.logs[0].open("a"), text=True,
+                                         start_new_session=True)
+        return f"the Spark application (pid {old.pid}, its JVM and workers), started again"
+
+    def stop(self) -> None:
+        super().stop()
+        for proc in self.procs:   # whatever of its session outlived it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 class SparkStructuredStreaming:
+    """Spark Structured Streaming on pyspark's own Spark (bench/spark_app.py), with Spark's
+    Kafka connector and the token-provider module built from its public source
+    (bench/spark_jars.py)."""
+
     name = "spark-structured-streaming"
     guarantee = "at-least-once"     # Spark's Kafka sink, even in Spark 4
     verify_as = "at-least-once"
 
+    def __init__(self) -> None:
+        self.jars: list[Path] = []
+        self.version: str | None = None
+
     def unavailable(self) -> str | None:
-        return "not built yet"
+        from ..errors import EosError
+
+        try:
+            import pandas  # noqa: F401   applyInPandasWithState needs both
+            import pyarrow  # noqa: F401
+            import pyspark
+        except ImportError as exc:
+            return f"{exc.name} is not installed: pip install -e '.[bench]'"
+        try:
+            from .spark_jars import fetch
+
+            self.jars = fetch()
+        except EosError as exc:
+            return f"Spark's Kafka connector could not be set up: {exc}"
+        self.version = pyspark.__version__
+        return None
 
     def cannot_run(self, workload: BenchWorkload) -> str | None:
+        if workload.name == "pageviews":
+            return ("not written for Spark: pageviews chains two stateful stages, the "
+                    "bench's Spark query has one")
         return None
 
     def start(self, setup: Setup) -> Running:
-        raise NotImplementedError
+        log = setup.work_dir / "spark-app.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eos_runtime.bench.spark_app", setup.workload.name,
+             "--bootstrap-servers", setup.bootstrap, "--source", setup.source,
+             "--sink", setup.sink, "--partitions", str(setup.partitions),
+             "--commit-interval", str(setup.commit_interval),
+             "--checkpoint", str(setup.work_dir / "spark-checkpoint"),
+             "--jars", ",".join(str(j) for j in self.jars)],
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True)
+        return _SparkApp([proc], [log])
 
 
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:

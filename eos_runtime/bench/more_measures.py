@@ -1,0 +1,269 @@
+"""The report's latency, recovery, memory and checkpoint sections: summaries, tables, plots.
+
+Like throughput, a run whose output failed the oracle is shown with its mark and never
+ranked: its latency, recovery time or memory gets no median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+__all__ = ["summarize_latency", "summarize_recovery", "summarize_memory",
+           "summarize_checkpoints", "markdown_sections", "plot_latency", "plot_recovery",
+           "plot_memory"]
+
+
+def _status(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    errors = sorted({r["error"] for r in rows if r.get("error")})
+    if all(r["verified"] for r in rows):
+        return "ok", errors
+    return ("wrong" if any(str(e).startswith("wrong answer") for e in errors) else "failed"), errors
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 1) if xs else None
+
+
+def _groups(runs: list[dict[str, Any]], measure: str) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r.get("measure", "throughput") == measure:
+            out.setdefault((r["workload"], r["system"]), []).append(r)
+    return out
+
+
+def summarize_latency(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (workload, system), mine in _groups(runs, "latency").items():
+        status, errors = _status(mine)
+        row: dict[str, Any] = {"workload": workload, "system": system,
+                               "guarantee": mine[0]["guarantee"], "rate": mine[0].get("rate"),
+                               "rounds": len(mine), "status": status, "errors": errors,
+                               "p50_per_round": [r.get("latency_ms", {}).get("p50")
+                                                 for r in mine],
+                               "p99_per_round": [r.get("latency_ms", {}).get("p99")
+                                                 for r in mine]}
+        if status == "ok":
+            p50 = [x for x in row["p50_per_round"] if x is not None]
+            p99 = [x for x in row["p99_per_round"] if x is not None]
+            row.update(p50_ms=_median(p50), p99_ms=_median(p99),
+                       p99_min=min(p99, default=None), p99_max=max(p99, default=None),
+                       cdf=sorted(x for r in mine for x in r.get("latency_ms", {}).get("cdf", [])))
+        rows.append(row)
+    return rows
+
+
+def summarize_recovery(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (workload, system), mine in _groups(runs, "recovery").items():
+        status, errors = _status(mine)
+        rec = [r.get("recovery", {}) for r in mine]
+        row: dict[str, Any] = {"workload": workload, "system": system,
+                               "guarantee": mine[0]["guarantee"], "rounds": len(mine),
+                               "status": status, "errors": errors,
+                               "killed": mine[0].get("killed"),
+                               "resumed_ms_per_round": [x.get("resumed_after_kill_ms")
+                                                        for x in rec]}
+        if status == "ok":
+            got = [x for x in row["resumed_ms_per_round"] if x is not None]
+            row.update(resumed_ms=_median(got), min_ms=min(got, default=None),
+                       max_ms=max(got, default=None),
+                       baseline_p50_ms=_median([x["baseline_p50_ms"] for x in rec
+                                                if x.get("baseline_p50_ms") is not None]))
+        rows.append(row)
+    return rows
+
+
+def summarize_memory(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (workload, system), mine in _groups(runs, "memory").items():
+        status, errors = _status(mine)
+        sizes: dict[int, list[int]] = {}
+        for r in mine:
+            if r.get("peak_rss_bytes"):
+                sizes.setdefault(int(r["state_keys"]), []).append(int(r["peak_rss_bytes"]))
+        row: dict[str, Any] = {"workload": workload, "system": system,
+                               "guarantee": mine[0]["guarantee"], "rounds": len(mine),
+                               "status": status, "errors": errors}
+        if status == "ok" and sizes:
+            points: list[dict[str, Any]] = [
+                {"state_keys": k, "peak_rss_mb": round(statistics.median(v) / 2**20, 1),
+                 "per_round_mb": [round(x / 2**20, 1) for x in v]}
+                for k, v in sorted(sizes.items())]
+            row["points"] = points
+            if len(points) > 1 and points[0]["peak_rss_mb"]:
+                row["growth"] = round(points[-1]["peak_rss_mb"] / points[0]["peak_rss_mb"], 3)
+        rows.append(row)
+    return rows
+
+
+_METRICS = ("duration_ms", "commit_ms", "alignment_ms", "start_delay_ms", "buffered_bytes",
+            "changelog_bytes")
+
+
+def summarize_checkpoints(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per workload and eos_runtime system, each per-checkpoint metric over all its
+    tasks and throughput rounds: checkpoints counted, their mean, the median of the
+    tasks' p50s, the largest p99 and the largest value."""
+    rows = []
+    for (workload, system), mine in _groups(runs, "throughput").items():
+        per_task = [m for r in mine for m in r.get("checkpoint_metrics", {}).values()]
+        if not per_task:
+            continue
+        metrics = {}
+        for name in _METRICS:
+            got = [t[name] for t in per_task if t.get(name, {}).get("count")]
+            if not got:
+                continue
+            n = sum(g["count"] for g in got)
+            metrics[name] = {"count": n,
+                             "mean": round(sum(g["mean"] * g["count"] for g in got) / n, 1),
+                             "p50": _median([g["p50"] for g in got]),
+                             "p99": max(g["p99"] for g in got), "max": max(g["max"] for g in got)}
+        rows.append({"workload": workload, "system": system, "tasks": len(per_task),
+                     "metrics": metrics})
+    return rows
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f} ms"
+
+
+def _mark(row: dict[str, Any]) -> str:
+    return row["status"] if row["status"] == "ok" else \
+        f"**{row['status']}**: {'; '.join(row['errors'])[:200]}"
+
+
+def markdown_sections(result: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lat = result.get("latency") or []
+    if lat:
+        s = result["settings"]
+        lines += ["## Latency", "",
+                  f"A steady {s.get('rate', 0):,.0f} input records/s for "
+                  f"{s.get('steady_seconds', 0):g} s, a probe every "
+                  f"{s.get('probe_every_ms', 0):g} ms: from the probe's input append to its "
+                  "result readable by a read_committed reader. Median over rounds.", "",
+                  "![latency](latency_cdf.png)", "",
+                  "| workload | system | guarantee | p50 | p99 | p99 min – max | status |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in lat:
+            rng = f"{_ms(r.get('p99_min'))} – {_ms(r.get('p99_max'))}" if "p99_ms" in r else "–"
+            lines.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
+                         f"{_ms(r.get('p50_ms'))} | {_ms(r.get('p99_ms'))} | {rng} | "
+                         f"{_mark(r)} |")
+        lines.append("")
+    rec = result.get("recovery") or []
+    if rec:
+        lines += ["## Recovery", "",
+                  "The same steady load; a third into the run one task of the system "
+                  "SIGKILLed (its last stage's; Spark's whole application, the column "
+                  "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
+                  "until the result of the probe that waited longest (of those appended "
+                  "after the kill) was readable; the latency before the kill beside it.", "",
+                  "![recovery](recovery.png)", "",
+                  "| workload | system | guarantee | until output resumed | min – max | "
+                  "p50 before the kill | killed | status |", "|---|---|---|---|---|---|---|---|"]
+        for r in rec:
+            rng = f"{_ms(r.get('min_ms'))} – {_ms(r.get('max_ms'))}" if "resumed_ms" in r \
+                else "–"
+            lines.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
+                         f"{_ms(r.get('resumed_ms'))} | {rng} | {_ms(r.get('baseline_p50_ms'))}"
+                         f" | {r.get('killed') or '–'} | {_mark(r)} |")
+        lines.append("")
+    mem = result.get("memory") or []
+    if mem:
+        lines += ["## Memory", "",
+                  "Peak resident memory of every process of a system (eos_runtime: the Spark "
+                  "JVM and its Python workers; the driver shares the bench's process) on "
+                  "the aggregate workload, at two state sizes 10× apart.", "",
+                  "![memory](memory.png)", "",
+                  "| system | guarantee | peak RSS by state keys | largest / smallest | status |",
+                  "|---|---|---|---|---|"]
+        for r in mem:
+            pts = ", ".join(f"{p['state_keys']:,} keys: {p['peak_rss_mb']:,.0f} MB"
+                            for p in r.get("points", [])) or "–"
+            growth = f"{r['growth']:.2f}" if r.get("growth") else "–"
+            lines.append(f"| {r['system']} | {r['guarantee']} | {pts} | {growth} | "
+                         f"{_mark(r)} |")
+        lines.append("")
+    cps = result.get("checkpoints") or []
+    if cps:
+        lines += ["## eos_runtime checkpoints", "",
+                  "Per-checkpoint metrics of the throughput runs (`eos run --json`'s "
+                  "`checkpoint_metrics`), over all tasks and rounds: the median of the "
+                  "tasks' p50s, the largest p99 and the largest value.", "",
+                  "| workload | system | metric | checkpoints | mean | p50 | p99 | max |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in cps:
+            for name, m in r["metrics"].items():
+                lines.append(f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
+                             f"{m['mean']:,.1f} | {m['p50']:,.1f} | {m['p99']:,.1f} | "
+                             f"{m['max']:,.1f} |")
+        lines.append("")
+    return lines
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.4),
+                             squeeze=False)
+    for ax, workload in zip(axes[0], workloads, strict=True):
+        for r in rows:
+            if r["workload"] == workload and r.get("cdf"):
+                xs = r["cdf"]
+                ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post",
+                        label=r["system"])
+        ax.set_xlabel("ms, input append to readable result")
+        ax.set_ylabel("fraction of probes")
+        ax.set_title(workload, fontsize=10)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_recovery(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows)), 3.4))
+    for i, r in enumerate(rows):
+        if "resumed_ms" in r:
+            ax.bar(i, r["resumed_ms"], width=0.6, alpha=0.5)
+            got = [x for x in r["resumed_ms_per_round"] if x is not None]
+            ax.scatter([i] * len(got), got, s=12, color="black", zorder=3)
+        else:
+            ax.text(i, 0, r["status"], ha="center", va="bottom", color="red", rotation=90)
+    ax.set_xticks(range(len(rows)), [f"{r['workload']}\n{r['system']}" for r in rows],
+                  fontsize=6)
+    ax.set_ylabel("ms from SIGKILL to output resumed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_memory(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for r in rows:
+        if r.get("points"):
+            ax.plot([p["state_keys"] for p in r["points"]],
+                    [p["peak_rss_mb"] for p in r["points"]], marker="o", label=r["system"])
+    ax.set_xscale("log")
+    ax.set_xlabel("keys in state")
+    ax.set_ylabel("peak RSS, MB")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
