@@ -114,6 +114,8 @@ _TRANSIENT_CODES = _LEADERSHIP_CODES | {
     _KafkaError.COORDINATOR_LOAD_IN_PROGRESS, _KafkaError.CONCURRENT_TRANSACTIONS,
     _KafkaError.NOT_ENOUGH_REPLICAS, _KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     _KafkaError.KAFKA_STORAGE_ERROR, _KafkaError.NOT_CONTROLLER,
+    # A broker handle dropped while the broker restarted: a new look-up finds it again.
+    _KafkaError._DESTROY_BROKER,
 }
 # produce() errors that concern one record only: they are reported by the next
 # flush like any failed delivery, instead of being raised by produce().
@@ -1337,7 +1339,15 @@ class KafkaTransport(Transport):
 
         def query(remaining: float) -> tuple[int, int]:
             qc = self._query_consumer(read_committed)
-            res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
+            try:
+                res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
+            except _KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() == _KafkaError._DESTROY_BROKER:
+                    # This consumer lost its handle of a restarting broker; the outage is
+                    # ridden through by asking again, through a new one.
+                    self._forget_query_consumers()
+                raise
             if res is None:
                 raise TransportError(f"watermarks of {topic}[{partition}]: timed out")
             return res
