@@ -65,4 +65,5 @@ def test_wire_api_names_exist():
 
 def test_faults_api():
     assert sorted(faults.__all__) == ["ACTIONS", "CRASH_POINTS", "arm", "crash_point", "disarm",
-                                      "is_armed", "record_to", "zombie_ended"]
+                                      "is_armed", "on_split", "record_to", "zombie_armed",
+                                      "zombie_ended"]
