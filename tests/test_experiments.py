@@ -827,6 +827,16 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["results"][0]["error"] is None, summary["results"][0]["error"]
     assert result.exit_code == 0 and summary["passed"] == 1
+    # The tear happened: an unfired fault does not fail a run, so a pass alone proves
+    # nothing about the generation start it is about.
+    assert summary["results"][0]["faults_fired"] == 1
+    run = json.loads((tmp_path / "report" / "seed-1" / "run.json").read_text())
+    (torn,) = run["faults"]
+    assert torn["fired"] and (torn["kind"], torn["task"], torn["attempt"]) == ("torn", 2, 0)
+    assert torn["time"] is not None and torn["restarted_after"] >= 0   # attempt 1 followed
+    assert {(a["task"], a["attempt"]) for a in run["attempts"]} >= {(2, 0), (2, 1)}
+    # the retry's generation exceeds the one the torn attempt registered with the fence (C6)
+    assert {t["task_id"]: (t["attempt"], t["generation"]) for t in run["tasks"]}[2] == (1, 2)
 
 
 def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, monkeypatch):
