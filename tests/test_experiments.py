@@ -800,12 +800,26 @@ def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, mo
         result.output, result.exception)
     assert run["seed"] == 31 and run["verdict"] == "FAIL" and not run["error"]
     assert run["counts"]["duplicated"] > 0 and run["counts"]["lost"] == 0
-    assert "--seed 31" in run["replay"]
+    # the whole command, every option the run depends on, the schedule by absolute path
+    schedule = Path.cwd() / "faults.toml"
+    replay = ("eos experiment wordcount --guarantee exactly-once --lines 1200 "
+              f"--schedule {schedule} --seed 31")
+    assert run["replay"] == replay
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows[1][:2] == ["31", "FAIL"] and int(rows[1][4].replace(",", "")) > 0   # dup
-    assert "seed 31 failed" in result.stdout and "replay: eos experiment wordcount" in \
-        result.stdout
+    assert f"seed 31 failed ({run['counts']['duplicated']:,} duplicated); replay: {replay}" \
+        in result.stdout.splitlines()
     assert "error: 1 of 1 runs failed (seed 31)" in result.stderr
+    # and it replays: the printed command, as it is, fails the same way
+    import shlex
+
+    again = CliRunner().invoke(main, shlex.split(replay)[1:])
+    assert again.exit_code == 1, (again.output, again.exception)
+    [report] = (tmp_path / ".eos" / "experiments").iterdir()   # the default report dir
+    [rerun] = json.loads((report / "summary.json").read_text())["results"]
+    assert (rerun["seed"], rerun["verdict"], rerun["faults_fired"]) == (31, "FAIL", 1)
+    assert rerun["counts"]["duplicated"] > 0 and rerun["counts"]["lost"] == 0
+    assert rerun["replay"] == replay
 
 
 def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
