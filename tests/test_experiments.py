@@ -117,6 +117,64 @@ def test_pageviews_checks_every_visitor_count():
     assert not bad.passed and bad.unexpected == 2
 
 
+def cross_checked(tmp_path, monkeypatch, view):
+    """``verify_output`` over a real local-log topic holding a's "1", "2", "2" (the second
+    "2": output of a crashed attempt) and b's "1", with the committed view given by
+    ``view(raw records)`` in place of the commit records' ranges."""
+    import eos_runtime.runtime.committed as committed_mod
+    from eos_runtime.experiments.verify import verify_output
+
+    real = committed_mod.read_output
+
+    def read_output(transport, topic, *, job=None, committed=True):
+        raw = real(transport, topic, committed=False)
+        return raw if not committed else view(raw)
+
+    monkeypatch.setattr(committed_mod, "read_output", read_output)
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("out", 1)])
+        with t.producer() as p:
+            for key, value in [("a", "1"), ("a", "2"), ("a", "2"), ("b", "1")]:
+                p.produce("out", 0, value.encode(), key=key.encode())
+            p.flush()
+        return verify_output(t, "out", "job", wordcount_expected(["a b a"]), "exactly-once",
+                             key_decode=bytes.decode, value_decode=bytes.decode)
+
+
+def test_the_verifier_cross_checks_the_committed_view_against_the_raw_records(tmp_path,
+                                                                              monkeypatch):
+    """The committed view leaves out the crashed attempt's record: it is counted as
+    hidden, with the duplicate the raw records would have shown; the run passes."""
+    v = cross_checked(tmp_path, monkeypatch, lambda raw: [r for r in raw if r.offset != 2])
+    assert v.passed and v.counts() == {"lost": 0, "duplicated": 0, "unexpected": 0,
+                                       "out_of_order": 0}
+    assert v.raw == {"records": 4, "hidden": 1, "phantom": 0, "raw_lost": 0,
+                     "raw_duplicated": 1, "raw_unexpected": 0, "raw_out_of_order": 0}
+    # The committed view and the raw records agree: nothing hidden, and the duplicate
+    # is the reader's, so the run fails on it.
+    same = cross_checked(tmp_path / "same", monkeypatch, lambda raw: raw)
+    assert same.raw is not None and (same.raw["hidden"], same.raw["phantom"]) == (0, 0)
+    assert not same.passed and same.duplicated == 1 and same.raw["raw_duplicated"] == 1
+
+
+def test_a_committed_record_the_topic_does_not_hold_fails_the_run(tmp_path, monkeypatch):
+    """The committed view holds a record that is not in the topic as written: at an
+    offset the topic never had, or with another value than the one at its offset. The
+    committed view is read from the same records (the local log: a filter of them by the
+    commit records' ranges; Kafka: the same offsets, read_committed), so only a wrong
+    reader can make one: ``phantom`` is the check on the reader itself, and it fails the
+    run even when the counts alone would pass."""
+    moved = cross_checked(tmp_path, monkeypatch, lambda raw: [
+        raw[0], raw[1]._replace(offset=9), raw[3]])     # a's "2" read from offset 9
+    assert moved.counts() == {"lost": 0, "duplicated": 0, "unexpected": 0, "out_of_order": 0}
+    assert not moved.passed and moved.raw is not None and moved.raw["phantom"] == 1
+    assert moved.raw["hidden"] == 4 - (3 - 1)   # raw records the reader met unchanged: 2
+    assert "1 committed records not in the topic" in moved.reasons()
+    changed = cross_checked(tmp_path / "changed", monkeypatch, lambda raw: [
+        raw[0], raw[1]._replace(value=b"2 "), raw[3]])   # a's "2" with another value
+    assert not changed.passed and changed.raw is not None and changed.raw["phantom"] == 1
+
+
 # --------------------------------------------------------------------------- user workloads
 
 USER_FILE = '''"""Even numbers, counted per parity."""
