@@ -555,8 +555,34 @@ def test_a_short_experiment_passes_and_reports(tmp_path):
         assert crashed[2]["replayed_changes"] > 0          # the lost store came from the log
         assert sum(t["overflowed"] for t in run["tasks"]) > 0   # the 1-byte buffer overflowed
         assert (report / f"seed-{seed}" / "timeline.png").stat().st_size < 80_000
+        # recovery per fault: from the fault to its task's next attempt, and to sink output
+        # growing again after that (so never sooner)
+        for f in run["faults"]:
+            if f["kind"] == "buffer":
+                assert "restarted_after" not in f   # a setting, not a failure
+                continue
+            assert 0 <= f["restarted_after"] <= f["output_resumed_after"], f
+        # the counters of every task's last attempt
+        for t in run["tasks"]:
+            for counter in ("checkpoints", "rewinds", "fenced", "stale", "buffered",
+                            "max_buffer_bytes", "overflowed", "rereads", "generation"):
+                assert isinstance(t[counter], int) and t[counter] >= 0, (counter, t)
+            assert t["checkpoints"] > 0
+            assert t["max_buffer_bytes"] <= 1   # the high-water mark kept the buffer's bound
+        sinks = [t for t in run["tasks"] if t["task_id"] in (2, 3)]
+        # task 0's open version reached the sinks before its crash: the restore of its
+        # next generation rewinds a sink that took it, and its records are fenced after
+        assert sum(t["rewinds"] for t in sinks) > 0 and sum(t["fenced"] for t in sinks) > 0
     summary = (report / "summary.md").read_text()
     assert "| 21 | pass | 4/4 |" in summary and "seed-22/timeline.png" in summary
+    # the histogram of recovery times across runs: 3 task faults a run, each restarted
+    assert (report / "recovery.png").stat().st_size > 0
+    assert "![recovery times](recovery.png)" in summary
+    assert summary.count(", restarted after ") == 6
+    results = json.loads((report / "summary.json").read_text())["results"]
+    assert [(r["seed"], r["faults_fired"], r["faults"]) for r in results] == [(21, 4, 4),
+                                                                              (22, 4, 4)]
+    assert all(r["raw"]["phantom"] == 0 and r["raw"]["hidden"] >= 0 for r in results)
     assert not any((report / "data").iterdir())   # passing runs leave no data behind
 
 
