@@ -217,6 +217,36 @@ def test_a_user_pipeline_file_is_a_workload(tmp_path):
     assert sum(len(v) for v in expected.results.values()) == 10
 
 
+def test_eos_experiment_runs_a_user_pipeline_file(tmp_path, monkeypatch):
+    """`eos experiment parity.py` end to end on Spark, in this process (the suite's other
+    Spark tests have its JVM up by then; about 30 s alone): the file's generator makes
+    the input, its plan gives the random schedule's targets, its oracle judges the
+    output, and the report is named after the file."""
+    from click.testing import CliRunner
+
+    from eos_runtime.cli import main
+
+    (tmp_path / "parity.py").write_text(USER_FILE)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "parity.py", "--seed", "1", "--lines",
+                                       "300", "--faults", "1", "--kinds", "crash"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert result.stdout.splitlines()[1].split()[:3] == ["1", "pass", "1/1"]
+    [report] = (tmp_path / ".eos" / "experiments").glob("parity-*")   # named after the file
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["settings"]["workload"] == "parity"
+    assert summary["settings"]["origin"] == "parity.py"      # as given
+    run = json.loads((report / "seed-1" / "run.json").read_text())
+    assert run["job"].startswith("parity-s1-") and run["passed"]
+    assert run["verdict"]["expected"] == run["verdict"]["committed"] == 300
+    assert run["verdict"]["keys"] == 2                       # even and odd, from the oracle
+    (fault,) = run["faults"]   # the file's plan: one source task (0), one sink task (1)
+    assert fault["fired"] and fault["kind"] == "crash" and fault["task"] in (0, 1)
+    # by its absolute path, as --schedule: the replay works from any directory
+    assert run["replay"] == (f"eos experiment {tmp_path / 'parity.py'} --guarantee "
+                             "exactly-once --lines 300 --faults 1 --kinds crash --seed 1")
+
+
 def test_unknown_workloads_and_incomplete_files_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="unknown workload 'wordcont'.*pageviews, wordcount"):
         load_workload("wordcont")
