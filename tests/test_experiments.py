@@ -599,6 +599,17 @@ def test_a_short_experiment_passes_and_reports(tmp_path):
                 assert isinstance(t[counter], int) and t[counter] >= 0, (counter, t)
             assert t["checkpoints"] > 0
             assert t["max_buffer_bytes"] <= 1   # the high-water mark kept the buffer's bound
+        # every generation on the timeline: each attempt's, from its first to the last one
+        # its counters name (a rewind takes a new one in the same attempt)
+        gens: dict[tuple[int, int], list[int]] = {}
+        for g in run["generations"]:
+            gens.setdefault((g["task"], g["attempt"]), []).append(g["generation"])
+        assert set(gens) == {(a["task"], a["attempt"]) for a in run["attempts"]}
+        assert gens[2, 0] == [1, 2]   # task 2 rewound on task 0's restore, then crashed
+        for t in run["tasks"]:
+            mine = gens[t["task_id"], t["attempt"]]
+            assert mine[-1] == t["generation"] and mine == sorted(mine)
+            assert len(mine) == 1 + t["rewinds"], (t, mine)
         sinks = [t for t in run["tasks"] if t["task_id"] in (2, 3)]
         # task 0's open version reached the sinks before its crash: the restore of its
         # next generation rewinds a sink that took it, and its records are fenced after
@@ -980,6 +991,12 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     assert {(a["task"], a["attempt"]) for a in run["attempts"]} >= {(2, 0), (2, 1)}
     # the retry's generation exceeds the one the torn attempt registered with the fence (C6)
     assert {t["task_id"]: (t["attempt"], t["generation"]) for t in run["tasks"]}[2] == (1, 2)
+    # The timeline's generations: the torn attempt never finished writing its start (it
+    # has none); every other attempt took its first, no sooner than it started.
+    gens = {(g["task"], g["attempt"], g["generation"]): g["started"] for g in run["generations"]}
+    assert sorted(gens) == [(0, 0, 1), (1, 0, 1), (2, 1, 2), (3, 0, 1)]
+    starts = {(a["task"], a["attempt"]): a["started"] for a in run["attempts"]}
+    assert all(starts[task, attempt] <= at for (task, attempt, _), at in gens.items())
 
 
 def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, monkeypatch):

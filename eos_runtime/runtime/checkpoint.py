@@ -21,6 +21,7 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import faults
@@ -50,6 +51,9 @@ class Committer:
         self.fence_id = f"{plan.name}.task-{task_id}"
         self.log: ChangeLogWriter | None = None
         self.generation = 0
+        # Called once a new generation is registered and written (the task's progress
+        # file notes it at once: experiments draw generations on their timelines).
+        self.on_generation: Callable[[], None] | None = None
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
@@ -83,6 +87,8 @@ class Committer:
         self.generation = self.stats.generation = generation
         if self.channels is not None:
             self.channels.generation = generation
+        if self.on_generation is not None:
+            self.on_generation()
         return offset
 
     def announce(self, restored_version: int) -> None:
