@@ -78,11 +78,21 @@ class Committer:
     def _new_generation(self, generation: int, restored_version: int) -> int:
         """Register and write a new generation before anything else (invariant 5); from now
         on a zombie of an older one cannot write to the change log. Returns the offset of
-        the generation-start record."""
-        if self.log is not None:
-            self.log.close()
-        self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
-                                   fenced=self.exactly_once)
+        the generation-start record.
+
+        A rewind's new generation (``self.log`` open) keeps a transactional producer: on
+        Kafka the fence is that producer's epoch, and a new one's init_transactions would
+        fence whatever instance registered since, so a zombie's rewind would take the task
+        back from its successor. Kept, a fenced producer fails the generation's start
+        (ProducerFenced) instead. Where each generation registers with the log (the local
+        log), a new writer registers it, and is refused once a newer one registered."""
+        if self.log is not None and self.log.transactional:
+            self.log.generation = generation
+        else:
+            if self.log is not None:
+                self.log.close()
+            self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
+                                       fenced=self.exactly_once)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
         if self.channels is not None:
