@@ -812,7 +812,8 @@ def test_a_short_soak_is_fed_all_along_stopped_and_verified(tmp_path):
     assert [f["time"] >= f["at"] for f in run["faults"]] == [True] * 3
     sources = [t for t in run["tasks"] if t["task_id"] in (0, 1)]
     assert all(t["stopped"] for t in sources)           # a graceful stop ended the run
-    assert "--duration 20s --rate 150" in run["replay"]
+    assert run["replay"] == ("eos experiment wordcount --guarantee exactly-once --duration 20s "
+                             f"--rate 150 --schedule {tmp_path / 'soak.toml'} --seed 4")
 
 
 # --------------------------------------------------------------------------- the checker can fail
