@@ -230,7 +230,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         transport = {"data_dir": str(root)}
     first = seed if seed is not None else random.randrange(1_000_000)
 
-    base = ["eos", "experiment", workload, "--guarantee", guarantee]
+    # A pipeline file by its absolute path, as the schedule: the replay works from anywhere.
+    named = workload if w.origin == "built in" else str(Path(workload).absolute())
+    base = ["eos", "experiment", named, "--guarantee", guarantee]
     base += (["--lines", str(lines)] if duration is None
              else ["--duration", duration_text or "", "--rate", f"{rate:g}"])
     if fixed is not None:

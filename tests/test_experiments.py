@@ -117,6 +117,64 @@ def test_pageviews_checks_every_visitor_count():
     assert not bad.passed and bad.unexpected == 2
 
 
+def cross_checked(tmp_path, monkeypatch, view):
+    """``verify_output`` over a real local-log topic holding a's "1", "2", "2" (the second
+    "2": output of a crashed attempt) and b's "1", with the committed view given by
+    ``view(raw records)`` in place of the commit records' ranges."""
+    import eos_runtime.runtime.committed as committed_mod
+    from eos_runtime.experiments.verify import verify_output
+
+    real = committed_mod.read_output
+
+    def read_output(transport, topic, *, job=None, committed=True):
+        raw = real(transport, topic, committed=False)
+        return raw if not committed else view(raw)
+
+    monkeypatch.setattr(committed_mod, "read_output", read_output)
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("out", 1)])
+        with t.producer() as p:
+            for key, value in [("a", "1"), ("a", "2"), ("a", "2"), ("b", "1")]:
+                p.produce("out", 0, value.encode(), key=key.encode())
+            p.flush()
+        return verify_output(t, "out", "job", wordcount_expected(["a b a"]), "exactly-once",
+                             key_decode=bytes.decode, value_decode=bytes.decode)
+
+
+def test_the_verifier_cross_checks_the_committed_view_against_the_raw_records(tmp_path,
+                                                                              monkeypatch):
+    """The committed view leaves out the crashed attempt's record: it is counted as
+    hidden, with the duplicate the raw records would have shown; the run passes."""
+    v = cross_checked(tmp_path, monkeypatch, lambda raw: [r for r in raw if r.offset != 2])
+    assert v.passed and v.counts() == {"lost": 0, "duplicated": 0, "unexpected": 0,
+                                       "out_of_order": 0}
+    assert v.raw == {"records": 4, "hidden": 1, "phantom": 0, "raw_lost": 0,
+                     "raw_duplicated": 1, "raw_unexpected": 0, "raw_out_of_order": 0}
+    # The committed view and the raw records agree: nothing hidden, and the duplicate
+    # is the reader's, so the run fails on it.
+    same = cross_checked(tmp_path / "same", monkeypatch, lambda raw: raw)
+    assert same.raw is not None and (same.raw["hidden"], same.raw["phantom"]) == (0, 0)
+    assert not same.passed and same.duplicated == 1 and same.raw["raw_duplicated"] == 1
+
+
+def test_a_committed_record_the_topic_does_not_hold_fails_the_run(tmp_path, monkeypatch):
+    """The committed view holds a record that is not in the topic as written: at an
+    offset the topic never had, or with another value than the one at its offset. The
+    committed view is read from the same records (the local log: a filter of them by the
+    commit records' ranges; Kafka: the same offsets, read_committed), so only a wrong
+    reader can make one: ``phantom`` is the check on the reader itself, and it fails the
+    run even when the counts alone would pass."""
+    moved = cross_checked(tmp_path, monkeypatch, lambda raw: [
+        raw[0], raw[1]._replace(offset=9), raw[3]])     # a's "2" read from offset 9
+    assert moved.counts() == {"lost": 0, "duplicated": 0, "unexpected": 0, "out_of_order": 0}
+    assert not moved.passed and moved.raw is not None and moved.raw["phantom"] == 1
+    assert moved.raw["hidden"] == 4 - (3 - 1)   # raw records the reader met unchanged: 2
+    assert "1 committed records not in the topic" in moved.reasons()
+    changed = cross_checked(tmp_path / "changed", monkeypatch, lambda raw: [
+        raw[0], raw[1]._replace(value=b"2 "), raw[3]])   # a's "2" with another value
+    assert not changed.passed and changed.raw is not None and changed.raw["phantom"] == 1
+
+
 # --------------------------------------------------------------------------- user workloads
 
 USER_FILE = '''"""Even numbers, counted per parity."""
@@ -157,6 +215,36 @@ def test_a_user_pipeline_file_is_a_workload(tmp_path):
     assert records == w.generate(1, 10)
     expected = w.oracle(records)
     assert sum(len(v) for v in expected.results.values()) == 10
+
+
+def test_eos_experiment_runs_a_user_pipeline_file(tmp_path, monkeypatch):
+    """`eos experiment parity.py` end to end on Spark, in this process (the suite's other
+    Spark tests have its JVM up by then; about 30 s alone): the file's generator makes
+    the input, its plan gives the random schedule's targets, its oracle judges the
+    output, and the report is named after the file."""
+    from click.testing import CliRunner
+
+    from eos_runtime.cli import main
+
+    (tmp_path / "parity.py").write_text(USER_FILE)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["experiment", "parity.py", "--seed", "1", "--lines",
+                                       "300", "--faults", "1", "--kinds", "crash"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert result.stdout.splitlines()[1].split()[:3] == ["1", "pass", "1/1"]
+    [report] = (tmp_path / ".eos" / "experiments").glob("parity-*")   # named after the file
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["settings"]["workload"] == "parity"
+    assert summary["settings"]["origin"] == "parity.py"      # as given
+    run = json.loads((report / "seed-1" / "run.json").read_text())
+    assert run["job"].startswith("parity-s1-") and run["passed"]
+    assert run["verdict"]["expected"] == run["verdict"]["committed"] == 300
+    assert run["verdict"]["keys"] == 2                       # even and odd, from the oracle
+    (fault,) = run["faults"]   # the file's plan: one source task (0), one sink task (1)
+    assert fault["fired"] and fault["kind"] == "crash" and fault["task"] in (0, 1)
+    # by its absolute path, as --schedule: the replay works from any directory
+    assert run["replay"] == (f"eos experiment {tmp_path / 'parity.py'} --guarantee "
+                             "exactly-once --lines 300 --faults 1 --kinds crash --seed 1")
 
 
 def test_unknown_workloads_and_incomplete_files_are_refused(tmp_path):
@@ -497,25 +585,77 @@ def test_a_short_experiment_passes_and_reports(tmp_path):
         assert crashed[2]["replayed_changes"] > 0          # the lost store came from the log
         assert sum(t["overflowed"] for t in run["tasks"]) > 0   # the 1-byte buffer overflowed
         assert (report / f"seed-{seed}" / "timeline.png").stat().st_size < 80_000
+        # recovery per fault: from the fault to its task's next attempt, and to sink output
+        # growing again after that (so never sooner)
+        for f in run["faults"]:
+            if f["kind"] == "buffer":
+                assert "restarted_after" not in f   # a setting, not a failure
+                continue
+            assert 0 <= f["restarted_after"] <= f["output_resumed_after"], f
+        # the counters of every task's last attempt
+        for t in run["tasks"]:
+            for counter in ("checkpoints", "rewinds", "fenced", "stale", "buffered",
+                            "max_buffer_bytes", "overflowed", "rereads", "generation"):
+                assert isinstance(t[counter], int) and t[counter] >= 0, (counter, t)
+            assert t["checkpoints"] > 0
+            assert t["max_buffer_bytes"] <= 1   # the high-water mark kept the buffer's bound
+        # every generation on the timeline: each attempt's, from its first to the last one
+        # its counters name (a rewind takes a new one in the same attempt)
+        gens: dict[tuple[int, int], list[int]] = {}
+        for g in run["generations"]:
+            gens.setdefault((g["task"], g["attempt"]), []).append(g["generation"])
+        assert set(gens) == {(a["task"], a["attempt"]) for a in run["attempts"]}
+        assert gens[2, 0] == [1, 2]   # task 2 rewound on task 0's restore, then crashed
+        for t in run["tasks"]:
+            mine = gens[t["task_id"], t["attempt"]]
+            assert mine[-1] == t["generation"] and mine == sorted(mine)
+            assert len(mine) == 1 + t["rewinds"], (t, mine)
+        sinks = [t for t in run["tasks"] if t["task_id"] in (2, 3)]
+        # task 0's open version reached the sinks before its crash: the restore of its
+        # next generation rewinds a sink that took it, and its records are fenced after
+        assert sum(t["rewinds"] for t in sinks) > 0 and sum(t["fenced"] for t in sinks) > 0
     summary = (report / "summary.md").read_text()
     assert "| 21 | pass | 4/4 |" in summary and "seed-22/timeline.png" in summary
+    # the histogram of recovery times across runs: 3 task faults a run, each restarted
+    assert (report / "recovery.png").stat().st_size > 0
+    assert "![recovery times](recovery.png)" in summary
+    assert summary.count(", restarted after ") == 6
+    results = json.loads((report / "summary.json").read_text())["results"]
+    assert [(r["seed"], r["faults_fired"], r["faults"]) for r in results] == [(21, 4, 4),
+                                                                              (22, 4, 4)]
+    assert all(r["raw"]["phantom"] == 0 and r["raw"]["hidden"] >= 0 for r in results)
     assert not any((report / "data").iterdir())   # passing runs leave no data behind
 
 
 @pytest.mark.kafka
 def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
+    """A random schedule on Kafka whose faults all fire, whatever the machine's speed:
+    crash points at hits every attempt reaches (no kill, whose moment may come after its
+    attempt ended; no task.aligning, which a task may never need)."""
     from test_cli import ok
 
-    p = ok("experiment", "pageviews", "--kinds", "crash,lose-state,kill", "--faults", "3",
+    p = ok("experiment", "pageviews", "--kinds", "crash,lose-state", "--faults", "3",
            "--seed", "5", "--lines", "2000", "--bootstrap-servers", kafka_bootstrap,
            "--report", "report", "--json", cwd=tmp_path, timeout=400)
     summary = json.loads(p.stdout)
-    assert summary["passed"] == 1 and summary["results"][0]["seed"] == 5
-    assert summary["results"][0]["counts"] == {"lost": 0, "duplicated": 0, "unexpected": 0,
-                                               "out_of_order": 0}
+    [result] = summary["results"]
+    assert summary["passed"] == 1 and result["seed"] == 5
+    assert result["counts"] == {"lost": 0, "duplicated": 0, "unexpected": 0, "out_of_order": 0}
+    assert result["faults_fired"] == result["faults"] == 3
+    assert result["replay"] == (
+        "eos experiment pageviews --guarantee exactly-once --lines 2000 --faults 3 --kinds "
+        f"crash,lose-state --bootstrap-servers {kafka_bootstrap} --seed 5")
     # on Kafka indeed: its topics are the broker's, and no local log was made
     run = json.loads((tmp_path / "report" / "seed-5" / "run.json").read_text())
     assert run["transport"] == "kafka"
+    assert [f["describe"] for f in run["faults"]] == [
+        "lose-state task 1 attempt 0 at task.mid_version@1",
+        "crash task 0 attempt 0 at task.recovery@1",
+        "crash task 5 attempt 0 at task.checkpoint.before_commit@2"]
+    for f in run["faults"]:   # each fired, and its task's next attempt took over
+        assert f["fired"] and f["time"] is not None and f["restarted_after"] >= 0, f
+    attempts = {t["task_id"]: t["attempt"] for t in run["tasks"]}
+    assert (attempts[0], attempts[1], attempts[5]) == (1, 1, 1)
     with open_transport(bootstrap_servers=kafka_bootstrap) as t:
         assert f"{run['job']}-pageviews" in t.list_topics()
     assert not (tmp_path / "report" / "data").exists()
@@ -672,7 +812,8 @@ def test_a_short_soak_is_fed_all_along_stopped_and_verified(tmp_path):
     assert [f["time"] >= f["at"] for f in run["faults"]] == [True] * 3
     sources = [t for t in run["tasks"] if t["task_id"] in (0, 1)]
     assert all(t["stopped"] for t in sources)           # a graceful stop ended the run
-    assert "--duration 20s --rate 150" in run["replay"]
+    assert run["replay"] == ("eos experiment wordcount --guarantee exactly-once --duration 20s "
+                             f"--rate 150 --schedule {tmp_path / 'soak.toml'} --seed 4")
 
 
 # --------------------------------------------------------------------------- the checker can fail
@@ -800,12 +941,26 @@ def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, mo
         result.output, result.exception)
     assert run["seed"] == 31 and run["verdict"] == "FAIL" and not run["error"]
     assert run["counts"]["duplicated"] > 0 and run["counts"]["lost"] == 0
-    assert "--seed 31" in run["replay"]
+    # the whole command, every option the run depends on, the schedule by absolute path
+    schedule = Path.cwd() / "faults.toml"
+    replay = ("eos experiment wordcount --guarantee exactly-once --lines 1200 "
+              f"--schedule {schedule} --seed 31")
+    assert run["replay"] == replay
     rows = [line.split() for line in result.stdout.splitlines()]
     assert rows[1][:2] == ["31", "FAIL"] and int(rows[1][4].replace(",", "")) > 0   # dup
-    assert "seed 31 failed" in result.stdout and "replay: eos experiment wordcount" in \
-        result.stdout
+    assert f"seed 31 failed ({run['counts']['duplicated']:,} duplicated); replay: {replay}" \
+        in result.stdout.splitlines()
     assert "error: 1 of 1 runs failed (seed 31)" in result.stderr
+    # and it replays: the printed command, as it is, fails the same way
+    import shlex
+
+    again = CliRunner().invoke(main, shlex.split(replay)[1:])
+    assert again.exit_code == 1, (again.output, again.exception)
+    [report] = (tmp_path / ".eos" / "experiments").iterdir()   # the default report dir
+    [rerun] = json.loads((report / "summary.json").read_text())["results"]
+    assert (rerun["seed"], rerun["verdict"], rerun["faults_fired"]) == (31, "FAIL", 1)
+    assert rerun["counts"]["duplicated"] > 0 and rerun["counts"]["lost"] == 0
+    assert rerun["replay"] == replay
 
 
 def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
@@ -827,6 +982,22 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["results"][0]["error"] is None, summary["results"][0]["error"]
     assert result.exit_code == 0 and summary["passed"] == 1
+    # The tear happened: an unfired fault does not fail a run, so a pass alone proves
+    # nothing about the generation start it is about.
+    assert summary["results"][0]["faults_fired"] == 1
+    run = json.loads((tmp_path / "report" / "seed-1" / "run.json").read_text())
+    (torn,) = run["faults"]
+    assert torn["fired"] and (torn["kind"], torn["task"], torn["attempt"]) == ("torn", 2, 0)
+    assert torn["time"] is not None and torn["restarted_after"] >= 0   # attempt 1 followed
+    assert {(a["task"], a["attempt"]) for a in run["attempts"]} >= {(2, 0), (2, 1)}
+    # the retry's generation exceeds the one the torn attempt registered with the fence (C6)
+    assert {t["task_id"]: (t["attempt"], t["generation"]) for t in run["tasks"]}[2] == (1, 2)
+    # The timeline's generations: the torn attempt never finished writing its start (it
+    # has none); every other attempt took its first, no sooner than it started.
+    gens = {(g["task"], g["attempt"], g["generation"]): g["started"] for g in run["generations"]}
+    assert sorted(gens) == [(0, 0, 1), (1, 0, 1), (2, 1, 2), (3, 0, 1)]
+    starts = {(a["task"], a["attempt"]): a["started"] for a in run["attempts"]}
+    assert all(starts[task, attempt] <= at for (task, attempt, _), at in gens.items())
 
 
 def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, monkeypatch):

@@ -20,5 +20,8 @@ def test_a_task_leaves_its_final_counters(tmp_path):
         assert progress["processed"] == stats["processed"] == 2
         assert progress["checkpoints"] == stats["checkpoints"] >= 2
         assert progress["buffered"] == 1     # "b" of version 2 came before version 1 closed
+        # the generations it took, with when (experiments' timelines draw them)
+        assert [g for g, _ in progress["generations"]] == [stats["generation"]]
+        assert progress["generations"][0][1] <= progress["time"]
     finally:
         job.close()

@@ -158,3 +158,59 @@ def test_a_kafka_zombie_gets_new_clients_and_the_broker_fences_it(first, kafka_b
         proc.stdout.close()
         if first == "zombie":
             assert out == "committed; read [b'before the split', b'late']\n"
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, tmp_path,
+                                                                         request):
+    """A zombie of a channel task rewinds (a restore reached it) after its successor
+    registered a newer generation: its rewind must fail fenced, and the successor keep
+    writing. Found by `eos experiment wordcount --schedule zombies.toml --seed 1` on
+    Kafka (tests/test_experiments.py) on a loaded machine: a sink task's zombie, released
+    before its successor had recovered, rewound after it; on Kafka every new generation
+    made a new transactional producer, whose init_transactions fenced the successor.
+    The zombie (as a "generation 2" beside the successor's 2 and 3) committed the job's
+    last versions; the successor's next attempt recovered past them and committed them
+    again: 231 sink records duplicated."""
+    from eos_runtime.errors import ProducerFenced
+    from eos_runtime.runtime.checkpoint import Committer
+    from eos_runtime.runtime.outputs import SinkWriter
+    from eos_runtime.runtime.task import TaskStats
+    from eos_runtime.state import TaskStore
+
+    from scripted import ScriptedJob
+
+    opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+            else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+    job = ScriptedJob(tmp_path, opts)
+    stores = []
+
+    def instance(name: str) -> Committer:
+        cfg = task_configs(job.plan, job.t, opts, str(tmp_path / "state"))[job.task_id]
+        stage = job.plan.stage_of(job.task_id)
+        stores.append(TaskStore(tmp_path / name, stage.stores))
+        assert stage.sink is not None
+        return Committer(job.t, job.plan, stage, job.task_id, cfg.run, stores[-1], None,
+                         SinkWriter(stage.sink, stage.output_partitions), None,
+                         TaskStats(job.task_id))
+
+    old, new = instance("zombie"), instance("successor")
+    try:
+        old.recover()                       # generation 1
+        new.recover()                       # generation 2: the zombie is fenced
+        assert (old.generation, new.generation) == (1, 2)
+        with pytest.raises(ProducerFenced):
+            old.rewind(0)                   # the zombie's rewind takes nothing back
+        assert new.log is not None
+        new.log.start_generation(0)         # the successor still holds its fence
+        new.rewind(0)                       # and a rewind of its own is its own
+        assert new.generation == 3
+    finally:
+        for c in (old, new):
+            try:
+                c.close()
+            except Exception:
+                pass
+        for s in stores:
+            s.close()
+        job.close()

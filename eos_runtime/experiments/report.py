@@ -4,7 +4,8 @@ summary across runs.
     <report>/seed-<S>/run.json        everything about the run (schedule, faults as they
                                       fired, attempts, timeline, per-task stats, verdict)
     <report>/seed-<S>/schedule.json   its schedule, replayable with --schedule
-    <report>/seed-<S>/timeline.png    sink output per second and task attempts, faults marked
+    <report>/seed-<S>/timeline.png    sink output per second, task attempts and generations,
+                                      faults marked
     <report>/summary.json, summary.md, recovery.png (time from a fault to the task's restart)
 """
 
@@ -65,7 +66,8 @@ def write_run(r: RunResult, report_dir: Path) -> Path:
 
 
 def timeline_png(r: RunResult, path: Path) -> None:
-    """Sink records per second over the run, task attempts below it, faults marked."""
+    """Sink records per second over the run, task attempts and their generations below
+    it, faults marked."""
     from matplotlib.figure import Figure  # a Figure of its own: no pyplot, no GUI backend
 
     fig = Figure(figsize=(8, 4.2), dpi=80, layout="constrained")
@@ -116,6 +118,13 @@ def timeline_png(r: RunResult, path: Path) -> None:
                         and stats.get("seconds") else end)
             bottom.broken_barh([(start, max(stop - start, 0.01))], (task - 0.35, 0.7),
                                color=colors[a["attempt"] % len(colors)])
+    # each generation's start on its task's bar: a tick and "g<n>" (a retry, a restart in
+    # place or a rewind takes a new one)
+    for g in r.generations:
+        bottom.vlines(g["started"], g["task"] - 0.35, g["task"] + 0.35, color="black",
+                      linewidth=0.8)
+        bottom.annotate(f"g{g['generation']}", (g["started"], g["task"] + 0.35), fontsize=6,
+                        va="bottom", ha="left", xytext=(1, 0), textcoords="offset points")
     for i, f in fired:
         if f.get("task") is not None:
             bottom.plot([f["time"]], [f["task"]], marker="x", color="tab:red", markersize=7)
@@ -126,7 +135,8 @@ def timeline_png(r: RunResult, path: Path) -> None:
         bottom.set_xlim(left=max(0.0, min(starts) - 0.5), right=end + 0.1)
     bottom.set_yticks(sorted(by_task) or [0])
     bottom.set_ylabel("task")
-    bottom.set_xlabel("seconds since the run started (attempts: green first, orange second, ...)")
+    bottom.set_xlabel("seconds since the run started (attempts: green first, orange second, "
+                      "...; |gN: generation N starts)")
     fig.savefig(path)
 
 

@@ -105,6 +105,9 @@ class RunResult:
     replay: str
     kept_data: str | None = None
     soak: dict[str, Any] | None = None   # a soak's duration, rate, input fed and committed
+    # each generation an attempt took, with when it started: {task, attempt, generation,
+    # started}
+    generations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -120,7 +123,8 @@ class RunResult:
                 "kept_data": self.kept_data, "soak": self.soak,
                 "verdict": self.verdict.as_dict() if self.verdict is not None else None,
                 "schedule": self.schedule.as_dict(), "faults": self.faults,
-                "attempts": self.attempts, "tasks": self.tasks, "timeline": self.timeline}
+                "attempts": self.attempts, "generations": self.generations,
+                "tasks": self.tasks, "timeline": self.timeline}
 
 
 def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
@@ -173,6 +177,8 @@ class Injector:
         self.wall0 = time.time()
         self._log_pos = 0
         self.attempts: dict[tuple[int, int], dict[str, Any]] = {}
+        # (task, attempt, generation) -> when it started (the task's progress file)
+        self.generations: dict[tuple[int, int, int], dict[str, Any]] = {}
         self.records: list[dict[str, Any]] = []
         for f in schedule.faults:
             rec = {**f.as_dict(), "describe": f.describe(), "fired": False, "time": None}
@@ -188,6 +194,7 @@ class Injector:
     def tick(self) -> None:
         now = self.now()
         self._read_pids(now)
+        self._read_generations()
         self._read_log()
         for f, rec in self._faults:
             if rec["fired"] or rec.get("missed"):
@@ -274,6 +281,23 @@ class Injector:
                 self.attempts[(task, attempt)] = {"task": task, "attempt": attempt, "pid": pid,
                                                   "started": round(max(0.0, started), 3)}
 
+    def _read_generations(self) -> None:
+        """The generations each attempt took (a restart in place or a rewind takes a new
+        one in the same attempt), from the progress file its task writes at each
+        generation's start (``runtime/progress.py``)."""
+        from ..runtime.progress import read_task_progress
+
+        for task in range(self.tasks):
+            got = read_task_progress(self.job_dir / f"task-{task}.progress")
+            if got is None or not isinstance(got.get("attempt"), int):
+                continue
+            for generation, when in got.get("generations") or ():
+                key = (task, got["attempt"], int(generation))
+                if key not in self.generations:
+                    self.generations[key] = {
+                        "task": task, "attempt": got["attempt"], "generation": int(generation),
+                        "started": round(max(0.0, float(when) - self.wall0), 3)}
+
     def _read_log(self) -> None:
         try:
             with open(self.log) as log:
@@ -341,6 +365,7 @@ class Injector:
         back for the verification); mark every fault that never fired. No outside fault
         starts now: an outage or a kill after the run tests nothing."""
         self._read_pids(self.now())
+        self._read_generations()
         self._read_log()
         for f, rec in self._faults:
             if f.kind == "broker" and not rec.get("started") and not rec.get("missed"):
@@ -666,7 +691,9 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     _recovery(faults, attempts, timeline)
     result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
                        attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed),
-                       soak=soak)
+                       soak=soak, generations=sorted(
+                           injector.generations.values(),
+                           key=lambda g: (g["task"], g["attempt"], g["generation"])))
     if result.passed and not settings.keep_data:
         shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
     else:

@@ -23,6 +23,12 @@ sink ever wrote, is read too: every committed record must be one of them, unchan
 (``hidden``: output of crashed or fenced attempts) are counted, with what the verdict on
 the raw records would have been, so a report shows what the commit protocol kept from
 the reader.
+
+A correct reader makes no phantom: the committed view is read from the same records as
+the raw one (on the local log a filter of them by the commit records' ranges, on Kafka
+the same offsets read read_committed). ``phantom`` is the check on the reader itself: a
+reader that returned a record from a wrong offset or with a changed value would
+otherwise be believed (``tests/test_experiments.py`` feeds it one).
 """
 
 from __future__ import annotations

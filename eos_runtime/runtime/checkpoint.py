@@ -21,6 +21,7 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import faults
@@ -50,6 +51,9 @@ class Committer:
         self.fence_id = f"{plan.name}.task-{task_id}"
         self.log: ChangeLogWriter | None = None
         self.generation = 0
+        # Called once a new generation is registered and written (the task's progress
+        # file notes it at once: experiments draw generations on their timelines).
+        self.on_generation: Callable[[], None] | None = None
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
@@ -74,15 +78,27 @@ class Committer:
     def _new_generation(self, generation: int, restored_version: int) -> int:
         """Register and write a new generation before anything else (invariant 5); from now
         on a zombie of an older one cannot write to the change log. Returns the offset of
-        the generation-start record."""
-        if self.log is not None:
-            self.log.close()
-        self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
-                                   fenced=self.exactly_once)
+        the generation-start record.
+
+        A rewind's new generation (``self.log`` open) keeps a transactional producer: on
+        Kafka the fence is that producer's epoch, and a new one's init_transactions would
+        fence whatever instance registered since, so a zombie's rewind would take the task
+        back from its successor. Kept, a fenced producer fails the generation's start
+        (ProducerFenced) instead. Where each generation registers with the log (the local
+        log), a new writer registers it, and is refused once a newer one registered."""
+        if self.log is not None and self.log.transactional:
+            self.log.generation = generation
+        else:
+            if self.log is not None:
+                self.log.close()
+            self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
+                                       fenced=self.exactly_once)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
         if self.channels is not None:
             self.channels.generation = generation
+        if self.on_generation is not None:
+            self.on_generation()
         return offset
 
     def announce(self, restored_version: int) -> None:

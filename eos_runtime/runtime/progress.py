@@ -1,8 +1,10 @@
 """A task's counters in a file beside its pid file, for the driver's live view.
 
-``<state dir>/<job>/task-<id>.progress`` holds the task's ``TaskStats`` as JSON; the task
-loop ticks it once per poll and writes it a last time, marked done, when the task ends;
-the driver (``runner.PipelineRun.progress``) reads every task's. Best effort: a write
+``<state dir>/<job>/task-<id>.progress`` holds the task's ``TaskStats`` as JSON, and
+``generations``: each generation the task's process took, with when; the task loop ticks
+it once per poll, writes it when the task takes a generation, and a last time, marked
+done, when the task ends; the driver (``runner.PipelineRun.progress``) reads every
+task's, and experiments draw the generations on their timelines. Best effort: a write
 that fails is skipped, never the task's failure.
 """
 
@@ -32,6 +34,9 @@ class TaskProgress:
         self.every = every
         self._next = 0.0
         self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        # [generation, epoch seconds first written] of each generation this task took; a
+        # task writes at once when it takes one (checkpoint.Committer.on_generation)
+        self.generations: list[list[float]] = []
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -40,7 +45,12 @@ class TaskProgress:
             self.write()
 
     def write(self, *, done: bool = False) -> None:
-        data = {"pid": os.getpid(), "time": time.time(), "done": done, **self.stats.as_dict()}
+        now = time.time()
+        generation = getattr(self.stats, "generation", 0)
+        if generation and (not self.generations or self.generations[-1][0] != generation):
+            self.generations.append([generation, round(now, 3)])
+        data = {"pid": os.getpid(), "time": now, "done": done, **self.stats.as_dict(),
+                "generations": self.generations}
         try:
             self._tmp.write_text(json.dumps(data))
             os.replace(self._tmp, self.path)

@@ -201,6 +201,7 @@ class _Task:
         self.recovered = False            # recovery reached the log (the outage clock's news)
         # The driver's live view reads this (runner.PipelineRun.progress).
         self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
+        self.committer.on_generation = self.progress.write   # each generation, when it starts
 
     def close(self) -> None:
         for thing in [*self._closers, self.consumer, self.committer,
