@@ -120,7 +120,8 @@ class Source:
     value_format: str
     parallelism: int | None
     reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
-    offset_default: str = "oldest"   # where to start without a checkpoint: oldest | upcoming
+    # where to start without a checkpoint: oldest | upcoming | none (no fallback: fail)
+    offset_default: str = "oldest"
     # custom Startpoints' resolvers by name (eos_runtime/startpoints.py)
     startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
                                                                    compare=False)
@@ -281,6 +282,10 @@ def _binds(sig: inspect.Signature, n: int) -> bool:
     return True
 
 
+#: Where a source partition without a checkpoint starts (protocol/positions.py, P4);
+#: ``none``: nowhere, the run is refused (Samza 0.7: no fallback and no checkpoint fails).
+OFFSET_DEFAULTS = ("oldest", "upcoming", "none")
+
 #: Where a job's source tasks keep their checkpoints: the change log (the default, and the
 #: only store exactly-once may use), the checkpoint topic, the file system.
 CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
@@ -358,8 +363,10 @@ class Pipeline:
         ``reset_offset=True`` a run ignores the checkpoint an earlier run left (a retry
         inside the run still resumes from its own) and starts at ``offset_default``, which
         also applies when there is no checkpoint: ``"oldest"`` (the default: what the
-        topic holds) or ``"upcoming"`` (only what arrives after the start). Under
-        exactly-once a reset moves the input positions and keeps the job's state.
+        topic holds), ``"upcoming"`` (only what arrives after the start) or ``"none"`` (no
+        fallback: a run refuses to start while a partition has neither a checkpoint nor a
+        Startpoint, naming it). Under exactly-once a reset moves the input positions and
+        keeps the job's state.
 
         ``startpoint_resolvers`` names the functions a custom Startpoint may use:
         ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md)."""
@@ -371,9 +378,9 @@ class Pipeline:
         if type(reset_offset) is not bool:
             raise ConfigError(f"source {topic!r}: reset_offset must be True or False, "
                               f"not {reset_offset!r}")
-        if offset_default not in ("oldest", "upcoming"):
+        if offset_default not in OFFSET_DEFAULTS:
             raise ConfigError(f"source {topic!r}: offset_default {offset_default!r}: use "
-                              f"'oldest' or 'upcoming'")
+                              f"'oldest', 'upcoming' or 'none'")
         if self._segments:
             raise ConfigError("a pipeline has one source (joins of several sources come later)")
         if not isinstance(topic, str) or not topic:

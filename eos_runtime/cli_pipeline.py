@@ -380,10 +380,13 @@ def _summary_lines(summary: Any) -> list[str]:
               help="Ignore the checkpoint an earlier run left for the source STREAM and start "
                    "at --offset-default (a retry inside this run still resumes from its own "
                    "checkpoints); under exactly-once the job keeps its state.")
-@click.option("--offset-default", type=click.Choice(["oldest", "upcoming"]), default=None,
+@click.option("--offset-default", type=click.Choice(["oldest", "upcoming", "none"]),
+              default=None,
               help="Where a source partition without a checkpoint (or reset) starts: oldest "
-                   "(all the topic holds) or upcoming (only what arrives after the start). "
-                   "Default: the source's (oldest unless it says otherwise).")
+                   "(all the topic holds), upcoming (only what arrives after the start) or "
+                   "none (no fallback: the run is refused, naming the partition, unless every "
+                   "partition has a checkpoint or a Startpoint). Default: the source's (oldest "
+                   "unless it says otherwise).")
 @click.option("--checkpoints", "checkpoint_store",
               type=click.Choice(["changelog", "kafka", "filesystem"]), default=None,
               help="Where the source tasks keep their input positions: the change log, the "

@@ -117,8 +117,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
 
     source = segments[0].start
     assert isinstance(source, Source)
-    if offset_default is not None and offset_default not in ("oldest", "upcoming"):
-        raise ConfigError(f"offset_default {offset_default!r}: use oldest or upcoming")
+    if offset_default is not None and offset_default not in ("oldest", "upcoming", "none"):
+        raise ConfigError(f"offset_default {offset_default!r}: use oldest, upcoming or none")
     if reset_offset is not None or offset_default is not None:
         # Run options beat the source's own settings, for this run only.
         source = replace(source, reset_offset=source.reset_offset if reset_offset is None

@@ -39,6 +39,7 @@ from .outage import OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
+from .runtime.source import check_fallback
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
@@ -455,7 +456,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                               no_progress_timeout=no_progress_timeout,
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
-        _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
+        # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
+        check_fallback(transport, plan, state_dir, _fan_out(transport, plan, -1, write=False))
         lease = LeaseRequest(lease_timeout, take_over)
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
         keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)

@@ -84,3 +84,14 @@ def test_checkpoints_in_the_checkpoint_topic(tmp_path):
     assert sorted(last) == [0, 1]            # the tasks after the shuffle keep the change log
     ok("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
     assert summary(ok(*run))["stages"][0]["processed"] == 10
+
+
+def test_offset_default_none_refuses_a_partition_without_checkpoint_or_startpoint(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "10", *d)
+    assert error_line(eos("run", WORDCOUNT, "--offset-default", "none", *d)) == (
+        "error: source lines[0]: it has no checkpoint and no Startpoint, and offset_default "
+        "is 'none' (no fallback): give the source offset_default='oldest' or 'upcoming' (eos "
+        "run --offset-default oldest|upcoming), or the partition a Startpoint (eos startpoint "
+        "set wordcount lines 0 --oldest)")
