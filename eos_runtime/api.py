@@ -298,9 +298,12 @@ class Pipeline:
                  commit_interval: float = 5.0, commit_every: int = 0,
                  parallelism: int = 1, dead_letters: bool | str = False,
                  kafka_config: Mapping[str, Any] | None = None,
-                 checkpoints: str = "changelog",
+                 checkpoints: str = "changelog", job_id: str = "1",
                  outage_budget: float = DEFAULT_BUDGET) -> None:
         _check_name(name)
+        if not isinstance(job_id, str) or not job_id.replace("-", "").replace("_", "") \
+                .replace(".", "").isalnum():
+            raise ConfigError(f"job_id {job_id!r}: use letters, digits, '.', - and _")
         if checkpoints not in CHECKPOINT_STORES:
             raise ConfigError(f"checkpoints {checkpoints!r}: use one of "
                               f"{', '.join(CHECKPOINT_STORES)}")
@@ -334,6 +337,9 @@ class Pipeline:
         # Where source tasks keep their input positions (checkpoints.py); at-least-once only
         # for the topic and file-system stores (plan.py refuses them under exactly-once).
         self.checkpoints = checkpoints
+        # A job has a name and an id, as in Samza: the id names the checkpoint topic
+        # (__eos_checkpoint_<name>_<id>) and the file-system store's directory.
+        self.job_id = job_id
         self._segments: list[_Segment] = []
         # Told after each committed checkpoint of every task (listeners.py).
         self.listeners: list[Any] = []

@@ -129,9 +129,9 @@ def position_store(transport: Transport, plan: JobPlan, state_dir: str) -> Any:
     from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
 
     if plan.checkpoints == "kafka":
-        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks))
+        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks), plan.job_id)
     elif plan.checkpoints == "filesystem":
-        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name)
+        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name, plan.job_id)
     else:
         return None
     store.start()
