@@ -207,12 +207,12 @@ class SourceSide:
     def committed(self, version: int) -> None:
         self.versions.committed(version)
         self.timer.reset(time.monotonic())
-        self.recorded()
 
     def recorded(self) -> None:
-        """A commit recorded this task's positions: a topic or file-system store gets them
-        too (after the commit, not atomic with it: at-least-once replays what lies between);
-        the task's Startpoints are used up (P1)."""
+        """A commit recorded this task's positions (the committer calls this after the
+        commit point, before the checkpoint listeners): a topic or file-system store gets
+        them too (after the commit, not atomic with it: at-least-once replays what lies
+        between); the task's Startpoints are used up (P1)."""
         if self.store is not None:
             from ..checkpoints import Checkpoint
 
