@@ -61,7 +61,7 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
             start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
                                  run=run, reset=src.reset_offset, default=src.offset_default,
                                  startpoint=given, startpoint_run=None if sp is None else sp.run)
-        except NoFallback as exc:   # the driver refuses this before the run; a race: here
+        except NoFallback as exc:   # check_fallback refused it before the run: not expected
             raise EosError(no_fallback_text(job, topic, p, exc)) from None
         tp = TopicPartition(topic, p)
         low, high = transport.watermarks(tp)
