@@ -120,7 +120,8 @@ class Source:
     value_format: str
     parallelism: int | None
     reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
-    offset_default: str = "oldest"   # where to start without a checkpoint: oldest | upcoming
+    # where to start without a checkpoint: oldest | upcoming | none (no fallback: fail)
+    offset_default: str = "oldest"
     # custom Startpoints' resolvers by name (eos_runtime/startpoints.py)
     startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
                                                                    compare=False)
@@ -281,6 +282,10 @@ def _binds(sig: inspect.Signature, n: int) -> bool:
     return True
 
 
+#: Where a source partition without a checkpoint starts (protocol/positions.py, P4);
+#: ``none``: nowhere, the run is refused (Samza 0.7: no fallback and no checkpoint fails).
+OFFSET_DEFAULTS = ("oldest", "upcoming", "none")
+
 #: Where a job's source tasks keep their checkpoints: the change log (the default, and the
 #: only store exactly-once may use), the checkpoint topic, the file system.
 CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
@@ -293,9 +298,12 @@ class Pipeline:
                  commit_interval: float = 5.0, commit_every: int = 0,
                  parallelism: int = 1, dead_letters: bool | str = False,
                  kafka_config: Mapping[str, Any] | None = None,
-                 checkpoints: str = "changelog",
+                 checkpoints: str = "changelog", job_id: str = "1",
                  outage_budget: float = DEFAULT_BUDGET) -> None:
         _check_name(name)
+        if not isinstance(job_id, str) or not job_id.replace("-", "").replace("_", "") \
+                .replace(".", "").isalnum():
+            raise ConfigError(f"job_id {job_id!r}: use letters, digits, '.', - and _")
         if checkpoints not in CHECKPOINT_STORES:
             raise ConfigError(f"checkpoints {checkpoints!r}: use one of "
                               f"{', '.join(CHECKPOINT_STORES)}")
@@ -329,6 +337,9 @@ class Pipeline:
         # Where source tasks keep their input positions (checkpoints.py); at-least-once only
         # for the topic and file-system stores (plan.py refuses them under exactly-once).
         self.checkpoints = checkpoints
+        # A job has a name and an id, as in Samza: the id names the checkpoint topic
+        # (__eos_checkpoint_<name>_<id>) and the file-system store's directory.
+        self.job_id = job_id
         self._segments: list[_Segment] = []
         # Told after each committed checkpoint of every task (listeners.py).
         self.listeners: list[Any] = []
@@ -358,8 +369,10 @@ class Pipeline:
         ``reset_offset=True`` a run ignores the checkpoint an earlier run left (a retry
         inside the run still resumes from its own) and starts at ``offset_default``, which
         also applies when there is no checkpoint: ``"oldest"`` (the default: what the
-        topic holds) or ``"upcoming"`` (only what arrives after the start). Under
-        exactly-once a reset moves the input positions and keeps the job's state.
+        topic holds), ``"upcoming"`` (only what arrives after the start) or ``"none"`` (no
+        fallback: a run refuses to start while a partition has neither a checkpoint nor a
+        Startpoint, naming it). Under exactly-once a reset moves the input positions and
+        keeps the job's state.
 
         ``startpoint_resolvers`` names the functions a custom Startpoint may use:
         ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md)."""
@@ -371,9 +384,9 @@ class Pipeline:
         if type(reset_offset) is not bool:
             raise ConfigError(f"source {topic!r}: reset_offset must be True or False, "
                               f"not {reset_offset!r}")
-        if offset_default not in ("oldest", "upcoming"):
+        if offset_default not in OFFSET_DEFAULTS:
             raise ConfigError(f"source {topic!r}: offset_default {offset_default!r}: use "
-                              f"'oldest' or 'upcoming'")
+                              f"'oldest', 'upcoming' or 'none'")
         if self._segments:
             raise ConfigError("a pipeline has one source (joins of several sources come later)")
         if not isinstance(topic, str) or not topic:

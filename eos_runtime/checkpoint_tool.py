@@ -120,7 +120,7 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
     control topic (what the tool needs: topics, task ids, which partitions each task
     reads, as ``plan.plan_job`` assigns them: partition p to the stage's task p mod n).
     Steps, formats and resolvers are not known here: the tool does not run the job."""
-    from .runtime.control import layout_guarantee, layout_stages
+    from .runtime.control import layout_guarantee, layout_job_id, layout_stages
 
     stages = []
     tasks = []
@@ -140,4 +140,4 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
         raise ConfigError(f"job {job!r}: its control topic holds no layout to read")
     tasks.sort(key=lambda t: t.task_id)
     return JobPlan(job, layout_guarantee(layout) or "exactly-once", 0.0, 0, tuple(stages),
-                   tuple(tasks), f"{job}.changelog")
+                   tuple(tasks), f"{job}.changelog", job_id=layout_job_id(layout))

@@ -73,7 +73,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
         for task in plan.tasks:
             manager.register(task.task_id)
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
-        text = render(plan, t.name, checkpoints)
+        text = render(plan, t.name, checkpoints, plan.job_id)
         pending = list_startpoints(job, transport=t)
     notes = []
     for key, sp in sorted(pending.items()):

@@ -380,16 +380,25 @@ def _summary_lines(summary: Any) -> list[str]:
               help="Ignore the checkpoint an earlier run left for the source STREAM and start "
                    "at --offset-default (a retry inside this run still resumes from its own "
                    "checkpoints); under exactly-once the job keeps its state.")
-@click.option("--offset-default", type=click.Choice(["oldest", "upcoming"]), default=None,
+@click.option("--offset-default", type=click.Choice(["oldest", "upcoming", "none"]),
+              default=None,
               help="Where a source partition without a checkpoint (or reset) starts: oldest "
-                   "(all the topic holds) or upcoming (only what arrives after the start). "
-                   "Default: the source's (oldest unless it says otherwise).")
+                   "(all the topic holds), upcoming (only what arrives after the start) or "
+                   "none (no fallback: the run is refused, naming the partition, unless every "
+                   "partition has a checkpoint or a Startpoint). Default: the source's (oldest "
+                   "unless it says otherwise).")
 @click.option("--checkpoints", "checkpoint_store",
               type=click.Choice(["changelog", "kafka", "filesystem"]), default=None,
               help="Where the source tasks keep their input positions: the change log, the "
-                   "checkpoint topic __eos_checkpoint_<job>_1 (on the local log too), or files "
-                   "under <state dir>/checkpoints; the last two only for at-least-once jobs. "
-                   "Default: the pipeline's (the change log unless it says otherwise).")
+                   "checkpoint topic __eos_checkpoint_<job>_<job id> (on the local log too), "
+                   "or files under <state dir>/checkpoints/<job>/<job id>; the last two only "
+                   "for at-least-once jobs. Default: the pipeline's (the change log unless it "
+                   "says otherwise).")
+@click.option("--job-id", "job_id", default=None, metavar="ID",
+              help="The job's id (a job has a name and an id, as in Samza): it names the "
+                   "checkpoint topic and the file-system store of --checkpoints kafka and "
+                   "filesystem, and is part of such a job's layout. Default: the pipeline's "
+                   "(1 unless it says otherwise).")
 @click.option("--take-over", "take_over", is_flag=True,
               help="Run even though another driver holds the job's lease (a run in progress, "
                    "or a driver that died less than its lease timeout ago): that run is asked "
@@ -412,7 +421,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             dead_letters_on: bool, dead_letter_topic: str | None, unbounded: bool,
             outage_budget: float | None, crash_at: str | None,
             crash_task: int | None, reset_stream: str | None, offset_default: str | None,
-            checkpoint_store: str | None, take_over: bool, lease_timeout: float,
+            checkpoint_store: str | None, job_id: str | None, take_over: bool,
+            lease_timeout: float,
             name_override: str | None, source_override: str | None,
             sink_override: str | None, as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
@@ -454,6 +464,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         master=master, max_attempts=max_attempts, fault=fault, bounded=not unbounded,
         no_progress_timeout=no_progress_timeout,
         take_over=take_over, lease_timeout=lease_timeout, checkpoints=checkpoint_store,
+        job_id=job_id,
         reset_offset=True if reset_stream is not None else None, offset_default=offset_default,
         outage_budget=outage_budget,
         dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)

@@ -171,8 +171,9 @@ def _store_positions(transport: Transport, job: str, layout: Any, task: int,
     if store != "kafka":
         return [None]
     from .checkpoints import TopicCheckpoints
+    from .runtime.control import layout_job_id
 
-    manager = TopicCheckpoints(transport, job, tasks)
+    manager = TopicCheckpoints(transport, job, tasks, layout_job_id(layout))
     try:
         manager.start()
         manager.register(task)

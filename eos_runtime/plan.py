@@ -70,6 +70,7 @@ class JobPlan:
     dead_letter_topic: str | None = None   # None: a raising function stops its task
     dead_letter_partitions: int = 1
     checkpoints: str = "changelog"         # where source positions are kept (checkpoints.py)
+    job_id: str = "1"                      # with the name, the job (Samza's job.id)
     # checkpoint listeners (listeners.py): each task gets its own copy
     listeners: tuple[Any, ...] = field(default=(), compare=False)
 
@@ -94,7 +95,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
              commit_interval: float | None = None, commit_every: int | None = None,
              parallelism: int | None = None, sink_partitions: int | None = None,
              dead_letters: bool | str | None = None, checkpoints: str | None = None,
-             reset_offset: bool | None = None, offset_default: str | None = None) -> JobPlan:
+             reset_offset: bool | None = None, offset_default: str | None = None,
+             job_id: str | None = None) -> JobPlan:
     """Plan ``pipeline`` against the topics ``transport`` holds; options override the
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
     segments = pipeline.segments
@@ -107,6 +109,9 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         raise ConfigError(f"guarantee {guarantee!r}: use exactly-once or at-least-once")
     default_par = parallelism or pipeline.parallelism
     checkpoints = checkpoints or pipeline.checkpoints
+    if job_id is not None and (not job_id or not job_id.replace("-", "").replace("_", "")
+                               .replace(".", "").isalnum()):
+        raise ConfigError(f"job id {job_id!r}: use letters, digits, '.', - and _")
     if checkpoints not in ("changelog", "kafka", "filesystem"):
         raise ConfigError(f"checkpoints {checkpoints!r}: use changelog, kafka or filesystem")
     if checkpoints != "changelog" and guarantee == "exactly-once":
@@ -117,8 +122,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
 
     source = segments[0].start
     assert isinstance(source, Source)
-    if offset_default is not None and offset_default not in ("oldest", "upcoming"):
-        raise ConfigError(f"offset_default {offset_default!r}: use oldest or upcoming")
+    if offset_default is not None and offset_default not in ("oldest", "upcoming", "none"):
+        raise ConfigError(f"offset_default {offset_default!r}: use oldest, upcoming or none")
     if reset_offset is not None or offset_default is not None:
         # Run options beat the source's own settings, for this run only.
         source = replace(source, reset_offset=source.reset_offset if reset_offset is None
@@ -194,7 +199,9 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                    commit_interval if commit_interval is not None else pipeline.commit_interval,
                    commit_every if commit_every is not None else pipeline.commit_every,
                    tuple(stages), tuple(tasks), f"{pipeline.name}.changelog",
-                   dead_topic, dead_parts, checkpoints, tuple(pipeline.listeners))
+                   dead_topic, dead_parts, checkpoints,
+                   job_id if job_id is not None else getattr(pipeline, "job_id", "1"),
+                   tuple(pipeline.listeners))
 
 
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from .outage import OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
 from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
+from .runtime.source import check_fallback
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
@@ -403,7 +404,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    take_over: bool = False,
                    lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
                    reset_offset: bool | None = None, offset_default: str | None = None,
-                   checkpoints: str | None = None,
+                   checkpoints: str | None = None, job_id: str | None = None,
                    outage_budget: float | None = None,
                    no_progress_timeout: float | None = DEFAULT_NO_PROGRESS_TIMEOUT
                    ) -> PipelineRun:
@@ -412,8 +413,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
-    ``reset_offset``, ``offset_default`` and ``checkpoints`` the source's and the
-    pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
+    ``reset_offset``, ``offset_default``, ``checkpoints`` and ``job_id`` the source's and
+    the pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
     the tasks' included, over the pipeline's ``kafka_config``. ``outage_budget``: seconds
     the driver and each task ride through a broker outage (default: the pipeline's, 60);
     past it the run fails with ``OutageBudgetExceeded``. ``no_progress_timeout``: seconds
@@ -444,7 +445,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         commit_every=commit_every, parallelism=parallelism,
                         sink_partitions=sink_partitions, dead_letters=dead_letters,
                         checkpoints=checkpoints, reset_offset=reset_offset,
-                        offset_default=offset_default)
+                        offset_default=offset_default, job_id=job_id)
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters);
         # so does a task whose run was taken over (JobRunning: a retry would fence the
@@ -455,7 +456,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                               no_progress_timeout=no_progress_timeout,
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
-        _fan_out(transport, plan, -1, write=False)   # a bad Startpoint: before the run is recorded
+        # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
+        check_fallback(transport, plan, state_dir, _fan_out(transport, plan, -1, write=False))
         lease = LeaseRequest(lease_timeout, take_over)
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
         keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)
@@ -634,8 +636,8 @@ def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
         from .checkpoints import checkpoint_topic
 
-        specs.append(TopicSpec(checkpoint_topic(plan.name), len(plan.tasks), compacted=True,
-                               keep_forever=True))
+        specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
+                               compacted=True, keep_forever=True))
     sink = plan.stages[-1]
     try:
         transport.describe(sink.output_topic)

@@ -19,7 +19,7 @@ import pytest
 
 from eos_runtime.protocol import wire
 from eos_runtime.runtime.control import ControlLog
-from eos_runtime.transport import open_transport
+from eos_runtime.transport import TopicPartition, open_transport
 
 from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
 
@@ -87,6 +87,12 @@ def test_write_refuses_a_bad_line_and_show_and_write_refuse_while_a_run_holds_th
     bad.write_text(f"{KEY0}=11\n")
     assert error_line(eos("checkpoint", "write", "wordcount", str(bad), *d)) == \
         "error: line 1: offset 11 is outside lines[0]'s offsets 0..10"
+    # below the earliest offset: retention (here delete_records) moved it above 0
+    with open_transport(data_dir=str(data)) as t:
+        assert t.delete_records(TopicPartition("lines", 0), 4) == 4
+    bad.write_text(f"# a comment\n\n{KEY0}=3\n")
+    assert error_line(eos("checkpoint", "write", "wordcount", str(bad), *d)) == \
+        "error: line 3: offset 3 is outside lines[0]'s offsets 4..10"
     bad.write_text("tasknames.task-2.systems.local.streams.wordcount.shuffle-1.partitions.0=1\n")
     assert "the positions of internal channels cannot be edited" in \
         error_line(eos("checkpoint", "write", "wordcount", str(bad), *d))
@@ -166,3 +172,10 @@ def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
     for r in json.loads(ok("consume", sink, "--json", *k).stdout):
         seen.setdefault(r["key"], []).append(r["value"])
     assert {w: [str(i) for i in range(1, n + 1)] for w, n in told.items()} == seen
+    # an offset below the earliest one Kafka still holds is refused, naming the line
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        t.delete_records(TopicPartition(source, 0), 50)
+        assert t.watermarks(TopicPartition(source, 0))[0] == 50
+    edited.write_text(f"# edited\n{key0}=10\n")
+    assert error_line(eos("checkpoint", "write", job, str(edited), *k)) == \
+        f"error: line 2: offset 10 is outside {source}[0]'s offsets 50..100"

@@ -12,7 +12,7 @@ from eos_runtime.checkpoints import (
     TopicCheckpoints,
     checkpoint_topic,
 )
-from eos_runtime.errors import ConfigError
+from eos_runtime.errors import ConfigError, TopicNotFound
 from eos_runtime.protocol import wire
 from eos_runtime.runtime.changelog import ChangeLogWriter, fold_log, recover
 from eos_runtime.state import TaskStore
@@ -139,3 +139,86 @@ def test_a_change_log_write_keeps_state_and_version_and_fences_the_old_generatio
         assert recover(t, tp, fresh).rebuilt is False and fresh.get("s", b"k") == b"v"
         fresh.close()
         store.close()
+
+
+# --------------------------------------------------------------------------- in a job
+
+def test_a_job_has_a_name_and_an_id_and_exactly_once_refuses_both_other_stores(tmp_path):
+    from eos_runtime import Pipeline
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runner import run_pipeline
+
+    assert Pipeline("j").job_id == "1"
+    for bad in ("", "a b", 7):
+        with pytest.raises(ConfigError, match="job_id"):
+            Pipeline("j", job_id=bad)
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec("in", 1)])
+        p = Pipeline("j", processing_guarantee="at-least-once", checkpoints="kafka")
+        p.source("in").map(str.upper).sink("out")
+        assert plan_job(p, t).job_id == "1"
+        assert plan_job(p, t, job_id="9").job_id == "9"
+    for store in ("kafka", "filesystem"):    # the Pipeline setting, not only the run option
+        p = Pipeline("eo", checkpoints=store)
+        p.source("in").map(str.upper).sink("out")
+        with pytest.raises(ConfigError, match=f"checkpoints '{store}' is for at-least-once "
+                                              f"jobs: an exactly-once job's checkpoint is its "
+                                              f"change-log commit"):
+            run_pipeline(p, data_dir=str(tmp_path / "data"), state_dir=str(tmp_path / "st"))
+
+
+@pytest.mark.kafka
+def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kafka(
+        kafka_bootstrap, tmp_path):
+    """Pipeline(checkpoints="kafka", job_id=...) on Kafka: the sources' positions go to
+    __eos_checkpoint_<job>_<job-id>, one partition per task, and the next run starts there."""
+    import uuid
+    from collections import Counter
+
+    from eos_runtime import Pipeline
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runner import run_pipeline
+    from eos_runtime.runtime.committed import read_output
+    from eos_runtime.runtime.control import ControlLog
+
+    opts = {"bootstrap_servers": kafka_bootstrap}
+    tag = uuid.uuid4().hex[:6]
+    job, source, sink = f"alo-{tag}", f"alo-in-{tag}", f"alo-out-{tag}"
+
+    def pipeline(job_id: str) -> Pipeline:
+        p = Pipeline(job, processing_guarantee="at-least-once", checkpoints="kafka",
+                     job_id=job_id, commit_every=5)
+        p.source(source).map(str.upper).sink(sink)
+        return p
+
+    def produce(values):
+        with open_transport(**opts) as t:
+            t.create_topics([TopicSpec(source, 2)])
+            with t.producer() as pr:
+                for i, v in enumerate(values):
+                    pr.produce(source, i % 2, v.encode())
+                pr.flush()
+
+    produce([f"a{i}" for i in range(12)])
+    state = str(tmp_path / "state")
+    run_pipeline(pipeline("7"), state_dir=state, **opts)
+    with open_transport(**opts) as t:
+        topic = checkpoint_topic(job, "7")
+        assert topic == f"__eos_checkpoint_{job}_7"
+        assert t.describe(topic).partitions == 2 and t.describe(topic).compacted
+        with pytest.raises(TopicNotFound):
+            t.describe(checkpoint_topic(job, "1"))
+        m = TopicCheckpoints(t, job, 2, job_id="7")
+        m.start()
+        for task in (0, 1):
+            m.register(task)
+            assert m.read_last_checkpoint(task) == Checkpoint({(source, task): 6})
+    produce([f"b{i}" for i in range(4)])
+    summary = run_pipeline(pipeline("7"), state_dir=state, **opts)
+    assert summary.stages[0]["processed"] == 4, "the second run did not start at the topic's"
+    with open_transport(**opts) as t:
+        got = Counter(r.value.decode() for r in read_output(t, sink, job=job))
+        assert got == Counter([f"A{i}" for i in range(12)] + [f"B{i}" for i in range(4)])
+        # the job id selects the positions: another is another layout, refused
+        with pytest.raises(ConfigError, match="(?s)ran before .*job id 7.*now:.*job id 8"):
+            ControlLog(t, job).start_run(plan_job(pipeline("8"), t), bounded=True)

@@ -110,18 +110,76 @@ def test_a_second_run_is_refused_on_kafka(kafka_bootstrap):
     assert re.match(refusal_re(job, 0), error_line(p)), p.stderr
 
 
-def test_the_change_log_manager_refuses_to_write_while_a_run_holds_the_job(tmp_path):
+@pytest.mark.kafka
+def test_on_kafka_a_lapsed_lease_is_taken_a_live_one_refuses_the_tools_and_take_over_takes_it(
+        kafka_bootstrap, tmp_path):
+    """The lease on Kafka, end to end with two small runs: a dead driver's lease is taken
+    with a warning; while a live driver holds the job, the checkpoint tool (show, write)
+    and Startpoint writes (CLI and Python) are refused naming its run; --take-over runs
+    anyway, asks that run to stop and releases at its end."""
+    from eos_runtime.errors import JobRunning
+    from eos_runtime.startpoints import Startpoint, clear_startpoints, set_startpoint
+
+    tag = uuid.uuid4().hex[:8]
+    job, source, sink = f"klease-{tag}", f"klease-in-{tag}", f"klease-out-{tag}"
+    k = ("--bootstrap-servers", kafka_bootstrap)
+    named = ("--name", job, "--source", source, "--sink", sink)
+    opts = {"bootstrap_servers": kafka_bootstrap}
+    ok("produce", source, "--generate", "words", "--count", "10", *k)
+
+    other_driver(opts, job, age_ms=2 * HOUR_MS, timeout_ms=60_000)
+    p = ok("run", WORDCOUNT, *named, "--lease-timeout", "30", *k)
+    assert p.stdout.startswith(f"{job} run 0 (bounded): 10 input records"), p.stdout
+    assert re.search(rf"warning: job '{job}': run 0's driver \(pid \d+ on host .*\) was last "
+                     rf"heard from \d+ s ago, longer than its lease timeout; this run takes "
+                     rf"the job over", p.stderr), p.stderr
+    assert control(opts, job)[1] == FREE
+
+    held = other_driver(opts, job, run=5)
+    key0 = f"tasknames.task-0.systems.kafka.streams.{source}.partitions.0"
+    edited = tmp_path / "edited.properties"
+    edited.write_text(f"{key0}=0\n")
+    running = (rf"^error: job '{job}' is running \(run 5, started .* by pid {os.getpid()} on "
+               rf"host .*\): ")
+    stopped = rf" only while the job is stopped; wait for the run to end or `eos stop {job}` first$"
+    for args, what in ((("checkpoint", "show", job), "the checkpoint tool shows positions"),
+                       (("checkpoint", "write", job, str(edited)),
+                        "the checkpoint tool writes positions"),
+                       (("startpoint", "set", job, source, "0", "--oldest"),
+                        "Startpoints can be set"),
+                       (("startpoint", "clear", job), "Startpoints can be cleared")):
+        line = error_line(eos(*args, *k))
+        assert re.match(running + what + stopped, line), (args, line)
+    with pytest.raises(JobRunning, match="Startpoints can be set only while"):
+        set_startpoint(job, source, 0, Startpoint.oldest(), **opts)
+    with pytest.raises(JobRunning, match="Startpoints can be cleared only while"):
+        clear_startpoints(job, **opts)
+    assert ok("startpoint", "list", job, *k).stdout.startswith("no startpoints")
+
+    p = ok("run", WORDCOUNT, *named, "--take-over", *k)
+    assert p.stdout.startswith(f"{job} run 1 (bounded): no new input records"), p.stdout
+    assert f"warning: took job '{job}' over from run 5 (pid" in p.stderr, p.stderr
+    records, status = control(opts, job)
+    stops = [r for r in records if isinstance(r, wire.StopRequest)]
+    assert [s.run for s in stops] == [held.run] and status == FREE
+
+
+@pytest.mark.parametrize("kind", ["local", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_the_change_log_manager_refuses_to_write_while_a_run_holds_the_job(kind, tmp_path,
+                                                                           request):
     from eos_runtime.checkpoints import ChangeLogCheckpoints, Checkpoint
     from eos_runtime.errors import JobRunning
 
-    opts = {"data_dir": str(tmp_path / "data")}
-    other_driver(opts, "held", run=2)
+    opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+            else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+    job = f"held-{uuid.uuid4().hex[:6]}"
+    other_driver(opts, job, run=2)
     with open_transport(**opts) as t:
-        m = ChangeLogCheckpoints(t, "held")
+        m = ChangeLogCheckpoints(t, job)
         m.start()
         m.register(0)
-        with pytest.raises(JobRunning, match=r"job 'held' is running \(run 2, .*checkpoints can "
-                                             r"be written only while the job is stopped"):
+        with pytest.raises(JobRunning, match=rf"job '{job}' is running \(run 2, .*checkpoints "
+                                             r"can be written only while the job is stopped"):
             m.write_checkpoint(0, Checkpoint({("in", 0): 0}))
 
 

@@ -84,3 +84,69 @@ def test_bad_position_settings_are_refused():
         Pipeline("x").source("in", offset_default="latest")
     with pytest.raises(ConfigError, match="reset_offset must be True or False"):
         Pipeline("x").source("in", reset_offset="yes")
+
+
+def test_no_fallback_is_a_choice_of_its_own():
+    """P4 with offset_default 'none' (Samza 0.7: no fallback, no checkpoint: fail)."""
+    from eos_runtime.protocol.positions import NoFallback, Start, choose_start
+
+    with pytest.raises(NoFallback, match="it has no checkpoint and no Startpoint, and "
+                                         "offset_default is 'none' \\(no fallback\\)"):
+        choose_start(checkpoint=None, checkpoint_run=None, run=0, default="none")
+    with pytest.raises(NoFallback, match="its checkpoint is ignored \\(reset_offset\\)"):
+        choose_start(checkpoint=5, checkpoint_run=0, run=1, reset=True, default="none")
+    assert choose_start(checkpoint=5, checkpoint_run=0, run=1, default="none") == \
+        Start("offset", 5, "checkpoint")
+    assert choose_start(checkpoint=5, checkpoint_run=1, run=1, reset=True,
+                        default="none").why == "checkpoint"          # a retry's own
+    sp = Start("oldest", None, "startpoint")
+    assert choose_start(checkpoint=None, checkpoint_run=None, run=0, default="none",
+                        startpoint=sp) == sp
+    assert Pipeline("x").source("in", offset_default="none").__class__.__name__ == "Stream"
+
+
+def no_fallback_re(source: str, partition: int, job: str, reset: bool = False) -> str:
+    what = ("its checkpoint is ignored \\(reset_offset\\) and it has no Startpoint" if reset
+            else "it has no checkpoint and no Startpoint")
+    return (rf"^source {source}\[{partition}\]: {what}, and offset_default is 'none' \(no "
+            rf"fallback\): give the source offset_default='oldest' or 'upcoming' \(eos run "
+            rf"--offset-default oldest\|upcoming\), or the partition a Startpoint \(eos "
+            rf"startpoint set {job} {source} {partition} --oldest\)$")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_offset_default_none_fails_before_processing_without_checkpoint_or_startpoint(
+        kind, tmp_path, request):
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.runtime.control import ControlLog
+    from eos_runtime.startpoints import Startpoint, list_startpoints, set_startpoint
+
+    opts = opts_for(kind, tmp_path, request)
+    tag = uuid.uuid4().hex[:6]
+    job, source, sink = f"none-{tag}", f"none-in-{tag}", f"none-out-{tag}"
+    first = [f"a{i}".encode() for i in range(10)]     # a0, a2, .. in [0]; a1, a3, .. in [1]
+    with open_transport(**opts) as t:
+        produce(t, source, first)
+    state = str(tmp_path / "state")
+    strict = passthrough(job, source, sink, offset_default="none")
+    with pytest.raises(ConfigError, match=no_fallback_re(source, 0, job)):
+        run_pipeline(strict, state_dir=state, **opts)
+    set_startpoint(job, source, 0, Startpoint.offset(2), **opts)   # [0] has one now, [1] not
+    with pytest.raises(ConfigError, match=no_fallback_re(source, 1, job)):
+        run_pipeline(strict, state_dir=state, **opts)
+    with open_transport(**opts) as t:
+        log = ControlLog(t, job)
+        assert log.runs() == [] and log.lease()[0] == "free", "a refused run was recorded"
+    # The run's option gives partition 1 its fallback; partition 0 follows its Startpoint.
+    run_pipeline(strict, state_dir=state, offset_default="oldest", **opts)
+    expected = Counter(v.decode().upper() for v in first[4::2] + first[1::2])   # a4..; a1..
+    assert output(opts, sink, job) == expected
+    assert list_startpoints(job, **opts) == {}
+    # Checkpoints now: 'none' runs, from them; a reset without a fallback is refused.
+    more = [f"b{i}".encode() for i in range(4)]
+    with open_transport(**opts) as t:
+        produce(t, source, more)
+    with pytest.raises(ConfigError, match=no_fallback_re(source, 0, job, reset=True)):
+        run_pipeline(strict, state_dir=state, reset_offset=True, **opts)
+    run_pipeline(strict, state_dir=state, **opts)
+    assert output(opts, sink, job) == expected + Counter(v.decode().upper() for v in more)

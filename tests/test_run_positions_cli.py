@@ -38,10 +38,12 @@ def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path
     d = ("--data-dir", str(data))
     alo = ("--guarantee", "at-least-once", "--checkpoints", "filesystem")
     ok("produce", "lines", "--generate", "words", "--count", "100", *d)
-    line = error_line(eos("run", WORDCOUNT, "--checkpoints", "kafka", *d))
-    assert line == ("error: checkpoints 'kafka' is for at-least-once jobs: an exactly-once "
-                    "job's checkpoint is its change-log commit, atomic with its state and "
-                    "output; use --guarantee at-least-once or the change log")
+    for store in ("kafka", "filesystem"):
+        line = error_line(eos("run", WORDCOUNT, "--checkpoints", store, *d))
+        assert line == (f"error: checkpoints '{store}' is for at-least-once jobs: an "
+                        f"exactly-once job's checkpoint is its change-log commit, atomic with "
+                        f"its state and output; use --guarantee at-least-once or the change "
+                        f"log")
     first = summary(ok("run", WORDCOUNT, *alo, "--json", *d))
     assert first["stages"][0]["processed"] == 100
     store = data / "state" / "checkpoints" / "wordcount" / "1"
@@ -67,14 +69,15 @@ def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path
         "run", WORDCOUNT, "--guarantee", "at-least-once", *d).stderr
 
 
-def test_checkpoints_in_the_checkpoint_topic(tmp_path):
+def test_checkpoints_in_the_checkpoint_topic_of_the_job_id(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "60", *d)
     run = ("run", WORDCOUNT, "--name", "wct", "--sink", "counts-t", "--guarantee",
            "at-least-once", "--checkpoints", "kafka", "--json", *d)
-    assert summary(ok(*run))["stages"][0]["processed"] == 60
-    records = json.loads(ok("consume", "__eos_checkpoint_wct_1", "--all", "--json", *d).stdout)
+    assert summary(ok(*run, "--job-id", "5"))["stages"][0]["processed"] == 60
+    assert "__eos_checkpoint_wct_1" not in ok("topics", *d).stdout
+    records = json.loads(ok("consume", "__eos_checkpoint_wct_5", "--all", "--json", *d).stdout)
     last = {}
     for r in records:                        # one partition per task, keyed by the task
         assert r["key"] == str(r["partition"])
@@ -83,4 +86,19 @@ def test_checkpoints_in_the_checkpoint_topic(tmp_path):
     assert last[1] == {"offsets": [["lines", 1, 30]]}
     assert sorted(last) == [0, 1]            # the tasks after the shuffle keep the change log
     ok("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
-    assert summary(ok(*run))["stages"][0]["processed"] == 10
+    assert summary(ok(*run, "--job-id", "5"))["stages"][0]["processed"] == 10
+    # the job id selects where the positions are: another one (the default "1" here) is
+    # another layout, refused before the run is recorded
+    refused = eos(*run)
+    assert refused.returncode != 0 and "job id 5" in refused.stdout + refused.stderr
+
+
+def test_offset_default_none_refuses_a_partition_without_checkpoint_or_startpoint(tmp_path):
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "10", *d)
+    assert error_line(eos("run", WORDCOUNT, "--offset-default", "none", *d)) == (
+        "error: source lines[0]: it has no checkpoint and no Startpoint, and offset_default "
+        "is 'none' (no fallback): give the source offset_default='oldest' or 'upcoming' (eos "
+        "run --offset-default oldest|upcoming), or the partition a Startpoint (eos startpoint "
+        "set wordcount lines 0 --oldest)")

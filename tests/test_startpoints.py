@@ -6,6 +6,7 @@ source was told to read (exactly-once: each of those records once)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -13,7 +14,7 @@ from collections import Counter
 import pytest
 
 from eos_runtime import Pipeline
-from eos_runtime.errors import ConfigError, JobRunning
+from eos_runtime.errors import ConfigError, JobRunning, TopicNotFound
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.positions import choose_start, fan_out, startpoint_applies
 from eos_runtime.runner import run_pipeline
@@ -72,6 +73,62 @@ def test_startpoint_values_are_checked():
     assert StartpointKey.decode(key.encode()) == key
 
 
+# ------------------------------------------------- every kind x both keys, no Spark
+
+# (name, Startpoint, where it puts partition 1: ten records at T0 .. T0+9)
+UNIT_CASES = [("offset", Startpoint.offset(3), 3),
+              ("timestamp", Startpoint.timestamp(T0 + 6), 6),
+              ("oldest", Startpoint.oldest(), 0),
+              ("upcoming", Startpoint.upcoming(), 10),
+              ("custom", Startpoint.custom("back", "4"), 6)]   # 4 before the end
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_with_either_key_is_fanned_out_resolved_and_beats_the_checkpoint(
+        kind, tmp_path, request):
+    """Set (CLI-free API), fanned out at a run's start (a partition key becomes the reading
+    task's key), resolved by the transport (the consumer-side visitor) in the task's
+    start_positions ahead of run 0's checkpoint; used up once the task committed in the
+    run it was fanned out for."""
+    from eos_runtime.plan import plan_job
+    from eos_runtime.protocol.runs import first_version, run_end
+    from eos_runtime.runtime.source import start_positions
+    from eos_runtime.startpoints import fan_out_startpoints
+
+    opts = opts_for(kind, tmp_path, request)
+    tag = uuid.uuid4().hex[:6]
+    source = f"spu-in-{tag}"
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(source, 2)])
+        with t.producer() as p:
+            for part in (0, 1):
+                for i in range(10):
+                    p.produce(source, part, f"v{i}".encode(), timestamp=T0 + i)
+            p.flush()
+        stage = plan_job(passthrough("spu", source, "out"), t).stages[0]
+        at = (wire.InputPosition(source, 0, 8), wire.InputPosition(source, 1, 8))
+        checkpoint = wire.ChangeLogCommit(1, run_end(0), inputs=at)            # run 0's
+        readers = {0: 0, 1: 1}
+        for name, sp, want in UNIT_CASES:
+            for task in (None, 1):
+                job = f"spu-{tag}-{name}-{'part' if task is None else 'task'}"
+                key = set_startpoint(job, source, 1, sp, task=task, transport=t)
+                assert key == StartpointKey(source, 1, task)
+                assert list_startpoints(job, transport=t) == {key: sp}
+                fanned = fan_out_startpoints(t, job, source, readers, run=1)
+                assert list(fanned) == [1] and list(fanned[1]) == [1], fanned
+                assert (fanned[1][1].kind, fanned[1][1].run) == (name, 1)
+                assert list_startpoints(job, transport=t) == {
+                    StartpointKey(source, 1, 1): fanned[1][1]}, "not fanned out to task 1"
+                got = start_positions(t, stage, (0, 1), checkpoint, 1, fanned[1], job=job)
+                assert got == {0: (8, "checkpoint"), 1: (want, "startpoint")}, (name, task)
+                # a retry of task 1 after its first commit in run 1: used up
+                mine = wire.ChangeLogCommit(2, first_version(1) + 5, inputs=(
+                    at[0], wire.InputPosition(source, 1, 9)))
+                assert start_positions(t, stage, (0, 1), mine, 1, fanned[1], job=job) == {
+                    0: (8, "checkpoint"), 1: (9, "checkpoint")}, (name, task)
+
+
 # --------------------------------------------------------------------------- real runs
 
 def opts_for(kind, tmp_path, request):
@@ -114,6 +171,42 @@ def upper(values) -> Counter:
     return Counter(v.upper() for v in values)
 
 
+class SeesStartpoints:
+    """A checkpoint listener writing, at each checkpoint, the Startpoints of its task the
+    metadata store still holds (the tasks run in Spark's workers: to a file)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def open(self, context):
+        self.context = context
+
+    def on_checkpoint(self, task, offsets):
+        left = sorted(k.partition for k in list_startpoints(
+            self.context.job, transport=self.context.transport) if k.task in (task, None))
+        with open(self.path, "a") as f:
+            f.write(json.dumps([task, left]) + "\n")
+
+
+def assert_kept_in_the_metadata_store(opts, job):
+    """Startpoints live in <job>.metadata: one partition, compacted (on Kafka: its
+    cleanup.policy), holding Startpoint records only; the change log and the checkpoint
+    topic hold none."""
+    from eos_runtime.runtime.committed import read_topic
+    from eos_runtime.startpoints import metadata_topic
+
+    with open_transport(**opts) as t:
+        meta = t.describe(metadata_topic(job))
+        assert (meta.name, meta.partitions, meta.compacted) == (f"{job}.metadata", 1, True)
+        keys = [r.key for r in read_topic(t, f"{job}.metadata", read_committed=False)]
+        assert keys and all(k.startswith(b"startpoint/") for k in keys), keys
+        changelog = read_topic(t, f"{job}.changelog", read_committed=False)
+        assert changelog and not [r for r in changelog
+                                  if (r.key or b"").startswith(b"startpoint/")]
+        with pytest.raises(TopicNotFound):
+            t.describe(f"__eos_checkpoint_{job}_1")
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_with_both_key_kinds_beats_the_checkpoint_and_is_used_up(kind, tmp_path,
                                                                             request):
@@ -137,9 +230,19 @@ def test_every_kind_with_both_key_kinds_beats_the_checkpoint_and_is_used_up(kind
     assert set(list_startpoints(job, **opts)) == {
         StartpointKey(source, 0), StartpointKey(source, 1, 1), StartpointKey(source, 2),
         StartpointKey(source, 3, 3)}
+    assert_kept_in_the_metadata_store(opts, job)
     more = batch("b", 3)
     produce(opts, source, more, T0 + 100)
+    calls = tmp_path / "calls.jsonl"
+    pipeline.on_checkpoint(SeesStartpoints(str(calls)))
     run_pipeline(pipeline, state_dir=state, **opts)
+    firsts: dict[int, list] = {}
+    for line in calls.read_text().splitlines():
+        task, left = json.loads(line)
+        firsts.setdefault(task, left)
+    # Deleted at each task's first commit of the run, before its listeners were told
+    # (and not before the run: they were listed above).
+    assert firsts == {0: [], 1: [], 2: [], 3: []}, firsts
     expected += upper(first[0][12:] + more[0])          # offset 12
     expected += upper(first[1][15:] + more[1])          # the first record at T0+15
     expected += upper(first[2] + more[2])               # oldest: all again

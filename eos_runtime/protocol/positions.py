@@ -20,8 +20,11 @@ P2  ``reset_offset`` ignores the checkpoint, but only a checkpoint of an earlier
     again in state that kept its earlier effect.
 P3  The last checkpoint's offset.
 P4  ``offset_default`` when nothing above applies: ``oldest`` (this project's default:
-    bounded runs over input that already exists are the common use) or ``upcoming``
-    (Samza's default: only what arrives after the start).
+    bounded runs over input that already exists are the common use), ``upcoming``
+    (Samza's default: only what arrives after the start), or ``none``: no fallback, the
+    partition must have a checkpoint or a Startpoint (Samza 0.7: "if it's undefined, the
+    TaskRunner will fail"); ``choose_start`` raises ``NoFallback`` and the driver refuses
+    the run before it is recorded, naming the partition.
 
 A position is a ``Start`` of one kind; the transport resolves it to an offset (oldest:
 the low watermark; upcoming: the high watermark; timestamp: the first offset at or after
@@ -39,11 +42,22 @@ from typing import TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 
-__all__ = ["KINDS", "DEFAULTS", "Start", "choose_start", "fan_out", "resolve",
+__all__ = ["KINDS", "DEFAULTS", "NoFallback", "Start", "choose_start", "fan_out", "resolve",
            "startpoint_applies"]
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming")
-DEFAULTS = ("oldest", "upcoming")
+DEFAULTS = ("oldest", "upcoming", "none")
+
+
+class NoFallback(ValueError):
+    """P4 with ``offset_default`` ``none``: the partition has no position to start from.
+    ``reset``: it has a checkpoint, ignored by ``reset_offset``."""
+
+    def __init__(self, reset: bool) -> None:
+        self.reset = reset
+        what = ("its checkpoint is ignored (reset_offset) and it has no Startpoint" if reset
+                else "it has no checkpoint and no Startpoint")
+        super().__init__(f"{what}, and offset_default is 'none' (no fallback)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +110,14 @@ def choose_start(*, checkpoint: int | None, checkpoint_run: int | None, run: int
     ``checkpoint`` (None without one); ``startpoint_run``: the run the Startpoint was
     fanned out for (P1b)."""
     if default not in DEFAULTS:
-        raise ValueError(f"offset_default {default!r}: use oldest or upcoming")
+        raise ValueError(f"offset_default {default!r}: use oldest, upcoming or none")
     if startpoint is not None and startpoint_applies(startpoint_run, checkpoint_run):
         return Start(startpoint.kind, startpoint.value, "startpoint")
     if checkpoint is not None and not (reset and checkpoint_run is not None
                                        and checkpoint_run < run):
         return Start("offset", checkpoint, "checkpoint")
+    if default == "none":
+        raise NoFallback(reset and checkpoint is not None)
     return Start(default, None, "reset" if reset and checkpoint is not None else "default")
 
 

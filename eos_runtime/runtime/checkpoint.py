@@ -14,8 +14,10 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     4. the RocksDB batch: staged state + checkpoint data
     5. marker fan-out to every channel (exactly-once only; at-least-once sends only the
        end-of-run markers)
-    6. the checkpoint listeners (``listeners.py``), after the commit point and not atomic
-       with it: a crash before them skips the call, a retry may repeat positions
+    6. a source task's bookkeeping (its topic or file-system checkpoint store, its
+       used-up Startpoints deleted), then the checkpoint listeners (``listeners.py``),
+       after the commit point and not atomic with it: a crash before them skips the
+       call, a retry may repeat positions
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Committer:
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
+        # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
+        # file-system store, used-up Startpoints), done before the listeners are told.
+        self.recorded: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -155,7 +160,10 @@ class Committer:
         if self.channels is not None and self.exactly_once:
             self.channels.markers(self.generation, version)
         self.stats.checkpoints += 1
-        # 6. listeners
+        # 6. listeners, once the source side recorded the commit (its store; its
+        # Startpoints deleted): a listener sees the checkpoint's consequences.
+        if self.recorded is not None:
+            self.recorded()
         self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in inputs})
         self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
                             commit_ms=(committed - committing) * 1000,

@@ -43,6 +43,7 @@ from ..transport import Record, TopicPartition, TopicSpec, Transport
 
 __all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
            "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+           "layout_job_id",
            "jobs_with_sink", "layout_guarantee", "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,18 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
     lines.append(f"guarantee {plan.guarantee}")
     if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
         lines.append(f"checkpoints {plan.checkpoints}")
+        # The id selects where those positions are; with the change log it selects nothing.
+        if plan.job_id != "1":
+            lines.append(f"job id {plan.job_id}")
     return tuple(lines)
+
+
+def layout_job_id(layout: tuple[str, ...]) -> str:
+    """The job id a layout from ``job_layout`` records ("1" when it names none)."""
+    for line in layout:
+        if line.startswith("job id "):
+            return line[len("job id "):]
+    return "1"
 
 
 def layout_guarantee(layout: tuple[str, ...]) -> str | None:
@@ -327,7 +339,8 @@ class ControlLog:
             raise ConfigError(
                 f"job {self.job!r} ran before (run {last.start.run}) with another layout:\n"
                 f"    {was}\nnow:\n    {now}\nits checkpoints are per task and channel, so "
-                f"parallelism, stages, stores, topics and guarantee cannot change between runs; "
+                f"parallelism, stages, stores, topics, guarantee and checkpoint store (with "
+                f"its job id) cannot change between runs; "
                 f"run it under a new name (eos run --name NEW) or start the job afresh "
                 f"(eos reset {self.job})")
         run = 0 if last is None else last.start.run + 1

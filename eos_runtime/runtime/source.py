@@ -15,19 +15,27 @@ from typing import Any
 from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.positions import Start, choose_start, resolve, startpoint_applies
+from ..protocol.positions import NoFallback, Start, choose_start, resolve, startpoint_applies
 from ..protocol.runs import SourceVersions, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .control import StopWatcher
 from .policy import CommitTimer
 
-__all__ = ["SourceSide", "start_positions"]
+__all__ = ["SourceSide", "check_fallback", "no_fallback_text", "start_positions"]
+
+
+def no_fallback_text(job: str, topic: str, partition: int, exc: NoFallback) -> str:
+    """The refusal of a partition that has nowhere to start (P4, offset_default none)."""
+    return (f"source {topic}[{partition}]: {exc}: give the source offset_default='oldest' or "
+            f"'upcoming' (eos run --offset-default oldest|upcoming), or the partition a "
+            f"Startpoint (eos startpoint set {job} {topic} {partition} --oldest)")
 
 
 def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ...],
                     commit: wire.ChangeLogCommit | None, run: int,
                     startpoints: dict[int, Any] | None = None,
-                    kept: dict[int, int] | None = None) -> dict[int, tuple[int, str]]:
+                    kept: dict[int, int] | None = None, *,
+                    job: str = "JOB") -> dict[int, tuple[int, str]]:
     """Per input partition: the offset to start from and why (``protocol/positions.py``).
     ``startpoints``: the driver's fan-out for this task (``startpoints.Startpoint`` by
     partition); ``kept``: the positions a topic or file-system checkpoint store holds
@@ -49,9 +57,12 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
         if sp is not None and startpoint_applies(sp.run, checkpoint_run):
             kind, value = resolve_startpoint(sp, transport, topic, p, src.startpoint_resolvers)
             given = Start(kind, value, "startpoint")
-        start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
-                             run=run, reset=src.reset_offset, default=src.offset_default,
-                             startpoint=given, startpoint_run=None if sp is None else sp.run)
+        try:
+            start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
+                                 run=run, reset=src.reset_offset, default=src.offset_default,
+                                 startpoint=given, startpoint_run=None if sp is None else sp.run)
+        except NoFallback as exc:   # check_fallback refused it before the run: not expected
+            raise EosError(no_fallback_text(job, topic, p, exc)) from None
         tp = TopicPartition(topic, p)
         low, high = transport.watermarks(tp)
         at = (transport.offset_for_timestamp(tp, start.value)
@@ -65,15 +76,62 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
     return out
 
 
+def check_fallback(transport: Transport, plan: JobPlan, state_dir: str,
+                   startpoints: dict[int, dict[int, Any]]) -> None:
+    """Before a run is recorded: with ``offset_default`` ``none`` every source partition
+    needs a checkpoint (not reset) or a Startpoint (P4); ``ConfigError`` naming the first
+    that has neither, so the run fails before anything is read."""
+    from ..errors import ConfigError, TopicNotFound
+    from .changelog import last_commit
+
+    stage = plan.stages[0]
+    src = stage.source
+    if src is None or src.offset_default != "none":
+        return
+    store = position_store(transport, plan, state_dir)
+    try:
+        for task in plan.tasks:
+            if task.stage != 0:
+                continue
+            try:
+                commit = last_commit(transport, TopicPartition(plan.changelog_topic,
+                                                               task.task_id))
+            except TopicNotFound:
+                commit = None
+            checkpoint = ({pos.partition: pos.offset for pos in commit.inputs
+                           if pos.topic == stage.input_topic} if commit is not None else {})
+            if store is not None:
+                store.register(task.task_id)
+                cp = store.read_last_checkpoint(task.task_id)
+                checkpoint = ({p: off for (t, p), off in cp.offsets.items()
+                               if t == stage.input_topic} if cp is not None else {})
+            checkpoint_run = run_of(commit.version) if commit is not None else None
+            for p in task.partitions:
+                sp = startpoints.get(task.task_id, {}).get(p)
+                try:
+                    choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
+                                 run=(checkpoint_run or 0) + 1, reset=src.reset_offset,
+                                 default="none",
+                                 startpoint=None if sp is None else Start("oldest", None,
+                                                                          "startpoint"),
+                                 startpoint_run=None if sp is None else sp.run)
+                except NoFallback as exc:
+                    raise ConfigError(no_fallback_text(plan.name, stage.input_topic, p,
+                                                       exc)) from None
+    finally:
+        if store is not None:
+            store.stop()
+
+
 def position_store(transport: Transport, plan: JobPlan, state_dir: str) -> Any:
     """The started checkpoint manager of an at-least-once job that keeps its source
     positions in the checkpoint topic or on the file system; None for the change log."""
     from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
 
     if plan.checkpoints == "kafka":
-        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks))
+        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks), plan.job_id)
     elif plan.checkpoints == "filesystem":
-        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name)
+        store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name, plan.job_id)
     else:
         return None
     store.start()
@@ -94,7 +152,7 @@ class SourceSide:
             kept = ({p: off for (t, p), off in cp.offsets.items() if t == stage.input_topic}
                     if cp is not None else {})
         self.starts = start_positions(transport, stage, parts, commit, config.run,
-                                      config.startpoints, kept)
+                                      config.startpoints, kept, job=plan.name)
         # Deleted from the metadata store after the next commit records where they led.
         self._startpoints_due = sorted(config.startpoints)
         self._t, self._job, self._task = transport, plan.name, task_id
@@ -149,12 +207,12 @@ class SourceSide:
     def committed(self, version: int) -> None:
         self.versions.committed(version)
         self.timer.reset(time.monotonic())
-        self.recorded()
 
     def recorded(self) -> None:
-        """A commit recorded this task's positions: a topic or file-system store gets them
-        too (after the commit, not atomic with it: at-least-once replays what lies between);
-        the task's Startpoints are used up (P1)."""
+        """A commit recorded this task's positions (the committer calls this after the
+        commit point, before the checkpoint listeners): a topic or file-system store gets
+        them too (after the commit, not atomic with it: at-least-once replays what lies
+        between); the task's Startpoints are used up (P1)."""
         if self.store is not None:
             from ..checkpoints import Checkpoint
 

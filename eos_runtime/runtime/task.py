@@ -249,6 +249,7 @@ class _Task:
         src = SourceSide(self.t, self.consumer, self.plan, self.stage, self.id, self.c, commit,
                          restored)
         self._closers.append(src)
+        self.committer.recorded = src.recorded   # at each checkpoint, before the listeners
         process = self.records.source_record
         while not src.finished():
             batch = src.poll(self.c.poll_records, 0.2)
@@ -269,7 +270,6 @@ class _Task:
                 src.committed(due)
         self.stats.stopped = src.stopped
         self.committer.end_run(src.inputs())
-        src.recorded()
 
     def _send_output(self) -> None:
         """Output of the open version goes out as it is made, not only at checkpoints:
