@@ -8,7 +8,8 @@ holds the rule, and no I/O: time comes from the caller (or the ``now`` it inject
 
 Rules:
 
-    O1  An outage begins at the first failure after the last success; a success ends it.
+    O1  An outage begins at the first failure after the last success (when the failing
+        call began, where that is known); a success ends it.
     O2  A failure less than ``budget`` seconds after its outage began is retried, after a
         delay that starts at ``FIRST_DELAY`` and doubles per retry up to ``MAX_DELAY``,
         never reaching past the end of the budget (so a last try lands at the budget).
@@ -74,10 +75,13 @@ class OutageClock:
         self.retries = 0
         self.outages = 0         # outages seen (each began by a failure after a success)
 
-    def failed(self) -> Verdict:
+    def failed(self, since: float | None = None) -> Verdict:
+        """A failure now, of a call that began at ``since`` (its time source's reading)
+        if given: a call that waited for a frozen broker until its timeout was already
+        in the outage while it waited."""
         now = self._now()
         if self.began is None:
-            self.began = now
+            self.began = now if since is None else min(since, now)
             self.retries = 0
             self.outages += 1
         v = verdict(self.began, now, self.budget, self.retries)

@@ -264,10 +264,11 @@ class PipelineRun:
         attempts running, finished and failed; ``outage_seconds``: how long the broker has
         not answered (0 when it does; the other figures are then the last ones seen).
         Past the outage budget it raises ``OutageBudgetExceeded``."""
+        began = time.monotonic()
         try:
             out = self._progress()
         except TransportError as exc:
-            down = self._outage(exc)
+            down = self._outage(exc, since=began)
             status = self.job.status()
             last = dict(self._last_progress or self._blank_progress())
             last.update({"seconds": time.monotonic() - self.started, "state": status.state,
@@ -287,12 +288,13 @@ class PipelineRun:
                 "stages": stages, "in_flight": [None] * len(stages),
                 "tasks": len(self.plan.tasks), "outage_budget": self.outage.budget}
 
-    def _outage(self, exc: TransportError) -> float:
-        """A failed look at the log: re-raise it unless it is transient; past the outage
-        budget raise ``OutageBudgetExceeded``; else the seconds the outage lasts so far."""
+    def _outage(self, exc: TransportError, since: float | None = None) -> float:
+        """A failed look at the log (begun at ``since``, monotonic): re-raise it unless it
+        is transient; past the outage budget raise ``OutageBudgetExceeded``; else the
+        seconds the outage lasts so far."""
         if not is_transient(exc):
             raise exc
-        verdict = self.outage.failed()
+        verdict = self.outage.failed(since)
         if not verdict.retry:
             raise OutageBudgetExceeded(gone_too_long(self.broker, verdict.down_for,
                                                      self.outage.budget, exc)) from None
@@ -379,11 +381,12 @@ class PipelineRun:
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
         while True:
+            began = time.monotonic()
             try:
                 end = _source_positions(self.t, self.plan)   # the partitions of ``begin``
                 break
             except TransportError as exc:
-                self._outage(exc)
+                self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,

@@ -59,6 +59,22 @@ def test_o3_a_failure_at_or_past_the_budget_gives_up():
     assert v.down_for == pytest.approx(10.0)
 
 
+def test_o1_an_outage_begins_when_the_failing_call_began():
+    # A look-up that waits 30 s for a frozen broker and then fails: the broker was gone
+    # for those 30 s too (seen with a SIGSTOPped broker: a 15 s budget given up 75 s in, as "16 s").
+    now = FakeTime()
+    clock = OutageClock(15, now=now)
+    now.t = 30.0
+    v = clock.failed(since=0.0)
+    assert not v.retry and v.down_for == pytest.approx(30.0)
+    clock.ok()
+    now.t = 100.0
+    assert clock.failed(since=95.0).down_for == pytest.approx(5.0)
+    now.t = 130.0   # a later call's start does not move the outage's beginning
+    v = clock.failed(since=125.0)
+    assert not v.retry and v.down_for == pytest.approx(35.0)
+
+
 def test_o2_the_last_delay_never_reaches_past_the_budget():
     v = verdict(began=0.0, now=9.9, budget=10.0, retries=10)
     assert v.retry and v.delay == pytest.approx(0.1)
