@@ -181,6 +181,8 @@ def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kaf
     from eos_runtime.runtime.committed import read_output
     from eos_runtime.runtime.control import ControlLog
 
+    from pipeline_oracles import produce as produce_values
+
     opts = {"bootstrap_servers": kafka_bootstrap}
     tag = uuid.uuid4().hex[:6]
     job, source, sink = f"alo-{tag}", f"alo-in-{tag}", f"alo-out-{tag}"
@@ -193,11 +195,7 @@ def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kaf
 
     def produce(values):
         with open_transport(**opts) as t:
-            t.create_topics([TopicSpec(source, 2)])
-            with t.producer() as pr:
-                for i, v in enumerate(values):
-                    pr.produce(source, i % 2, v.encode())
-                pr.flush()
+            produce_values(t, source, [v.encode() for v in values])
 
     produce([f"a{i}" for i in range(12)])
     state = str(tmp_path / "state")

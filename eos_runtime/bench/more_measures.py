@@ -136,77 +136,86 @@ def _mark(row: dict[str, Any]) -> str:
         f"**{row['status']}**: {'; '.join(row['errors'])[:200]}"
 
 
+def _section(title: str, intro: str, picture: str | None, columns: list[str],
+             rows: list[str]) -> list[str]:
+    """A report section: heading, what was measured, its plot, its table."""
+    return [f"## {title}", "", intro, "", *([picture, ""] if picture else []),
+            "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *rows, ""]
+
+
 def markdown_sections(result: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     lat = result.get("latency") or []
     if lat:
         s = result["settings"]
-        lines += ["## Latency", "",
-                  f"A steady {s.get('rate', 0):,.0f} input records/s for "
-                  f"{s.get('steady_seconds', 0):g} s, a probe every "
-                  f"{s.get('probe_every_ms', 0):g} ms: from the probe's input append to its "
-                  "result readable by a read_committed reader. Median over rounds.", "",
-                  "![latency](latency_cdf.png)", "",
-                  "| workload | system | guarantee | p50 | p99 | p99 min – max | status |",
-                  "|---|---|---|---|---|---|---|"]
+        rows = []
         for r in lat:
             rng = f"{_ms(r.get('p99_min'))} – {_ms(r.get('p99_max'))}" if "p99_ms" in r else "–"
-            lines.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
-                         f"{_ms(r.get('p50_ms'))} | {_ms(r.get('p99_ms'))} | {rng} | "
-                         f"{_mark(r)} |")
-        lines.append("")
+            rows.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
+                        f"{_ms(r.get('p50_ms'))} | {_ms(r.get('p99_ms'))} | {rng} | "
+                        f"{_mark(r)} |")
+        lines += _section(
+            "Latency",
+            f"A steady {s.get('rate', 0):,.0f} input records/s for "
+            f"{s.get('steady_seconds', 0):g} s, a probe every "
+            f"{s.get('probe_every_ms', 0):g} ms: from the probe's input append to its "
+            "result readable by a read_committed reader. Median over rounds.",
+            "![latency](latency_cdf.png)",
+            ["workload", "system", "guarantee", "p50", "p99", "p99 min – max", "status"], rows)
     rec = result.get("recovery") or []
     if rec:
-        lines += ["## Recovery", "",
-                  "The same steady load; a third into the run one task of the system "
-                  "SIGKILLed (its last stage's; Spark's whole application, the column "
-                  "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
-                  "until the result of the probe that waited longest (of those appended "
-                  "after the kill) was readable; the latency before the kill beside it.", "",
-                  "![recovery](recovery.png)", "",
-                  "| workload | system | guarantee | until output resumed | min – max | "
-                  "p50 before the kill | killed | status |", "|---|---|---|---|---|---|---|---|"]
+        rows = []
         for r in rec:
             rng = f"{_ms(r.get('min_ms'))} – {_ms(r.get('max_ms'))}" if "resumed_ms" in r \
                 else "–"
-            lines.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
-                         f"{_ms(r.get('resumed_ms'))} | {rng} | {_ms(r.get('baseline_p50_ms'))}"
-                         f" | {r.get('killed') or '–'} | {_mark(r)} |")
-        lines.append("")
+            rows.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
+                        f"{_ms(r.get('resumed_ms'))} | {rng} | {_ms(r.get('baseline_p50_ms'))}"
+                        f" | {r.get('killed') or '–'} | {_mark(r)} |")
+        lines += _section(
+            "Recovery",
+            "The same steady load; a third into the run one task of the system "
+            "SIGKILLed (its last stage's; Spark's whole application, the column "
+            "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
+            "until the result of the probe that waited longest (of those appended "
+            "after the kill) was readable; the latency before the kill beside it.",
+            "![recovery](recovery.png)",
+            ["workload", "system", "guarantee", "until output resumed", "min – max",
+             "p50 before the kill", "killed", "status"], rows)
     mem = result.get("memory") or []
     if mem:
-        lines += ["## Memory", "",
-                  "Peak resident memory of every process of a system (eos_runtime: the Spark "
-                  "JVM and its Python workers; the driver shares the bench's process) on "
-                  "the aggregate workload, at two state sizes 10× apart.", "",
-                  "![memory](memory.png)", "",
-                  "| system | guarantee | peak RSS by state keys | largest / smallest | status |",
-                  "|---|---|---|---|---|"]
+        rows = []
         for r in mem:
             pts = ", ".join(f"{p['state_keys']:,} keys: {p['peak_rss_mb']:,.0f} MB"
                             for p in r.get("points", [])) or "–"
             growth = f"{r['growth']:.2f}" if r.get("growth") else "–"
-            lines.append(f"| {r['system']} | {r['guarantee']} | {pts} | {growth} | "
-                         f"{_mark(r)} |")
-        lines.append("")
+            rows.append(f"| {r['system']} | {r['guarantee']} | {pts} | {growth} | "
+                        f"{_mark(r)} |")
+        lines += _section(
+            "Memory",
+            "Peak resident memory of every process of a system (eos_runtime: the Spark "
+            "JVM and its Python workers; the driver shares the bench's process) on "
+            "the aggregate workload, at two state sizes 10× apart.",
+            "![memory](memory.png)",
+            ["system", "guarantee", "peak RSS by state keys", "largest / smallest", "status"],
+            rows)
     cps = result.get("checkpoints") or []
     if cps:
-        lines += ["## eos_runtime checkpoints", "",
-                  "Per-checkpoint metrics of the throughput runs (`eos run --json`'s "
-                  "`checkpoint_metrics`), over all tasks and rounds: the median of the "
-                  "tasks' p50s, the largest p99 and the largest value.", "",
-                  "| workload | system | metric | checkpoints | mean | p50 | p99 | max |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in cps:
-            for name, m in r["metrics"].items():
-                lines.append(f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
-                             f"{m['mean']:,.1f} | {m['p50']:,.1f} | {m['p99']:,.1f} | "
-                             f"{m['max']:,.1f} |")
-        lines.append("")
+        rows = [f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
+                f"{m['mean']:,.1f} | {m['p50']:,.1f} | {m['p99']:,.1f} | {m['max']:,.1f} |"
+                for r in cps for name, m in r["metrics"].items()]
+        lines += _section(
+            "eos_runtime checkpoints",
+            "Per-checkpoint metrics of the throughput runs (`eos run --json`'s "
+            "`checkpoint_metrics`), over all tasks and rounds: the median of the "
+            "tasks' p50s, the largest p99 and the largest value.",
+            None,
+            ["workload", "system", "metric", "checkpoints", "mean", "p50", "p99", "max"], rows)
     return lines
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display), for every plot
+    of the report."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,7 +225,7 @@ def _pyplot() -> Any:
 
 
 def plot_latency(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.4),
                              squeeze=False)
@@ -236,7 +245,7 @@ def plot_latency(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_recovery(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows)), 3.4))
     for i, r in enumerate(rows):
         if "resumed_ms" in r:
@@ -254,7 +263,7 @@ def plot_recovery(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_memory(rows: list[dict[str, Any]], path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for r in rows:
         if r.get("points"):

@@ -157,11 +157,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
 
 
 def _plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = more.pyplot()
     summary = result["summary"]
     fig, axes = plt.subplots(1, max(len(summary), 1), figsize=(4.5 * max(len(summary), 1), 3.6),
                              squeeze=False)
