@@ -1338,16 +1338,8 @@ class KafkaTransport(Transport):
         ck = _CkTopicPartition(topic, partition)
 
         def query(remaining: float) -> tuple[int, int]:
-            qc = self._query_consumer(read_committed)
-            try:
-                res = qc.get_watermark_offsets(ck, timeout=remaining, cached=False)
-            except _KafkaException as exc:
-                err = _kafka_error(exc)
-                if err is not None and err.code() == _KafkaError._DESTROY_BROKER:
-                    # This consumer lost its handle of a restarting broker; the outage is
-                    # ridden through by asking again, through a new one.
-                    self._forget_query_consumers()
-                raise
+            res = self._ask(read_committed, lambda qc: qc.get_watermark_offsets(
+                ck, timeout=remaining, cached=False))
             if res is None:
                 raise TransportError(f"watermarks of {topic}[{partition}]: timed out")
             return res
@@ -1383,6 +1375,18 @@ class KafkaTransport(Transport):
         tmd = md.topics.get(tp.topic)
         return tmd is not None and tmd.error is None and tp.partition in tmd.partitions
 
+    def _ask(self, read_committed: bool, call: Callable[[Any], _T]) -> _T:
+        """``call`` with a look-up consumer. One that lost its handle of a restarting broker
+        (_DESTROY_BROKER) is dropped, so the caller's retry asks through a new one and the
+        outage is ridden through."""
+        try:
+            return call(self._query_consumer(read_committed))
+        except _KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is not None and err.code() == _KafkaError._DESTROY_BROKER:
+                self._forget_query_consumers()
+            raise
+
     def _forget_query_consumers(self) -> None:
         with self._lock:
             query, self._query = self._query, {}
@@ -1397,11 +1401,11 @@ class KafkaTransport(Transport):
         # The end first: a record appended after the look-up below gets an offset
         # >= this one, so returning it when nothing matched skips nothing.
         high = self.watermarks(tp, read_committed=True)[1]
-        qc = self._query_consumer(True)
         # Negative timestamps are ListOffsets' "latest"/"earliest" sentinels.
         ck = _CkTopicPartition(topic, partition, max(int(timestamp), 0))
         res = self._retrying(f"offset for timestamp {timestamp} in {topic}[{partition}]",
-                             lambda t: qc.offsets_for_times([ck], timeout=t))
+                             lambda t: self._ask(True, lambda qc: qc.offsets_for_times(
+                                 [ck], timeout=t)))
         found = res[0]
         if found.error is not None:
             raise _map_error(found.error,
