@@ -33,10 +33,15 @@ def _task_name(task_id: int) -> str:
 
 
 def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | None],
-           job_id: str = "1") -> str:
-    """The properties file of ``checkpoints`` (task id -> its last checkpoint or None)."""
+           job_id: str = "1", *, kept: Mapping[int, Checkpoint | None] | None = None,
+           store: str | None = None) -> str:
+    """The properties file of ``checkpoints`` (task id -> its last change-log checkpoint
+    or None). ``kept``: the source tasks' positions from the job's checkpoint store
+    (``store`` names it), which is where those tasks start, shown instead."""
     lines = [f"# job {plan.name} (job id {job_id}) on {system}; edit the offsets of the "
              f"source partitions, then: eos checkpoint write {plan.name} FILE"]
+    if store is not None:
+        lines.append(f"# the source positions are the job's {store} (at-least-once)")
     for task in plan.tasks:
         stage = plan.stages[task.stage]
         cp = checkpoints.get(task.task_id)
@@ -45,6 +50,8 @@ def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | No
                 "no checkpoint yet" if cp is None else "")
         lines.append(f"# {_task_name(task.task_id)} (stage {stage.index}, reads "
                      f"{stage.input_topic}){': ' + what if what else ''}")
+        if kept is not None and task.task_id in kept:
+            cp = kept[task.task_id]
         for p in task.partitions:
             offset = cp.offsets.get((stage.input_topic, p)) if cp is not None else None
             key = (f"tasknames.{_task_name(task.task_id)}.systems.{system}.streams."
@@ -120,7 +127,12 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
     control topic (what the tool needs: topics, task ids, which partitions each task
     reads, as ``plan.plan_job`` assigns them: partition p to the stage's task p mod n).
     Steps, formats and resolvers are not known here: the tool does not run the job."""
-    from .runtime.control import layout_guarantee, layout_job_id, layout_stages
+    from .runtime.control import (
+        layout_checkpoints,
+        layout_guarantee,
+        layout_job_id,
+        layout_stages,
+    )
 
     stages = []
     tasks = []
@@ -140,4 +152,5 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
         raise ConfigError(f"job {job!r}: its control topic holds no layout to read")
     tasks.sort(key=lambda t: t.task_id)
     return JobPlan(job, layout_guarantee(layout) or "exactly-once", 0.0, 0, tuple(stages),
-                   tuple(tasks), f"{job}.changelog", job_id=layout_job_id(layout))
+                   tuple(tasks), f"{job}.changelog", checkpoints=layout_checkpoints(layout),
+                   job_id=layout_job_id(layout))

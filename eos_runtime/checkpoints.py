@@ -194,6 +194,9 @@ class TopicCheckpoints(CheckpointManager):
                               f"job has {self.tasks} tasks: it belongs to another layout")
         super().start()
 
+    def describe(self) -> str:
+        return f"checkpoint topic {self.topic}"
+
     def register(self, task: int) -> None:
         if type(task) is int and task >= self.tasks:
             raise ConfigError(f"task {task}: the job has tasks 0..{self.tasks - 1}")
@@ -220,6 +223,9 @@ class FileSystemCheckpoints(CheckpointManager):
     def __init__(self, directory: str | os.PathLike[str], job: str, job_id: str = "1") -> None:
         super().__init__()
         self.directory = Path(directory) / job / job_id
+
+    def describe(self) -> str:
+        return f"file-system checkpoints in {self.directory}"
 
     def _path(self, task: int) -> Path:
         return self.directory / f"task-{task}.json"

@@ -254,16 +254,22 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
             click.echo(f"warning: {caution}", err=True)
         deleted = reset.carry_out(transport, plan)
     gone = ", ".join(deleted) or "no topics"
-    state = f" and state directory {str(plan.state_dir)!r}" if plan.state_dir else ""
-    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{state}; its next run "
+    dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
+    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}; its next run "
                f"starts from scratch")
+
+
+def _reset_dirs(plan: Any) -> list[tuple[str, Any]]:
+    """The directories a reset deletes, each with what it is."""
+    return [(what, d) for what, d in (("state directory", plan.state_dir),
+                                      ("checkpoint directory", plan.checkpoint_files))
+            if d is not None]
 
 
 def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
     parts = [f"topic{'s' * (len(plan.topics) != 1)} {', '.join(plan.topics)}"
              if plan.topics else "no topics"]
-    if plan.state_dir is not None:
-        parts.append(f"state directory {str(plan.state_dir)!r}")
+    parts += [f"{what} {str(d)!r}" for what, d in _reset_dirs(plan)]
     kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
         " (the source and sink topics are kept)")
     return f"{' and '.join(parts)} on {_where(opts)}{kept}"

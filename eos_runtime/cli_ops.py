@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -49,7 +50,12 @@ def checkpoint_group() -> None:
 @checkpoint_group.command("show")
 @click.argument("job")
 @transport_options
-def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | None) -> None:
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Where the job's tasks kept their state (as given to eos run): an "
+                   "at-least-once job with --checkpoints filesystem keeps its positions "
+                   "there. Default: <data dir>/state; .eos/state on Kafka.")
+def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | None,
+                    state_dir: str | None) -> None:
     """Print the latest checkpoint of every task of JOB as a properties file (Samza's
     checkpoint tool): one editable line per source partition; versions, generations and
     the positions of internal channels as comments. Edit an offset, then `eos checkpoint
@@ -57,10 +63,12 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     from .checkpoint_tool import render
     from .checkpoints import ChangeLogCheckpoints
     from .runtime.control import ControlLog
+    from .runtime.source import position_store
     from .startpoints import list_startpoints
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
+    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with _reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
         # A running job's positions move with every commit: a file shown now would be
@@ -73,7 +81,19 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
         for task in plan.tasks:
             manager.register(task.task_id)
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
-        text = render(plan, t.name, checkpoints, plan.job_id)
+        # An at-least-once job's sources start from its checkpoint store when it has one
+        # (runtime/source.py): those positions, with the change log's version details.
+        store = (position_store(t, plan, str(Path(root).absolute()))
+                 if plan.checkpoints != "changelog" else None)
+        kept = {}
+        if store is not None:
+            for task in plan.tasks:
+                if plan.stages[task.stage].is_source:
+                    store.register(task.task_id)
+                    kept[task.task_id] = store.read_last_checkpoint(task.task_id)
+            store.stop()
+        text = render(plan, t.name, checkpoints, plan.job_id, kept=kept,
+                      store=None if store is None else store.describe())
         pending = list_startpoints(job, transport=t)
     notes = []
     for key, sp in sorted(pending.items()):

@@ -9,7 +9,11 @@ deletes only what the job made:
 * its channels, ``<job>.shuffle-N``: a fresh job would otherwise read the old run's
   records in them again;
 * its local state directory ``<state dir>/<job>/`` (RocksDB stores, buffers, pid and
-  progress files), and only if everything in it is a task's.
+  progress files), and only if everything in it is a task's;
+* an at-least-once job's source positions kept outside the change log (its last run's
+  layout says where): the checkpoint topic ``__eos_checkpoint_<job>_<job id>``, or the
+  files ``<state dir>/checkpoints/<job>/<job id>/task-N.json``. Kept, they would be where
+  the "fresh" run's sources start.
 
 It keeps the source and sink topics, the dead letters (output, like the sink), and
 every other job's topics. It keeps the local log's fences too (``<data dir>/fences/
@@ -31,10 +35,18 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoints import checkpoint_topic
 from .errors import ConfigError, TopicNotFound
 from .protocol.runs import run_end
 from .runtime.changelog import last_commit
-from .runtime.control import ControlLog, control_topic, heartbeat_topic, layout_stages
+from .runtime.control import (
+    ControlLog,
+    control_topic,
+    heartbeat_topic,
+    layout_checkpoints,
+    layout_job_id,
+    layout_stages,
+)
 from .transport import TopicPartition, Transport
 
 __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_run"]
@@ -42,6 +54,8 @@ __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_
 #: What a job's tasks leave in ``<state dir>/<job>/`` (runtime/task.py, runtime/progress.py).
 _TASK_ENTRY = re.compile(r"^(task-\d+(\.pid|\.progress|\.progress\.\d+\.tmp|\.attempt-\d+-\d+)?"
                          r"|buffer-\d+(-.*)?)$")
+#: What ``FileSystemCheckpoints`` writes in its directory (checkpoints.py).
+_CHECKPOINT_FILE = re.compile(r"^task-\d+\.json(\.tmp)?$")
 
 
 @dataclass
@@ -51,6 +65,7 @@ class ResetPlan:
     kept: list[str] = field(default_factory=list)         # the job's other topics, kept
     state_dir: Path | None = None                          # to delete, None: there is none
     runs: int = 0
+    checkpoint_files: Path | None = None                   # file-system positions, to delete
 
 
 def _own(job: str, topic: str) -> bool:
@@ -68,23 +83,36 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
     # outside the job's own names is not trusted with a deletion.
     wanted += [s.output_topic for s in stages[:-1] if _own(job, s.output_topic)]
     wanted += sorted(t for t in existing if re.fullmatch(re.escape(job) + r"\.shuffle-\d+", t))
+    layout = runs[-1].start.layout if runs else ()
+    store, job_id = layout_checkpoints(layout), layout_job_id(layout)
+    if store == "kafka":
+        wanted.append(checkpoint_topic(job, job_id))
     topics = [t for t in dict.fromkeys(wanted) if t in existing]
     kept = [t for t in sorted(existing) if _own(job, t) and t not in topics]
     state = Path(state_root).absolute() / job
-    plan = ResetPlan(job, topics, kept, state if state.is_dir() else None, len(runs))
-    if plan.state_dir is not None:
-        foreign = sorted(p.name for p in plan.state_dir.iterdir()
-                         if not _TASK_ENTRY.match(p.name))
-        if foreign:
-            raise ConfigError(f"state directory {str(plan.state_dir)!r} holds "
-                              f"{', '.join(repr(f) for f in foreign[:5])}, which no task of job "
-                              f"{job!r} made: reset deletes only what the job made; move it "
-                              f"away (or give the right --state-dir)")
-    if not plan.topics and plan.state_dir is None:
+    files = Path(state_root).absolute() / "checkpoints" / job / job_id
+    plan = ResetPlan(job, topics, kept, state if state.is_dir() else None, len(runs),
+                     files if store == "filesystem" and files.is_dir() else None)
+    _only_made_by_the_job(job, plan.state_dir, _TASK_ENTRY, "state directory")
+    _only_made_by_the_job(job, plan.checkpoint_files, _CHECKPOINT_FILE, "checkpoint directory")
+    if not plan.topics and plan.state_dir is None and plan.checkpoint_files is None:
         raise ConfigError(f"job {job!r} has nothing to reset: no change log, control topic, "
                           f"channels or state directory {str(state)!r} (is --state-dir the "
                           f"one its runs used?)")
     return plan
+
+
+def _only_made_by_the_job(job: str, directory: Path | None, made: re.Pattern[str],
+                          what: str) -> None:
+    """``ConfigError`` when ``directory`` holds an entry the job's tasks do not make."""
+    if directory is None:
+        return
+    foreign = sorted(p.name for p in directory.iterdir() if not made.match(p.name))
+    if foreign:
+        raise ConfigError(f"{what} {str(directory)!r} holds "
+                          f"{', '.join(repr(f) for f in foreign[:5])}, which no task of job "
+                          f"{job!r} made: reset deletes only what the job made; move it "
+                          f"away (or give the right --state-dir)")
 
 
 def running_tasks(state_dir: Path | None) -> list[str]:
@@ -131,4 +159,6 @@ def carry_out(transport: Transport, plan: ResetPlan) -> list[str]:
     deleted."""
     if plan.state_dir is not None:
         shutil.rmtree(plan.state_dir)
+    if plan.checkpoint_files is not None:
+        shutil.rmtree(plan.checkpoint_files)
     return transport.delete_topics(plan.topics)

@@ -105,6 +105,39 @@ def test_no_fallback_is_a_choice_of_its_own():
     assert Pipeline("x").source("in", offset_default="none").__class__.__name__ == "Stream"
 
 
+@pytest.mark.parametrize("default", ["oldest", "upcoming", "none"])
+def test_reset_offset_on_a_partition_without_a_checkpoint_is_its_default(default):
+    """Nothing to ignore: a reset of a first run (or of a partition never committed)
+    starts where offset_default says, and is not reported as a reset."""
+    from eos_runtime.protocol.positions import NoFallback, Start, choose_start
+
+    if default == "none":
+        with pytest.raises(NoFallback) as info:
+            choose_start(checkpoint=None, checkpoint_run=None, run=0, reset=True,
+                         default=default)
+        assert info.value.reset is False
+        return
+    for run in (0, 3):
+        assert choose_start(checkpoint=None, checkpoint_run=None, run=run, reset=True,
+                            default=default) == Start(default, None, "default")
+
+
+def test_a_first_run_with_reset_offset_reads_from_its_default(tmp_path):
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    values = [f"r{i}".encode() for i in range(50)]
+    with open_transport(**opts) as t:
+        produce(t, f"in-{tag}", values)
+    state = str(tmp_path / "state")
+    run_pipeline(passthrough(f"up-{tag}", f"in-{tag}", f"up-out-{tag}", reset_offset=True,
+                             offset_default="upcoming"), state_dir=state, **opts)
+    assert output(opts, f"up-out-{tag}", f"up-{tag}") == Counter()
+    run_pipeline(passthrough(f"old-{tag}", f"in-{tag}", f"old-out-{tag}", reset_offset=True),
+                 state_dir=state, **opts)
+    assert output(opts, f"old-out-{tag}", f"old-{tag}") == Counter(
+        v.decode().upper() for v in values)
+
+
 def no_fallback_re(source: str, partition: int, job: str, reset: bool = False) -> str:
     what = ("its checkpoint is ignored \\(reset_offset\\) and it has no Startpoint" if reset
             else "it has no checkpoint and no Startpoint")

@@ -102,3 +102,57 @@ def test_offset_default_none_refuses_a_partition_without_checkpoint_or_startpoin
         "is 'none' (no fallback): give the source offset_default='oldest' or 'upcoming' (eos "
         "run --offset-default oldest|upcoming), or the partition a Startpoint (eos startpoint "
         "set wordcount lines 0 --oldest)")
+
+
+def test_a_reset_forgets_the_positions_of_the_checkpoint_topic_and_the_files(tmp_path):
+    # An at-least-once job that keeps its positions outside the change log: a reset must
+    # delete them too, or its "start from scratch" run resumes where the old job stood.
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    for store, name in (("filesystem", "wcf"), ("kafka", "wck")):
+        run = ("run", WORDCOUNT, "--name", name, "--sink", f"counts-{name}", "--guarantee",
+               "at-least-once", "--checkpoints", store, "--json", *d)
+        assert summary(ok(*run))["stages"][0]["processed"] == 40
+        done = ok("reset", name, "--yes", *d).stdout
+        where = (f"__eos_checkpoint_{name}_1" if store == "kafka"
+                 else str(data / "state" / "checkpoints" / name / "1"))
+        assert where in done, done
+        assert summary(ok(*run))["stages"][0]["processed"] == 40, store
+    from eos_runtime.transport import open_transport
+
+    with open_transport(data_dir=str(data)) as t:   # made again by the second run
+        assert "__eos_checkpoint_wck_1" in t.list_topics()
+
+
+def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_path):
+    from eos_runtime.checkpoints import Checkpoint, TopicCheckpoints
+    from eos_runtime.transport import open_transport
+
+    data = tmp_path / "data"
+    d = ("--data-dir", str(data))
+    ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    key = "tasknames.task-0.systems.local.streams.lines.partitions.0"
+    # The stores are where the sources start: moved behind the change log's commit, the
+    # tool must show the store's position, not the commit's.
+    ok("run", WORDCOUNT, "--name", "wcf", "--sink", "counts-f", "--guarantee",
+       "at-least-once", "--checkpoints", "filesystem", *d)
+    (data / "state" / "checkpoints" / "wcf" / "1" / "task-0.json").write_text(
+        json.dumps({"offsets": [["lines", 0, 7]]}))
+    shown = ok("checkpoint", "show", "wcf", *d).stdout
+    assert f"\n{key}=7\n" in shown, shown
+    assert "file-system checkpoints in " in shown
+    elsewhere = tmp_path / "elsewhere"
+    assert f"\n{key}=\n" in ok("checkpoint", "show", "wcf", *d, "--state-dir",
+                               str(elsewhere)).stdout   # no files there: no position
+
+    ok("run", WORDCOUNT, "--name", "wck", "--sink", "counts-k", "--guarantee",
+       "at-least-once", "--checkpoints", "kafka", "--job-id", "3", *d)
+    with open_transport(data_dir=str(data)) as t:
+        store = TopicCheckpoints(t, "wck", 4, "3")
+        store.start()
+        store.register(0)
+        store.write_checkpoint(0, Checkpoint({("lines", 0): 5}))
+    shown = ok("checkpoint", "show", "wck", *d).stdout
+    assert f"\n{key}=5\n" in shown, shown
+    assert "checkpoint topic __eos_checkpoint_wck_3" in shown

@@ -43,8 +43,8 @@ from ..transport import Record, TopicPartition, TopicSpec, Transport
 
 __all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
            "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
-           "layout_job_id",
-           "jobs_with_sink", "layout_guarantee", "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
+           "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
+           "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,15 @@ def layout_job_id(layout: tuple[str, ...]) -> str:
         if line.startswith("job id "):
             return line[len("job id "):]
     return "1"
+
+
+def layout_checkpoints(layout: tuple[str, ...]) -> str:
+    """Where a layout from ``job_layout`` keeps its source positions ("changelog" when it
+    names no other store)."""
+    for line in layout:
+        if line.startswith("checkpoints "):
+            return line[len("checkpoints "):]
+    return "changelog"
 
 
 def layout_guarantee(layout: tuple[str, ...]) -> str | None:
