@@ -122,8 +122,9 @@ def test_reset_offset_on_a_partition_without_a_checkpoint_is_its_default(default
                             default=default) == Start(default, None, "default")
 
 
-def test_a_first_run_with_reset_offset_reads_from_its_default(tmp_path):
-    opts = {"data_dir": str(tmp_path / "data")}
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_first_run_with_reset_offset_reads_from_its_default(kind, tmp_path, request):
+    opts = opts_for(kind, tmp_path, request)
     tag = uuid.uuid4().hex[:6]
     values = [f"r{i}".encode() for i in range(50)]
     with open_transport(**opts) as t:
