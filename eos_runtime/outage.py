@@ -15,6 +15,12 @@ Rules:
         never reaching past the end of the budget (so a last try lands at the budget).
     O3  A failure ``budget`` seconds or more after its outage began gives up.
     O4  Budget 0: the first failure gives up (riding through is off).
+    O5  A task restarted in place is back once it commits a checkpoint, not before: its
+        recovery reaching the log proves reads (and a new generation), not that commits
+        go through. A broker half shut down may serve the one and refuse the other; a
+        failure before that first commit continues the outage, so the task gives up
+        within its budget instead of restarting for ever. A healthy task commits every
+        commit interval, idle or not (its source's timer).
 
 Which errors are transient is the transport's to say (Kafka: ``transport/kafka.py``,
 ``_transient``), carried as ``TransportError.transient``; ``is_transient`` reads it.
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 from .errors import TransportError
 
 __all__ = ["DEFAULT_BUDGET", "FIRST_DELAY", "MAX_DELAY", "OutageClock", "Verdict",
-           "check_budget", "gone_too_long", "is_transient", "verdict"]
+           "check_budget", "gone_too_long", "is_transient", "task_failed", "verdict"]
 
 #: Seconds a run rides through an outage unless told otherwise (``--outage-budget``).
 DEFAULT_BUDGET = 60.0
@@ -97,6 +103,14 @@ class OutageClock:
     def down_for(self) -> float:
         """Seconds since the current outage began; 0 when there is none."""
         return 0.0 if self.began is None else max(self._now() - self.began, 0.0)
+
+
+def task_failed(clock: OutageClock, committed: bool) -> Verdict:
+    """O5: a transient failure of a task that restarts in place; ``committed``: whether
+    the failed incarnation committed a checkpoint (only then did its outage end)."""
+    if committed:
+        clock.ok()
+    return clock.failed()
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -1,4 +1,4 @@
-"""The outage clock (eos_runtime/outage.py, rules O1-O4) and the Kafka transport's one
+"""The outage clock (eos_runtime/outage.py, rules O1-O5) and the Kafka transport's one
 classification of transient errors. No broker, no sleeping: time is injected."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from eos_runtime.outage import (
     check_budget,
     gone_too_long,
     is_transient,
+    task_failed,
     verdict,
 )
 
@@ -105,6 +106,23 @@ def test_without_a_success_the_outage_goes_on_across_failures():
     now.t += 4
     assert not clock.failed().retry
     assert clock.outages == 1
+
+
+def test_o5_a_restarted_task_is_back_only_once_it_commits():
+    now = FakeTime()
+    clock = OutageClock(10, now=now)
+    assert task_failed(clock, committed=False).retry      # the outage begins
+    for _ in range(3):                                     # restarts that recover, then fail
+        now.t += 3
+        v = task_failed(clock, committed=False)
+        assert v.retry
+    assert v.down_for == pytest.approx(9)                  # one outage all along
+    now.t += 1
+    assert not task_failed(clock, committed=False).retry
+    assert clock.outages == 1
+    # An incarnation that committed ended the outage: its failure opens a new one.
+    v = task_failed(clock, committed=True)
+    assert v.retry and v.down_for == 0 and clock.outages == 2
 
 
 def test_o4_budget_zero_gives_up_at_the_first_failure():

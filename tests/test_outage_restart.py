@@ -77,3 +77,26 @@ def test_a_permanent_error_is_not_ridden_through(job, monkeypatch):
     with pytest.raises(TransportError, match="a permanent failure"):
         task_module.run_task(_config(job, 0, outage_budget=60.0), attempt=0)
     assert opened["n"] == 1
+
+
+def test_a_log_that_serves_reads_but_refuses_every_commit_fails_the_task_within_budget(
+        job, monkeypatch):
+    # Each restart recovers (reads, a new generation), then its first checkpoint fails:
+    # recovery is no proof that the outage ended, or the task restarts for ever (a half
+    # shut-down broker kept a run going, neither ending nor failing, for 13 minutes).
+    job.feed_source(0, *[f"v{i}" for i in range(40)])
+    refused = {"n": 0}
+
+    def refuse_every_commit(self, version, inputs, fences=()):
+        refused["n"] += 1
+        if refused["n"] > 50:
+            raise RuntimeError("still restarting after 50 refused commits: the budget of 1 s "
+                               "never ran out")
+        raise BrokerUnavailable("injected: the broker refused the commit")
+
+    monkeypatch.setattr(Committer, "checkpoint", refuse_every_commit)
+    with pytest.raises(OutageBudgetExceeded) as info:
+        task_module.run_task(_config(job, 0, outage_budget=1.0), attempt=0)
+    assert "longer than the outage budget of 1 s" in str(info.value)
+    assert "injected: the broker refused the commit" in str(info.value)
+    assert 2 <= refused["n"] <= 10, refused

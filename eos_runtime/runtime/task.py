@@ -29,7 +29,7 @@ import cloudpickle
 from .. import faults
 from ..api import Sink
 from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
-from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient
+from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.runs import finished_run, run_end
@@ -152,9 +152,8 @@ def _ride_through(config: TaskConfig, attempt: int) -> TaskStats:
         except TransportError as exc:
             if not is_transient(exc):
                 raise
-            if task is not None and task.recovered:
-                clock.ok()   # this start reached the log: the failure opens a new outage
-            verdict = clock.failed()
+            verdict = task_failed(clock, committed=task is not None
+                                  and task.stats.checkpoints > 0)
             if not verdict.retry:
                 servers = config.transport.get("bootstrap_servers")
                 where = f"Kafka at {servers}" if servers else "the log"
@@ -198,7 +197,6 @@ class _Task:
                                   lag=_lag_of(config, attempt))
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
-        self.recovered = False            # recovery reached the log (the outage clock's news)
         # The driver's live view reads this (runner.PipelineRun.progress).
         self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
         self.committer.on_generation = self.progress.write   # each generation, when it starts
@@ -228,7 +226,6 @@ class _Task:
     def _run(self) -> None:
         ControlLog(self.t, self.plan.name).refuse_if_superseded(self.c.run, self.id)
         recovered = self.committer.recover()
-        self.recovered = True
         try:
             finished = finished_run(recovered.version, self.c.run)
         except ValueError as exc:
