@@ -272,11 +272,9 @@ class _Task:
         self.committer.end_run(src.inputs())
 
     def _send_output(self) -> None:
-        """Output of the open version goes out as it is made, not only at checkpoints:
-        downstream may read it before the marker (what makes restores necessary). Each
-        channel's output of a poll batch goes out as one data batch (or a few)."""
-        if self.channels is not None:
-            self.channels.send()
+        """What a poll batch made goes out (``Committer.send_output`` says which); each
+        channel's output of a batch as one data batch (or a few)."""
+        self.committer.send_output()
 
     # ------------------------------------------------------------------ channels
 
