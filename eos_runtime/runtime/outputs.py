@@ -64,6 +64,10 @@ def partition_for(key_bytes: bytes | None, partitions: int, fallback: int) -> in
     return zlib.crc32(key_bytes) % partitions
 
 
+#: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
+#: hot keys stay, a key space of millions costs a dict insert per record.
+_KEY_PARTITIONS_KEPT = 1 << 16
+
 #: A channel's pending batch is sent once it holds this many messages or bytes of keys and
 #: values, whichever comes first (far below Kafka's default 1 MB record limit).
 BATCH_MESSAGES = 4096
@@ -188,6 +192,7 @@ class SinkWriter:
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
         self._rr = 0
+        self._by_key: dict[bytes, int] = {}   # sink key -> its partition, bounded
         # Where the values and keys come from, for the error a value the format cannot
         # encode raises ("returned by map(count)"); set by the record path.
         self.value_origin: str | None = None
@@ -204,7 +209,13 @@ class SinkWriter:
         pending = self._pending
         # A sink key goes where Kafka's default partitioner (every Java client) puts it, so
         # other clients co-partition with the job's output; keyless output by its stream key.
-        fixed = kafka_partition(k, self.partitions) if k is not None else None
+        fixed = None
+        if k is not None:
+            fixed = self._by_key.get(k)
+            if fixed is None:   # murmur2 in Python once per distinct key, not per record
+                if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
+                    self._by_key.clear()
+                fixed = self._by_key[k] = kafka_partition(k, self.partitions)
         for v in encoded:
             self._rr += 1
             p = fixed if fixed is not None else partition_for(key_bytes, self.partitions,
