@@ -171,7 +171,9 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                "platform": platform.platform()}
 
     def result(bootstrap: str, complete: bool) -> dict[str, Any]:
-        return {
+        from .bench.targets import judge
+
+        out = {
             "benchmark": "eos bench", "command": _command(), "started": started,
             "complete": complete, "machine": machine,
             "settings": {"measures": chosen_m, "workloads": chosen_w, "systems": chosen_s,
@@ -184,6 +186,8 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
             "latency": more.summarize_latency(runs), "recovery": more.summarize_recovery(runs),
             "memory": more.summarize_memory(runs),
             "checkpoints": more.summarize_checkpoints(runs), "runs": runs}
+        out["targets"] = judge(out)
+        return out
 
     with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()

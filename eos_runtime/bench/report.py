@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import more_measures as more
+from . import targets
 
 __all__ = ["summarize", "RATIOS", "write_report"]
 
@@ -121,6 +122,8 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"![throughput]({plot_name})", ""]
     if not result["summary"]:
         lines = lines[:6]   # nothing measured for throughput: no such section
+    if result.get("targets"):
+        lines += targets.markdown_section(result["targets"])
     for workload, w in result["summary"].items():
         unit = w["unit"]
         lines += [f"## {workload}", "",
