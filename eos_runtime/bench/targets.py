@@ -32,9 +32,10 @@ def _ratio(result: dict[str, Any], num: str, den: str) -> tuple[float | None, st
             if r["ratio"] is None:
                 return None, r["why_none"]
             if "paired_median" in r:
+                n = len(r["per_round"])
                 return r["paired_median"], (f"{r['paired_median']:.2f} per round (range "
                                             f"{r['paired_min']:.2f} – {r['paired_max']:.2f}, "
-                                            f"{len(r['per_round'])} rounds)")
+                                            f"{n} round{'s' * (n != 1)})")
             return r["ratio"], f"{r['ratio']:.2f} (ratio of medians)"
     return None, f"{num} or {den} not in the run"
 
