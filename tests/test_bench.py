@@ -114,7 +114,7 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
         {(w, s) for w in ("wordcount", "pageviews", "passthrough") for s in ran
          if f"{s} on {w}" not in result["skipped"]}
     for r in result["runs"]:
-        assert r["verified"], r
+        assert r["verified"], (r["system"], r["workload"], r.get("error"), r)
         assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
     for w in result["summary"].values():
         assert all(st["status"] == "ok" for st in w["systems"].values())
