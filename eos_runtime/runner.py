@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -535,30 +537,46 @@ def watch_run(run: PipelineRun, *,
     asks the run to stop gracefully (``on_interrupt("stop")``, at once); a second cancels
     it (``on_interrupt("cancel")``, at once), waits until its tasks are gone and raises
     ``KeyboardInterrupt``."""
+    # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
+    # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
+    # the run failed ("Answer from Java side is empty") instead of stopping.
+    presses = [0]
+    own = threading.current_thread() is threading.main_thread()
+    previous = (signal.signal(signal.SIGINT, lambda *_: presses.__setitem__(0, presses[0] + 1))
+                if own else None)
+
+    def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
+        nonlocal own
+        if own:
+            own = False
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
     try:
-        interrupted = False
+        taken = 0
         while True:
-            try:
-                if run.wait(progress_interval):
-                    break
-                progress = run.progress()
-                if on_progress is not None:
-                    on_progress(progress)
-            except KeyboardInterrupt:
-                if interrupted:
+            if presses[0] > taken:
+                taken = presses[0]
+                if taken > 1:
                     if on_interrupt is not None:
                         on_interrupt("cancel")
-                    raise
-                interrupted = True
+                    raise KeyboardInterrupt
                 run.stop("interrupted (Ctrl-C)")
                 if on_interrupt is not None:
                     on_interrupt("stop")
+                continue   # a second press may have come meanwhile
+            if run.wait(progress_interval):
+                break
+            progress = run.progress()
+            if on_progress is not None:
+                on_progress(progress)
         return run.summary()
     except BaseException:
+        give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
         run.cancel()
         run.wait()
         raise
     finally:
+        give_back()
         run.close()
 
 
