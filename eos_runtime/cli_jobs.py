@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -24,6 +23,7 @@ from .cli_pipeline import (
     _check_writable,
     _n,
     _reading_local_log,
+    _state_root,
     _where,
     json_option,
     resolve_transport,
@@ -225,9 +225,8 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
 
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
-    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with open_transport(**opts) as transport:
-        plan = reset.plan_reset(transport, job, root)
+        plan = reset.plan_reset(transport, job, _state_root(opts, state_dir))
         # A run on other machines holds no store lock here, but it holds the job's lease.
         ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)

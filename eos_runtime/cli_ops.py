@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +19,7 @@ from .cli_pipeline import (
     _check_writable,
     _n,
     _reading_local_log,
+    _state_root,
     _where,
     json_option,
     resolve_transport,
@@ -68,7 +68,6 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with _reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
         # A running job's positions move with every commit: a file shown now would be
@@ -83,7 +82,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
         # An at-least-once job's sources start from its checkpoint store when it has one
         # (runtime/source.py): those positions, with the change log's version details.
-        store = (position_store(t, plan, str(Path(root).absolute()))
+        store = (position_store(t, plan, _state_root(opts, state_dir))
                  if plan.checkpoints != "changelog" else None)
         kept = {}
         if store is not None:

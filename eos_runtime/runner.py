@@ -536,10 +536,9 @@ def watch_run(run: PipelineRun, *,
     # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
     # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
     # the run failed ("Answer from Java side is empty") instead of stopping.
-    presses = [0]
+    presses: list[None] = []   # one entry per Ctrl-C
     own = threading.current_thread() is threading.main_thread()
-    previous = (signal.signal(signal.SIGINT, lambda *_: presses.__setitem__(0, presses[0] + 1))
-                if own else None)
+    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(None)) if own else None
 
     def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
         nonlocal own
@@ -550,8 +549,8 @@ def watch_run(run: PipelineRun, *,
     try:
         taken = 0
         while True:
-            if presses[0] > taken:
-                taken = presses[0]
+            if len(presses) > taken:
+                taken = len(presses)
                 if taken > 1:
                     if on_interrupt is not None:
                         on_interrupt("cancel")
