@@ -23,7 +23,6 @@ from .cli_pipeline import (
     _check_writable,
     _n,
     _reading_local_log,
-    _state_root,
     _where,
     json_option,
     resolve_transport,
@@ -220,13 +219,14 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     task of the job runs on this machine.
     """
     from . import reset
+    from .runner import state_root
     from .runtime.control import ControlLog
     from .transport import open_transport
 
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
     with open_transport(**opts) as transport:
-        plan = reset.plan_reset(transport, job, _state_root(opts, state_dir))
+        plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
         # A run on other machines holds no store lock here, but it holds the job's lease.
         ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)

@@ -19,7 +19,6 @@ from .cli_pipeline import (
     _check_writable,
     _n,
     _reading_local_log,
-    _state_root,
     _where,
     json_option,
     resolve_transport,
@@ -62,6 +61,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     write JOB FILE`. Refused while a run holds the job."""
     from .checkpoint_tool import render
     from .checkpoints import ChangeLogCheckpoints
+    from .runner import state_root
     from .runtime.control import ControlLog
     from .runtime.source import position_store
     from .startpoints import list_startpoints
@@ -82,7 +82,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
         # An at-least-once job's sources start from its checkpoint store when it has one
         # (runtime/source.py): those positions, with the change log's version details.
-        store = (position_store(t, plan, _state_root(opts, state_dir))
+        store = (position_store(t, plan, state_root(opts.get("data_dir"), state_dir))
                  if plan.checkpoints != "changelog" else None)
         kept = {}
         if store is not None:

@@ -740,12 +740,6 @@ def _absolute(opts: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def _state_root(opts: dict[str, Any], state_dir: str | None) -> str:
-    """The tasks' state directory as ``eos run`` picks it: ``--state-dir``, else
-    ``<data dir>/state`` (``.eos/state`` on Kafka); absolute."""
-    return str(Path(state_dir or Path(opts.get("data_dir", ".eos")) / "state").absolute())
-
-
 # --------------------------------------------------------------------------- eos produce
 
 def _read_lines(stream: Any, source: str) -> Iterator[bytes]:

@@ -396,6 +396,12 @@ class PipelineRun:
                           stopped=any(t.get("stopped") for t in tasks))
 
 
+def state_root(data_dir: str | None, state_dir: str | None) -> str:
+    """Where a run's tasks keep their state: ``state_dir``, else ``<data dir>/state``
+    (``.eos/state`` on Kafka, with no data dir); absolute."""
+    return str(Path(state_dir or Path(data_dir or ".eos") / "state").absolute())
+
+
 def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    client_config: Mapping[str, Any] | None = None,
                    data_dir: str | None = None, state_dir: str | None = None,
@@ -441,7 +447,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     else:
         data_dir = data_dir or ".eos/data"
         transport_opts = {"data_dir": str(Path(data_dir).absolute())}
-    state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
+    state_dir = state_root(data_dir, state_dir)
     budget = plan_budget(pipeline.outage_budget if outage_budget is None else outage_budget)
     _check_run_dirs(pipeline, transport_opts, state_dir)
     transport = open_transport(**transport_opts)
