@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -220,14 +219,14 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     task of the job runs on this machine.
     """
     from . import reset
+    from .runner import state_root
     from .runtime.control import ControlLog
     from .transport import open_transport
 
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
-    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with open_transport(**opts) as transport:
-        plan = reset.plan_reset(transport, job, root)
+        plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
         # A run on other machines holds no store lock here, but it holds the job's lease.
         ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)

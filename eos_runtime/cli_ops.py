@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -62,13 +61,13 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     write JOB FILE`. Refused while a run holds the job."""
     from .checkpoint_tool import render
     from .checkpoints import ChangeLogCheckpoints
+    from .runner import state_root
     from .runtime.control import ControlLog
     from .runtime.source import position_store
     from .startpoints import list_startpoints
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    root = state_dir or str(Path(opts.get("data_dir", ".eos")) / "state")
     with _reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
         # A running job's positions move with every commit: a file shown now would be
@@ -83,7 +82,8 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
         # An at-least-once job's sources start from its checkpoint store when it has one
         # (runtime/source.py): those positions, with the change log's version details.
-        store = (position_store(t, plan, str(Path(root).absolute()), create=False)
+        store = (position_store(t, plan, state_root(opts.get("data_dir"), state_dir),
+                                create=False)
                  if plan.checkpoints != "changelog" else None)
         kept = {}
         if store is not None:

@@ -396,6 +396,12 @@ class PipelineRun:
                           stopped=any(t.get("stopped") for t in tasks))
 
 
+def state_root(data_dir: str | None, state_dir: str | None) -> str:
+    """Where a run's tasks keep their state: ``state_dir``, else ``<data dir>/state``
+    (``.eos/state`` on Kafka, with no data dir); absolute."""
+    return str(Path(state_dir or Path(data_dir or ".eos") / "state").absolute())
+
+
 def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    client_config: Mapping[str, Any] | None = None,
                    data_dir: str | None = None, state_dir: str | None = None,
@@ -444,7 +450,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     else:
         data_dir = data_dir or ".eos/data"
         transport_opts = {"data_dir": str(Path(data_dir).absolute())}
-    state_dir = str(Path(state_dir or (Path(data_dir or ".eos") / "state")).absolute())
+    state_dir = state_root(data_dir, state_dir)
     budget = plan_budget(pipeline.outage_budget if outage_budget is None else outage_budget)
     _check_run_dirs(pipeline, transport_opts, state_dir)
     transport = open_transport(**transport_opts)
@@ -540,10 +546,9 @@ def watch_run(run: PipelineRun, *,
     # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
     # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
     # the run failed ("Answer from Java side is empty") instead of stopping.
-    presses = [0]
+    presses: list[None] = []   # one entry per Ctrl-C
     own = threading.current_thread() is threading.main_thread()
-    previous = (signal.signal(signal.SIGINT, lambda *_: presses.__setitem__(0, presses[0] + 1))
-                if own else None)
+    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(None)) if own else None
 
     def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
         nonlocal own
@@ -554,8 +559,8 @@ def watch_run(run: PipelineRun, *,
     try:
         taken = 0
         while True:
-            if presses[0] > taken:
-                taken = presses[0]
+            if len(presses) > taken:
+                taken = len(presses)
                 if taken > 1:
                     if on_interrupt is not None:
                         on_interrupt("cancel")

@@ -90,29 +90,30 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _layout_entry(layout: tuple[str, ...], name: str) -> str | None:
+    """The value of a ``<name> <value>`` line of a layout from ``job_layout`` (None: no
+    such line)."""
+    prefix = f"{name} "
+    for line in layout:
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    return None
+
+
 def layout_job_id(layout: tuple[str, ...]) -> str:
     """The job id a layout from ``job_layout`` records ("1" when it names none)."""
-    for line in layout:
-        if line.startswith("job id "):
-            return line[len("job id "):]
-    return "1"
+    return _layout_entry(layout, "job id") or "1"
 
 
 def layout_checkpoints(layout: tuple[str, ...]) -> str:
     """Where a layout from ``job_layout`` keeps its source positions ("changelog" when it
     names no other store)."""
-    for line in layout:
-        if line.startswith("checkpoints "):
-            return line[len("checkpoints "):]
-    return "changelog"
+    return _layout_entry(layout, "checkpoints") or "changelog"
 
 
 def layout_guarantee(layout: tuple[str, ...]) -> str | None:
     """The processing guarantee a layout from ``job_layout`` records (None: it names none)."""
-    for line in layout:
-        if line.startswith("guarantee "):
-            return line[len("guarantee "):]
-    return None
+    return _layout_entry(layout, "guarantee")
 
 
 @dataclass(frozen=True)
