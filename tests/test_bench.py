@@ -351,15 +351,17 @@ def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_
 
     ok("bench", "--systems", "eos-exactly-once,raw-kafka", "--measures",
        "latency,recovery,memory", "--workloads", "passthrough", "--rate", "100",
-       "--steady-seconds", "3", "--probe-every", "50", "--state-keys", "50", "--rounds", "1",
-       "--commit-interval", "0.5", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
-       "--json", cwd=tmp_path, timeout=600)
+       "--steady-seconds", "3", "--probe-every", "50", "--state-keys", "50",
+       "--rounds", "1,latency=2", "--commit-interval", "0.5", "--bootstrap-servers",
+       kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, timeout=600)
     out = tmp_path / "out"
     result = json.loads((out / "results.json").read_text())
     assert all(r["verified"] for r in result["runs"]), result["runs"]
-    assert {(r["measure"], r["system"]) for r in result["runs"]} == \
-        {(m, s) for m in ("latency", "recovery", "memory")
-         for s in ("eos-exactly-once", "raw-kafka")}
+    assert sorted((r["measure"], r["system"], r["round"]) for r in result["runs"]) == \
+        sorted((m, s, n) for m in ("latency", "recovery", "memory")
+               for s in ("eos-exactly-once", "raw-kafka")
+               for n in {"latency": (1, 2), "recovery": (1,), "memory": (1, 1)}[m])
+    # (memory: a run per state size)
     for row in result["latency"]:
         assert row["status"] == "ok" and row["p99_ms"] >= row["p50_ms"] > 0
     for row in result["recovery"]:
@@ -397,3 +399,20 @@ def test_peers_are_killed_and_restarted_and_their_recovery_is_measured(kafka_boo
     for row in result["recovery"]:
         assert row["status"] == "ok", row
         assert row["killed"].endswith("started again") and row["resumed_ms"] > 0
+
+
+def test_rounds_are_one_number_or_one_per_measure_and_a_bad_one_is_named():
+    from eos_runtime.bench.report import rounds_text
+    from eos_runtime.cli_bench import parse_rounds
+    from eos_runtime.errors import ConfigError
+
+    both = ["throughput", "memory"]
+    assert parse_rounds("4", both) == {"throughput": 4, "memory": 4}
+    assert parse_rounds("5,memory=1", both) == {"throughput": 5, "memory": 1}
+    assert parse_rounds("memory=2", both) == {"throughput": 3, "memory": 2}
+    for bad in ("0", "five", "speed=2", "memory=0", ""):
+        with pytest.raises(ConfigError, match="--rounds"):
+            parse_rounds(bad, both)
+    assert rounds_text(3) == "3 rounds"   # a results.json written before per-measure rounds
+    assert rounds_text({"throughput": 2, "memory": 2}) == "2 rounds"
+    assert rounds_text({"throughput": 5, "memory": 1}) == "rounds: throughput 5, memory 1"

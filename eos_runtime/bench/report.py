@@ -105,6 +105,15 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:,.0f}"
 
 
+def rounds_text(rounds: int | dict[str, int]) -> str:
+    """"3 rounds", or per measure: "rounds: throughput 5, latency 3"."""
+    if isinstance(rounds, int):
+        return f"{rounds} rounds"
+    if len(set(rounds.values())) == 1:
+        return f"{next(iter(rounds.values()))} rounds"
+    return "rounds: " + ", ".join(f"{m} {n}" for m, n in rounds.items())
+
+
 def markdown(result: dict[str, Any], plot_name: str) -> str:
     s = result["settings"]
     lines = [
@@ -112,7 +121,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"`{result['command']}`", "",
         f"{result['started']}; {result['machine']['cpus']} cores, Python "
         f"{result['machine']['python']}; Kafka at {s['bootstrap_servers']}; "
-        f"{s['records']:,} input records per run, {s['rounds']} rounds, "
+        f"{s['records']:,} input records per run, {rounds_text(s['rounds'])}, "
         f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s. "
         + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items()) + ".", "",
         "Throughput: the oracle's results per second, from the first input record's broker "
