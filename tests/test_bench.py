@@ -116,6 +116,7 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
     for r in result["runs"]:
         assert r["verified"], (r["system"], r["workload"], r.get("error"), r)
         assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
+        assert r["cpu_seconds"] >= 0   # its processes' CPU, sampled (tiny here)
     for w in result["summary"].values():
         assert all(st["status"] == "ok" for st in w["systems"].values())
     assert (out / "throughput.png").stat().st_size > 0
@@ -251,6 +252,52 @@ def test_a_process_tree_has_resident_memory():
         assert sampler.close() is not None
     finally:
         child.communicate(b"")
+
+
+def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_too():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from eos_runtime.bench.memory import CpuSampler
+
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc")
+    # A shell (the root) whose child burns 0.4 s of CPU once told to, after its start-up.
+    burn = ("import sys, time; print('up', flush=True); sys.stdin.readline(); "
+            "t = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+            "print('done', flush=True); sys.stdin.readline()")
+    root = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0"; true', burn],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert root.stdout is not None and root.stdin is not None
+        assert root.stdout.readline() == "up\n"
+        sampler = CpuSampler(lambda: [root.pid], every=0.05)
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        assert root.stdout.readline() == "done\n"
+        spent = sampler.close()
+        # its burn, not its interpreter's start-up (before the first sample)
+        assert spent is not None and 0.35 <= spent < 0.7, spent
+    finally:
+        root.communicate("")
+
+
+def test_the_report_gives_each_systems_cpu_per_result():
+    from eos_runtime.bench.report import markdown
+
+    row = {"workload": "wordcount", "unit": "words", "guarantee": "none", "verified": True,
+           "system": "raw-kafka", "results_expected": 1000}
+    runs = [{**row, "round": n, "throughput": 100.0, "cpu_seconds": cpu}
+            for n, cpu in ((1, 0.004), (2, 0.006), (3, 0.005))]
+    summary = summarize(runs, skipped={})
+    assert summary["wordcount"]["systems"]["raw-kafka"]["cpu_us_per_result"] == 5.0
+    result = {"command": "eos bench", "started": "now", "summary": summary, "skipped": {},
+              "machine": {"cpus": 2, "python": "3.11"}, "settings": {
+                  "bootstrap_servers": "b", "records": 10, "rounds": 3, "partitions": 2,
+                  "commit_interval": 1.0}}
+    assert "| raw-kafka | none | 100 | 100 – 100 | 0% | 5.0 | 3/3 |" in \
+        markdown(result, "throughput.png")
 
 
 def test_latency_recovery_and_memory_of_a_wrong_run_are_not_ranked():
