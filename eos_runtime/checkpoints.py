@@ -176,16 +176,23 @@ def checkpoint_topic(job: str, job_id: str = "1") -> str:
 class TopicCheckpoints(CheckpointManager):
     name = "topic"
 
-    def __init__(self, transport: Transport, job: str, tasks: int, job_id: str = "1") -> None:
+    def __init__(self, transport: Transport, job: str, tasks: int, job_id: str = "1", *,
+                 create: bool = True) -> None:
         super().__init__()
         self.t = transport
         self.topic = checkpoint_topic(job, job_id)
         self.tasks = tasks
+        self.create = create       # False: a reader's; a missing topic holds no checkpoint
+        self._missing = False
 
     def start(self) -> None:
         try:
             parts = self.t.describe(self.topic).partitions
         except TopicNotFound:
+            if not self.create:
+                self._missing = True
+                super().start()
+                return
             self.t.create_topics([TopicSpec(self.topic, self.tasks, compacted=True,
                                             keep_forever=True)])
             parts = self.tasks
@@ -210,6 +217,8 @@ class TopicCheckpoints(CheckpointManager):
     def _read(self, task: int) -> Checkpoint | None:
         from .runtime.committed import read_topic
 
+        if self._missing:
+            return None
         last = None
         for r in read_topic(self.t, self.topic):
             if r.partition == task and r.value is not None:

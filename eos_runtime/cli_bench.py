@@ -36,6 +36,26 @@ def _names(text: str, known: list[str], what: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def parse_rounds(text: str, measures: list[str]) -> dict[str, int]:
+    """``--rounds``: a number for every measure, and ``measure=N`` for one (``5,memory=1``;
+    a measure given no number gets 3); rounds of each of ``measures``."""
+    default, given = 3, {}
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, number = part.rpartition("=")
+        try:
+            n = int(number)
+        except ValueError:
+            n = 0
+        if n < 1 or (sep and name.strip() not in MEASURES):
+            raise ConfigError(f"--rounds: {part!r} is not a number of rounds (at least 1) or "
+                              f"measure=N with a measure of {', '.join(MEASURES)}")
+        if sep:
+            given[name.strip()] = n
+        else:
+            default = n
+    return {m: given.get(m, default) for m in measures}
+
+
 @contextlib.contextmanager
 def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
     """The broker to measure on: the one given, else the project's running one, else the
@@ -85,8 +105,10 @@ MEASURES = ["throughput", "latency", "recovery", "memory"]
                    "that is not installed is skipped with the reason. Default: all of them.")
 @click.option("--records", type=click.IntRange(1), default=100_000, show_default=True,
               metavar="N", help="Input records in each run's burst (lines for wordcount).")
-@click.option("--rounds", type=click.IntRange(1), default=3, show_default=True, metavar="N",
-              help="Rounds; each runs every system once, in turn, so drift hits all alike.")
+@click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
+              help="Rounds; each runs every system once, in turn, so drift hits all alike. "
+                   "Per measure too: 5,memory=1 runs 5 rounds of each measure but memory, "
+                   "which gets 1 (a measure given no number gets 3).")
 @click.option("--partitions", type=click.IntRange(1), default=2, show_default=True,
               metavar="N", help="Partitions of every topic; tasks or processes per stage.")
 @click.option("--commit-interval", type=click.FloatRange(min=0.05), default=1.0,
@@ -123,7 +145,7 @@ MEASURES = ["throughput", "latency", "recovery", "memory"]
                    ".eos/bench/<time>.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print results.json on stdout, and nothing else there.")
-def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: int,
+def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
               steady_seconds: float, state_keys: int, seed: int, idle_timeout: float,
               bootstrap_servers: str | None, quix_python: str | None, out: str | None,
@@ -150,6 +172,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     chosen_m = _names(measures, MEASURES, "measures")
     chosen_w = _names(workloads, list(WORKLOADS), "workloads")
     chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
+    rounds_of = parse_rounds(rounds, chosen_m)
     by_name = all_systems(quix_python=_quix_python(quix_python))
     out_dir = _out_dir(out)
 
@@ -171,11 +194,13 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                "platform": platform.platform()}
 
     def result(bootstrap: str, complete: bool) -> dict[str, Any]:
-        return {
+        from .bench.targets import judge
+
+        out = {
             "benchmark": "eos bench", "command": _command(), "started": started,
             "complete": complete, "machine": machine,
             "settings": {"measures": chosen_m, "workloads": chosen_w, "systems": chosen_s,
-                         "records": records, "rounds": rounds, "partitions": partitions,
+                         "records": records, "rounds": rounds_of, "partitions": partitions,
                          "commit_interval": commit_interval, "rate": rate,
                          "probe_every_ms": probe_every, "steady_seconds": steady_seconds,
                          "state_keys": [state_keys, 10 * state_keys] if "memory" in chosen_m
@@ -184,6 +209,8 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
             "latency": more.summarize_latency(runs), "recovery": more.summarize_recovery(runs),
             "memory": more.summarize_memory(runs),
             "checkpoints": more.summarize_checkpoints(runs), "runs": runs}
+        out["targets"] = judge(out)
+        return out
 
     with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()
@@ -213,8 +240,10 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                                  Load(m, memory=True),
                                  {"state_keys": len({v for _, v in got}),
                                   "key_space": aggregate_keys(2 * keys)}))
-        for r in range(rounds):
+        for r in range(max(rounds_of.values())):
             for m, w, inputs, expected, load, extra in plan:
+                if r >= rounds_of[m]:
+                    continue
                 for system in active:
                     why = system.cannot_run(WORKLOADS[w])
                     if why is not None:
@@ -222,7 +251,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                             skipped[f"{system.name} on {w}"] = why
                             say(f"skipping {w} on {system.name}: {why}")
                         continue
-                    say(f"round {r + 1}/{rounds}: {m} of {w} on {system.name} ...")
+                    say(f"round {r + 1}/{rounds_of[m]}: {m} of {w} on {system.name} ...")
                     row = measure(system, WORKLOADS[w], inputs, expected, settings,
                                   round_no=r + 1, tag=tag, say=say, load=load)
                     row.update(extra)

@@ -82,7 +82,8 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
             checkpoints[task.task_id] = manager.read_last_checkpoint(task.task_id)
         # An at-least-once job's sources start from its checkpoint store when it has one
         # (runtime/source.py): those positions, with the change log's version details.
-        store = (position_store(t, plan, state_root(opts.get("data_dir"), state_dir))
+        store = (position_store(t, plan, state_root(opts.get("data_dir"), state_dir),
+                                create=False)
                  if plan.checkpoints != "changelog" else None)
         kept = {}
         if store is not None:

@@ -412,6 +412,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    dead_letters: bool | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                    buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
+                   channel_batch: int | None = None,
                    take_over: bool = False,
                    lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
                    reset_offset: bool | None = None, offset_default: str | None = None,
@@ -430,7 +431,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     the driver and each task ride through a broker outage (default: the pipeline's, 60);
     past it the run fails with ``OutageBudgetExceeded``. ``no_progress_timeout``: seconds
     some task may have no running attempt (a dead or too small cluster) before the run
-    fails with ``JobStalled`` (None or 0: never).
+    fails with ``JobStalled`` (None or 0: never). ``channel_batch``: the most messages a
+    task sends to a channel in one record (a data batch; default 4096, 1: one record per
+    message).
 
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
@@ -484,7 +487,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records,
-                               outage_budget=budget)
+                               outage_budget=budget,
+                               **({"channel_batch": channel_batch} if channel_batch else {}))
         ends = {TopicPartition(plan.stages[0].input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)

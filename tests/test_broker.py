@@ -419,3 +419,13 @@ def test_a_run_dir_is_the_brokers_by_its_marker_or_its_own_server_properties(
     with pytest.raises(BrokerError, match=f"{mine / 'data'}.*not empty"):
         broker_mod.claim_run_dir(mine)
     assert not broker_mod.is_run_dir(mine)
+
+
+def test_waiting_for_a_broker_keeps_one_quiet_log_handler_however_many_clients_it_makes() -> None:
+    import logging
+
+    from eos_runtime.broker.kafka import _admin_client
+
+    for _ in range(3):   # the readiness wait makes a client per try
+        _admin_client("127.0.0.1:1")
+    assert len(logging.getLogger("eos_runtime.broker.librdkafka").handlers) == 1

@@ -46,6 +46,16 @@ INTERMEDIATE = 2
 # end), and each task sees at least six batches: every hit below is reached.
 RECORDS, POLL, COMMIT_EVERY, NO_TIMER = 1200, 100, 200, 3600.0
 
+# ``task.mid_version`` is reached once per poll that read something. A source's polls
+# are of its own input; a channel task's are of the records its producers send, one data
+# batch per channel and poll, which may all be in before its first poll. So where a
+# channel task is to crash there at hit n, its producers send one message per record
+# (``channel_batch=1``): every channel then holds hundreds of records, read at most POLL
+# at a time, and the point is surely reached n times. The same holds for an at-least-once
+# channel task's checkpoints: its commit timer (COMMIT_EVERY messages) is asked once per
+# poll, so it checkpoints at most once per poll.
+SOURCES = (0, 1)
+
 # ``task.aligning`` is reached by a marker after which the task still waits for another
 # producer's. With both sources running, their markers may leapfrog, each completing the
 # alignment the other's began: then the point is reached once in the whole run. So while
@@ -136,6 +146,10 @@ def run_job(name, tmp_path, faults, guarantee="exactly-once", hold_until=None, *
     if hold_until is not None:   # hold source 1 until this task's first attempt died
         aligning.append(hold_until)
     assert all(f["task"] != HOLD["task"] for f in faults) or not aligning
+    if any(f["task"] not in SOURCES and (f["point"] == "task.mid_version" or (
+            guarantee == "at-least-once" and f["point"].startswith("task.checkpoint")))
+           for f in faults):
+        options = {"channel_batch": 1, **options}   # see SOURCES
     state = tmp_path / "state"
     run = start_pipeline(pipeline, guarantee=guarantee, commit_every=COMMIT_EVERY,
                          commit_interval=NO_TIMER, poll_records=POLL, state_dir=str(state),

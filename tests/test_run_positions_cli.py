@@ -156,3 +156,9 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     shown = ok("checkpoint", "show", "wck", *d).stdout
     assert f"\n{key}=5\n" in shown, shown
     assert "checkpoint topic __eos_checkpoint_wck_3" in shown
+    # Only reads: a checkpoint topic that is gone is shown as no positions, not made.
+    with open_transport(data_dir=str(data)) as t:
+        t.delete_topics(["__eos_checkpoint_wck_3"])
+    assert f"\n{key}=\n" in ok("checkpoint", "show", "wck", *d).stdout
+    with open_transport(data_dir=str(data)) as t:
+        assert "__eos_checkpoint_wck_3" not in t.list_topics()

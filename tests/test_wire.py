@@ -15,6 +15,7 @@ from eos_runtime.protocol.wire import (
     ChangeLogCommit,
     ChangeLogData,
     CheckpointData,
+    DataBatch,
     Envelope,
     InputPosition,
     Lease,
@@ -34,6 +35,20 @@ opt_bytes = st.none() | st.binary(max_size=64)
 text = st.text(max_size=20)
 
 envelopes = st.builds(Envelope, i32, i32, i64, i64, opt_bytes, opt_bytes, i64)
+
+
+@st.composite
+def data_batches(draw):
+    """A data batch of 1 to 20 messages; its first sequence number leaves room for the
+    last one in INT64."""
+    n = draw(st.integers(1, 20))
+    return DataBatch(draw(i32), draw(i32), draw(i64), draw(st.integers(-(2**63), 2**63 - n)),
+                     tuple(draw(st.lists(opt_bytes, min_size=n, max_size=n))),
+                     tuple(draw(st.lists(opt_bytes, min_size=n, max_size=n))),
+                     tuple(draw(st.lists(i64, min_size=n, max_size=n))))
+
+
+batches = data_batches()
 markers = st.builds(Marker, i32, i32, i64, i64)
 restores = st.builds(Restore, i32, i32, i64)
 cl_data = st.builds(ChangeLogData, i32, i64, text, st.binary(max_size=64), opt_bytes)
@@ -55,7 +70,7 @@ leases = st.builds(Lease, i32, st.sampled_from(wire.LEASE_ACTIONS), text, i32, t
                    st.booleans())
 control_records = run_starts | stops | leases
 
-channel_records = envelopes | markers | restores
+channel_records = envelopes | batches | markers | restores
 changelog_records = cl_data | commits | aborts
 any_record = channel_records | changelog_records | checkpoint_data | control_records
 
@@ -94,6 +109,58 @@ def test_encode_data_is_the_envelope_encoding(e):
     fast = wire.encode_data(e.producer_id, e.generation, e.version, e.seq, e.key, e.value,
                             e.timestamp)
     assert fast == wire.encode(e)
+
+
+@given(batches)
+def test_encode_batch_is_the_data_batch_encoding(b):
+    fast = wire.encode_batch(b.producer_id, b.generation, b.version, b.seq, list(b.keys),
+                             list(b.values), list(b.timestamps))
+    assert fast == wire.encode(b)
+    assert wire.decode_channel(fast) == b
+    assert b.last_seq == b.seq + len(b.keys) - 1
+
+
+def test_a_data_batch_is_type_4_with_parallel_arrays():
+    """Pinned: producer, generation, version, first seq, then keys, values, timestamps."""
+    raw = wire.encode_batch(1, 2, 3, 10, [b"k", None], [b"v", b"w"], [5, 6])
+    assert raw == bytes((1, 4)) + msgpack.packb([1, 2, 3, 10, [b"k", None], [b"v", b"w"],
+                                                 [5, 6]], use_bin_type=True)
+    assert wire.decode_channel(raw) == DataBatch(1, 2, 3, 10, (b"k", None), (b"v", b"w"),
+                                                 (5, 6))
+
+
+@pytest.mark.parametrize("fields,error", [
+    ([1, 2, 3, 0, [], [], []], "at least one"),
+    ([1, 2, 3, 0, [b"k"], [b"v", b"w"], [1]], "1 keys, 2 values and 1 timestamps"),
+    ([1, 2, 3, 0, ["k"], [b"v"], [1]], "key is not bytes"),
+    ([1, 2, 3, 0, [b"k"], [7], [1]], "value is not bytes"),
+    ([1, 2, 3, 0, [b"k"], [b"v"], [True]], "timestamp is not an integer"),
+    ([1, 2, 3, 0, [b"k"], [b"v"], [2**64 - 1]], "timestamp is not an integer"),
+    ([1, 2, 3, 2**63 - 1, [b"k", b"l"], [b"v", b"w"], [1, 2]], "last seq"),
+    ([1, 2, 3, 0, [b"k"], [b"v"]], "array of 7"),
+    ([1, 2, 3, 0, b"k", [b"v"], [1]], "batch keys"),
+])
+def test_malformed_data_batches_are_named(fields, error):
+    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.DATA_BATCH)) + msgpack.packb(
+        fields, use_bin_type=True)
+    with pytest.raises(WireFormatError, match=error) as info:
+        wire.decode_channel(raw, topic="t", partition=1, offset=9)
+    assert "offset=9" in str(info.value)
+
+
+@pytest.mark.parametrize("args", [
+    (0, 0, 0, 0, [], [], []),
+    (0, 0, 0, 0, [b"k"], [b"v"], []),
+    (0, 0, 0, 0, ["k"], [b"v"], [0]),
+    (0, 0, 0, 0, [b"k"], ["v"], [0]),
+    (0, 0, 0, 0, [b"k"], [b"v"], [False]),
+    (0, 0, 0, 0, [b"k"], [b"v"], [2**63]),
+    (0, 0, 0, 2**63 - 1, [b"k", b"l"], [b"v", b"w"], [0, 0]),
+    (2**31, 0, 0, 0, [b"k"], [b"v"], [0]),
+])
+def test_encoding_a_bad_data_batch_is_refused(args):
+    with pytest.raises(ValueError):
+        wire.encode_batch(*args)
 
 
 @settings(max_examples=500)
@@ -188,7 +255,7 @@ def test_encoding_out_of_range_fields_is_refused(bad):
 def test_record_type_values_are_pinned():
     """These numbers are on disk and on the wire: changing one breaks old data."""
     rt = wire.RecordType
-    assert (rt.DATA, rt.MARKER, rt.RESTORE) == (1, 2, 3)
+    assert (rt.DATA, rt.MARKER, rt.RESTORE, rt.DATA_BATCH) == (1, 2, 3, 4)
     assert (rt.CL_DATA, rt.CL_COMMIT, rt.CL_ABORT, rt.CHECKPOINT_DATA) == (16, 17, 18, 32)
     assert (rt.RUN_START, rt.STOP, rt.LEASE) == (48, 49, 50)
     assert wire.encode(Marker(1, 2, 3, 4)) == bytes((1, 2)) + msgpack.packb([1, 2, 3, 4])

@@ -42,7 +42,7 @@ from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch, VisibilityClock
 from .latency import SteadyInput, percentiles, probe_latencies, recovery
-from .memory import RssSampler
+from .memory import CpuSampler, RssSampler
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .workloads import BenchWorkload, InputRecord, expected_pairs
 
@@ -122,6 +122,7 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         # reads record by record and may lag behind a fast system.
         clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
         killed: list[int] = []
+        cpu = CpuSampler(running.pids) if load.measure == "throughput" else None
         try:
             burst.go()
             kill_at = None if load.kill_after is None else time.monotonic() + load.kill_after
@@ -134,12 +135,18 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                     say(f"  killed {row['killed']}")
             incomplete = _watch(watch, running, burst, settings, say,
                                 f"{workload.name} {system.name} round {round_no}", tick)
+            if cpu is not None:   # the system's CPU until the answer was complete
+                spent = cpu.close()
+                if spent is not None and incomplete is None:
+                    row["cpu_seconds"] = round(spent, 2)
             row["produce_seconds"] = burst.finish()
             settle_until = time.monotonic() + (0 if incomplete else 2 * settings.commit_interval)
             while time.monotonic() < settle_until:
                 watch.poll(0.2)
         finally:
             clock.close()
+            if cpu is not None:
+                cpu.close()
         visible = clock.visible_at(watch.needed) if incomplete is None else None
         if visible is not None:
             watch.visible_ms = min(visible, watch.visible_ms or visible)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import more_measures as more
+from . import targets
 
 __all__ = ["summarize", "RATIOS", "write_report"]
 
@@ -40,6 +41,10 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sorted({r["error"] for r in rows if r.get("error")}),
         "throughputs": [r.get("throughput") for r in rows],
     }
+    cpu = [r["cpu_seconds"] / r["results_expected"] * 1e6 for r in rows
+           if r["verified"] and r.get("cpu_seconds") is not None and r["results_expected"]]
+    if cpu:   # the system's processes' CPU per result, the broker's not
+        out["cpu_us_per_result"] = round(statistics.median(cpu), 1)
     if out["status"] == "ok" and xs:
         med = statistics.median(xs)
         out.update(median=round(med, 1), min=min(xs), max=max(xs),
@@ -100,8 +105,17 @@ def write_report(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:,.0f}"
+def _fmt(x: float | None, digits: int = 0) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def rounds_text(rounds: int | dict[str, int]) -> str:
+    """"3 rounds", or per measure: "rounds: throughput 5, latency 3"."""
+    if isinstance(rounds, int):
+        return f"{rounds} rounds"
+    if len(set(rounds.values())) == 1:
+        return f"{next(iter(rounds.values()))} rounds"
+    return "rounds: " + ", ".join(f"{m} {n}" for m, n in rounds.items())
 
 
 def markdown(result: dict[str, Any], plot_name: str) -> str:
@@ -111,29 +125,35 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"`{result['command']}`", "",
         f"{result['started']}; {result['machine']['cpus']} cores, Python "
         f"{result['machine']['python']}; Kafka at {s['bootstrap_servers']}; "
-        f"{s['records']:,} input records per run, {s['rounds']} rounds, "
+        f"{s['records']:,} input records per run, {rounds_text(s['rounds'])}, "
         f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s. "
         + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items()) + ".", "",
         "Throughput: the oracle's results per second, from the first input record's broker "
         "append to the moment the complete answer was visible to a read_committed reader. "
         "Median over rounds; spread = (max − min) / median. A system is ranked only if "
-        "every round's output matched the oracle.", "",
+        "every round's output matched the oracle. CPU per result: the CPU time of the "
+        "system's processes (not the broker's) from the burst until the answer was "
+        "complete, over the results; median over rounds.", "",
         f"![throughput]({plot_name})", ""]
     if not result["summary"]:
         lines = lines[:6]   # nothing measured for throughput: no such section
+    if result.get("targets"):
+        lines += targets.markdown_section(result["targets"])
     for workload, w in result["summary"].items():
         unit = w["unit"]
         lines += [f"## {workload}", "",
-                  f"| system | guarantee | median {unit}/s | min – max | spread | verified "
-                  f"rounds | duplicates | status |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"| system | guarantee | median {unit}/s | min – max | spread | CPU µs per "
+                  f"{unit[:-1] if unit.endswith('s') else unit} | verified rounds | "
+                  f"duplicates | status |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, st in w["systems"].items():
             rng = (f"{_fmt(st.get('min'))} – {_fmt(st.get('max'))}" if "median" in st else "–")
             spread = f"{st['spread']:.0%}" if st.get("spread") is not None else "–"
             status = st["status"] if st["status"] == "ok" else \
                 f"**{st['status']}**: {'; '.join(st['errors'])[:200]}"
             lines.append(f"| {name} | {st['guarantee']} | {_fmt(st.get('median'))} | {rng} | "
-                         f"{spread} | {st['verified_rounds']}/{st['rounds']} | "
+                         f"{spread} | {_fmt(st.get('cpu_us_per_result'), 1)} | "
+                         f"{st['verified_rounds']}/{st['rounds']} | "
                          f"{st['duplicates']:,} | {status} |")
         if w["ratios"]:
             lines += ["", "| ratio | of medians | per round: median (min – max) |",

@@ -803,7 +803,8 @@ def _admin_client(bootstrap: str) -> AdminClient:
     from confluent_kafka.admin import AdminClient
     quiet = logging.getLogger("eos_runtime.broker.librdkafka")
     quiet.propagate = False
-    quiet.addHandler(logging.NullHandler())
+    if not quiet.handlers:   # the readiness wait makes a client per try: one handler
+        quiet.addHandler(logging.NullHandler())
     # Any: librdkafka takes a logging.Logger for "logger", the stubs only plain values
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": quiet,
                             "socket.connection.setup.timeout.ms": 2000}

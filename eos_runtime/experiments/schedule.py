@@ -80,6 +80,10 @@ RANDOM_HITS = {
     "task.checkpoint.mid_marker_fanout": 1,
     "task.recovery": 1,
 }
+# A channel task reaches ``task.mid_version`` once per poll that read something, and its
+# producers send one data batch per channel and poll of theirs: all of it may be in
+# before its first poll. So only its first hit is sure.
+CHANNEL_HITS = {"task.mid_version": 1}
 RANDOM_TORN_HITS = 4
 KILL_AFTER = (0.0, 0.6)        # seconds after the attempt started: tasks run about 1 s
 ZOMBIE_RELEASE = (0.2, 1.5)    # seconds after its successor started
@@ -425,7 +429,9 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
                 # one split during recovery has sent nothing yet: nothing to write late
                 points = [p for p in points if p != "task.recovery" and p not in ZOMBIE_NEVER]
             f.point = rng.choice(points)
-            f.hit = rng.randint(1, RANDOM_HITS[f.point])
+            most = RANDOM_HITS[f.point] if role.source else CHANNEL_HITS.get(
+                f.point, RANDOM_HITS[f.point])
+            f.hit = rng.randint(1, most)
             if kind == "zombie":
                 f.release = round(rng.uniform(*ZOMBIE_RELEASE), 2)
         faults.append(f)

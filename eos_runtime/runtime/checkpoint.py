@@ -8,7 +8,8 @@ nothing about *when*: the input policy or the source side says that, the loop as
 Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.md):
 
     1. flush output (channels), or write held sink output (local log) / keep it in the
-       open transaction (Kafka)
+       open transaction (Kafka); at-least-once sent its sink output as it was made
+       (``send_output``) and flushes it here
     2. change-log records of the staged state changes
     3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
     4. the RocksDB batch: staged state + checkpoint data
@@ -58,10 +59,31 @@ class Committer:
         self.on_generation: Callable[[], None] | None = None
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
+        self._unflushed = False   # at-least-once sink output sent since the last flush
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
         # file-system store, used-up Startpoints), done before the listeners are told.
         self.recorded: Callable[[], None] | None = None
+
+    def send_output(self) -> None:
+        """Output made so far goes out now. The channels' always: downstream may read it
+        before the marker (what makes restores necessary). The sink's and the dead
+        letters' wherever nothing needs them held: at-least-once promises nothing a
+        commit must wait for, so its output flows as it is made (its latency is not the
+        commit interval) and the checkpoint flushes it before the positions are
+        committed; exactly-once on Kafka streams it into the version's open transaction
+        (readers see it at the commit; a rewind aborts it). Only exactly-once on the
+        local log holds it for the checkpoint: its committed view lists one contiguous
+        append per partition and checkpoint."""
+        if self.channels is not None:
+            self.channels.send()
+        log = self.log
+        if log is None or not self.held or (self.exactly_once and not log.transactional):
+            return
+        if any([w.produce_into(log.producer) for w in self.held if len(w)]) \
+                and not log.transactional:
+            log.producer.send()
+            self._unflushed = True
 
     # ------------------------------------------------------------------ start
 
@@ -133,8 +155,9 @@ class Committer:
             self.channels.flush()
         if self.held:  # into the change log's transaction (Kafka), or appended now (local log)
             counts = [(w.topic, w.produce_into(log.producer)) for w in self.held]
-            if not log.transactional and any(c for _, c in counts):
+            if not log.transactional and (self._unflushed or any(c for _, c in counts)):
                 report = log.producer.flush()
+                self._unflushed = False
                 # One append per partition per flush holds only for the fenced producer;
                 # an at-least-once job's committed view is all its output anyway.
                 if self.exactly_once:

@@ -1,8 +1,9 @@
 """Where a task's output goes: the channels of the next stage, or the sink topic.
 
-``ChannelWriter`` wraps each value in a data envelope (producer id, generation, version,
-sequence per channel) and routes it by key; it also fans out markers and restore
-commands to every channel. ``SinkWriter`` holds a version's output until the checkpoint
+``ChannelWriter`` routes each value by key to a channel and sends a channel's values as
+data batches (producer id, generation, version, the first message's sequence number per
+channel; many messages per record); it also fans out markers and restore commands to
+every channel. ``SinkWriter`` holds a version's output until the checkpoint
 writes it: inside the Kafka transaction of the checkpoint, or on the local log as one
 append per partition whose offsets the commit record lists (the committed reader shows
 only those).
@@ -63,31 +64,101 @@ def partition_for(key_bytes: bytes | None, partitions: int, fallback: int) -> in
     return zlib.crc32(key_bytes) % partitions
 
 
+#: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
+#: hot keys stay, a key space of millions costs a dict insert per record.
+_KEY_PARTITIONS_KEPT = 1 << 16
+
+#: A channel's pending batch is sent once it holds this many messages or bytes of keys and
+#: values, whichever comes first (far below Kafka's default 1 MB record limit).
+BATCH_MESSAGES = 4096
+BATCH_BYTES = 256 << 10
+
+
 class ChannelWriter:
-    def __init__(self, producer: Producer, topic: str, partitions: int, producer_id: int) -> None:
+    """Output to the next stage's channels, as data batches (``wire.DataBatch``).
+
+    ``write`` only routes each value to its channel and keeps it in that channel's pending
+    batch; ``send`` (the loop calls it after each poll batch) turns every pending batch
+    into one channel record. A batch holds messages of one generation and version: a
+    write under another one sends what is pending first. So does everything else that
+    goes into a channel (``flush``, markers, restores), so every channel still holds
+    the producer's messages and commands in the order they were made, as if each
+    message were sent on its own."""
+
+    def __init__(self, producer: Producer, topic: str, partitions: int, producer_id: int, *,
+                 batch_messages: int = BATCH_MESSAGES) -> None:
+        if batch_messages < 1:
+            raise ValueError(f"batch_messages must be at least 1, not {batch_messages}")
         self.producer = producer
+        self.batch_messages = batch_messages
         self.topic = topic
         self.partitions = partitions
         self.producer_id = producer_id
-        self.seq = [0] * partitions
+        self.seq = [0] * partitions   # the next message's sequence number, per channel
         self.generation = 0      # set by the committer whenever a generation starts
         self._rr = 0
+        # per channel: the pending batch's keys, values, timestamps (empty: none)
+        self._keys: list[list[bytes | None]] = [[] for _ in range(partitions)]
+        self._values: list[list[bytes | None]] = [[] for _ in range(partitions)]
+        self._stamps: list[list[int]] = [[] for _ in range(partitions)]
+        self._bytes = [0] * partitions
+        self._pending = False
+        self._of: tuple[int, int] = (0, 0)   # (generation, version) of what is pending
 
     def write(self, generation: int, version: int, key_bytes: bytes | None, values: list[Any],
               timestamp: int) -> None:
-        pid, topic, produce, seq = self.producer_id, self.topic, self.producer.produce, self.seq
+        if self._of != (generation, version):
+            self.send_pending()
+            self._of = (generation, version)
+        keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
+        n, klen = self.partitions, len(key_bytes) if key_bytes is not None else 0
+        fixed = zlib.crc32(key_bytes) % n if key_bytes is not None else None
         for value in values:
-            self._rr += 1
-            p = partition_for(key_bytes, self.partitions, self._rr)
-            produce(topic, p, wire.encode_data(pid, generation, version, seq[p], key_bytes,
-                                               _pack(value), timestamp))
-            seq[p] += 1
+            if fixed is None:
+                self._rr += 1
+                p = self._rr % n
+            else:
+                p = fixed
+            v = _pack(value)
+            keys[p].append(key_bytes)
+            vals[p].append(v)
+            stamps[p].append(timestamp)
+            size[p] += klen + len(v)
+            if size[p] >= BATCH_BYTES or len(keys[p]) >= self.batch_messages:
+                self._send(p)
+        self._pending = True
+
+    def _send(self, p: int) -> None:
+        keys = self._keys[p]
+        if not keys:
+            return
+        generation, version = self._of
+        self.producer.produce(self.topic, p, wire.encode_batch(
+            self.producer_id, generation, version, self.seq[p], keys, self._values[p],
+            self._stamps[p]))
+        self.seq[p] += len(keys)
+        self._keys[p], self._values[p], self._stamps[p] = [], [], []
+        self._bytes[p] = 0
+
+    def send_pending(self) -> None:
+        """Every pending batch into its channel record (handed to the producer)."""
+        if self._pending:
+            for p in range(self.partitions):
+                self._send(p)
+            self._pending = False
+
+    def send(self) -> None:
+        """Pending batches out now, without waiting for acknowledgement."""
+        self.send_pending()
+        self.producer.send()
 
     def flush(self) -> dict[TopicPartition, int]:
+        self.send_pending()
         return self.producer.flush()
 
     def markers(self, generation: int, version: int) -> None:
         """Marker ``version`` into every channel (SEP-10 3.8), then flush."""
+        self.send_pending()
         half = self.partitions // 2
         for p in range(self.partitions):
             if p == half:
@@ -101,12 +172,14 @@ class ChannelWriter:
 
     def restore(self, generation: int, version: int) -> None:
         """Restore command into every channel (SEP-10 1.4 / 4.5), then flush."""
+        self.send_pending()
         for p in range(self.partitions):
             self.producer.produce(self.topic, p, wire.encode(
                 wire.Restore(self.producer_id, generation, version)))
         self.producer.flush()
 
     def output_seqs(self) -> tuple[wire.OutputSeq, ...]:
+        self.send_pending()   # the sequence numbers count what went out
         return tuple(wire.OutputSeq(self.topic, p, s) for p, s in enumerate(self.seq))
 
 
@@ -119,6 +192,7 @@ class SinkWriter:
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
         self._rr = 0
+        self._by_key: dict[bytes, int] = {}   # sink key -> its partition, bounded
         # Where the values and keys come from, for the error a value the format cannot
         # encode raises ("returned by map(count)"); set by the record path.
         self.value_origin: str | None = None
@@ -135,7 +209,13 @@ class SinkWriter:
         pending = self._pending
         # A sink key goes where Kafka's default partitioner (every Java client) puts it, so
         # other clients co-partition with the job's output; keyless output by its stream key.
-        fixed = kafka_partition(k, self.partitions) if k is not None else None
+        fixed = None
+        if k is not None:
+            fixed = self._by_key.get(k)
+            if fixed is None:   # murmur2 in Python once per distinct key, not per record
+                if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
+                    self._by_key.clear()
+                fixed = self._by_key[k] = kafka_partition(k, self.partitions)
         for v in encoded:
             self._rr += 1
             p = fixed if fixed is not None else partition_for(key_bytes, self.partitions,

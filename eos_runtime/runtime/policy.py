@@ -36,7 +36,8 @@ from .buffer import EarlyArrivalBuffer
 __all__ = ["Step", "Aligned", "Unaligned", "CommitTimer", "Checkpoint"]
 
 Checkpoint = tuple[int, tuple[wire.InputPosition, ...], tuple[wire.ProducerFence, ...]]
-Released = tuple[wire.Envelope, str, int, int]
+Data = wire.Envelope | wire.DataBatch
+Released = tuple[Data, str, int, int]
 
 
 class Step(enum.Enum):
@@ -93,23 +94,14 @@ class Aligned:
     def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
                   timestamp: int = 0) -> Step:
         al = self.aligner
+        # A batch is one message to the aligner: its messages share producer, generation
+        # and version, all the rules look at; its sequence number is its last message's.
+        if type(msg) is wire.DataBatch:
+            return self._data(c, offset, msg.producer_id, msg.generation, msg.version,
+                              msg.last_seq, raw)
         if type(msg) is wire.Envelope:
-            d = al.on_data(c, offset, msg.producer_id, msg.generation, msg.version, msg.seq,
-                           room=self.buffer.fits(len(raw)))
-            if d == Decision.PROCESS:
-                return Step.PROCESS
-            if d == Decision.BUFFER:
-                self.buffer.append(msg.version, self.index[c], offset, raw)
-                self.stats.buffered += 1
-                self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes,
-                                                  self.buffer.high_water)
-            elif d == Decision.OVERFLOW:
-                self.stats.overflowed += 1
-            elif d == Decision.STALE:
-                self.stats.stale += 1
-            else:
-                self.stats.fenced += 1
-            return Step.NOTHING
+            return self._data(c, offset, msg.producer_id, msg.generation, msg.version,
+                              msg.seq, raw)
         if type(msg) is wire.Marker:
             if self._first_marker is None:
                 late = max(0.0, time.time() * 1000 - timestamp) if timestamp > 0 else None
@@ -120,6 +112,25 @@ class Aligned:
         assert type(msg) is wire.Restore
         outcome = al.on_restore(c, offset, msg.producer_id, msg.generation, msg.version)
         return Step.REWIND if outcome == RestoreOutcome.REWIND else Step.NOTHING
+
+    def _data(self, c: Channel, offset: int, producer: int, generation: int, version: int,
+              seq: int, raw: bytes) -> Step:
+        d = self.aligner.on_data(c, offset, producer, generation, version, seq,
+                                 room=self.buffer.fits(len(raw)))
+        if d == Decision.PROCESS:
+            return Step.PROCESS
+        if d == Decision.BUFFER:
+            self.buffer.append(version, self.index[c], offset, raw)
+            self.stats.buffered += 1
+            self.stats.max_buffer_bytes = max(self.stats.max_buffer_bytes,
+                                              self.buffer.high_water)
+        elif d == Decision.OVERFLOW:
+            self.stats.overflowed += 1
+        elif d == Decision.STALE:
+            self.stats.stale += 1
+        else:
+            self.stats.fenced += 1
+        return Step.NOTHING
 
     def checkpoints(self, now: float) -> Iterator[Checkpoint]:
         """Every checkpoint alignment allows now (R2, R2a, R9): the caller takes each one,
@@ -143,7 +154,7 @@ class Aligned:
         al = self.aligner
         for ci, offset, raw in self.buffer.drain_through(al.version):
             msg = wire.decode_channel(raw)
-            assert type(msg) is wire.Envelope
+            assert type(msg) is wire.DataBatch or type(msg) is wire.Envelope
             topic, partition = cast(tuple[str, int], self.channels[ci])
             d = al.on_release((topic, partition), offset, msg.producer_id, msg.generation,
                               msg.version)
@@ -192,6 +203,10 @@ class Unaligned:
 
     def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
                   timestamp: int = 0) -> Step:
+        if type(msg) is wire.DataBatch:
+            self.timer.count(len(msg.keys))   # commit_every counts messages, not records
+            self.tracker.on_data(c, offset)
+            return Step.PROCESS
         self.timer.count(1)
         if type(msg) is wire.Envelope:
             self.tracker.on_data(c, offset)

@@ -1,8 +1,9 @@
 """The record path: decode -> the stage's steps against staged state -> emit -> dead letters.
 
 One record at a time, for sources (a raw input record) and channel tasks (a data
-envelope). Output goes to the next stage's channels (``ChannelWriter``: stamped with the
-writer's generation and the version the caller gives) or is held for the sink
+envelope, or a data batch: each of its messages in turn). Output goes to the next
+stage's channels (``ChannelWriter``: batched, stamped with the writer's generation and
+the version the caller gives) or is held for the sink
 (``SinkWriter``) until the checkpoint writes it. A user function that raises stops the
 task naming the record, or with dead letters on, records the record and the error as
 output of the open version and goes on. No protocol rule lives here.
@@ -58,23 +59,49 @@ class RecordPath:
             self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key), _text(r.value),
                              r.timestamp, raw=(r.key, r.value))
 
+    def data(self, msg: wire.Envelope | wire.DataBatch, topic: str, partition: int,
+             offset: int, version: int) -> None:
+        """A data record read from a channel (an envelope, or a batch of messages: each
+        one in turn), processed in ``version``."""
+        if type(msg) is wire.DataBatch:
+            self.batch(msg, topic, partition, offset, version)
+        else:
+            assert type(msg) is wire.Envelope
+            self.envelope(msg, topic, partition, offset, version)
+
     def envelope(self, msg: wire.Envelope, topic: str, partition: int, offset: int,
                  version: int) -> None:
         """A data envelope read from a channel, processed in ``version``."""
-        if self.lag:
-            time.sleep(self.lag)
-        try:
-            outs = self.chain.run(msg.key, _unpack(cast(bytes, msg.value)))
-            if outs:
-                key = decode_key(msg.key) if self.sink is not None else None  # sinks only
-                self._emit(key, msg.key, outs, msg.timestamp, version)
-        except Exception as exc:
-            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
-                raise
-            self._user_error(exc, topic, partition, offset,
-                             None if msg.key is None else repr(decode_key(msg.key)),
-                             _safe_repr(msg.value), msg.timestamp, raw=(msg.key, msg.value))
-        self.stats.processed += 1
+        self._messages((msg.key,), (msg.value,), (msg.timestamp,), topic, partition, offset,
+                       version)
+
+    def batch(self, msg: wire.DataBatch, topic: str, partition: int, offset: int,
+              version: int) -> None:
+        """The messages of a data batch, one after the other, processed in ``version``."""
+        self._messages(msg.keys, msg.values, msg.timestamps, topic, partition, offset, version)
+
+    def _messages(self, keys: tuple[bytes | None, ...], values: tuple[bytes | None, ...],
+                  stamps: tuple[int, ...], topic: str, partition: int, offset: int,
+                  version: int) -> None:
+        """Channel messages in turn; one whose function raises is named by its record's
+        offset (a batch's messages share it) and its key."""
+        lag, run, emit = self.lag, self.chain.run, self._emit
+        sink = self.sink is not None
+        for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
+            if lag:
+                time.sleep(lag)
+            try:
+                outs = run(key_bytes, _unpack(cast(bytes, value)))
+                if outs:   # the key is decoded for sinks only
+                    emit(decode_key(key_bytes) if sink else None, key_bytes, outs, timestamp,
+                         version)
+            except Exception as exc:
+                if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                    raise
+                self._user_error(exc, topic, partition, offset,
+                                 None if key_bytes is None else repr(decode_key(key_bytes)),
+                                 _safe_repr(value), timestamp, raw=(key_bytes, value))
+        self.stats.processed += len(keys)
 
     def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int,
               version: int) -> None:

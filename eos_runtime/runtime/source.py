@@ -123,13 +123,16 @@ def check_fallback(transport: Transport, plan: JobPlan, state_dir: str,
             store.stop()
 
 
-def position_store(transport: Transport, plan: JobPlan, state_dir: str) -> Any:
+def position_store(transport: Transport, plan: JobPlan, state_dir: str, *,
+                   create: bool = True) -> Any:
     """The started checkpoint manager of an at-least-once job that keeps its source
-    positions in the checkpoint topic or on the file system; None for the change log."""
+    positions in the checkpoint topic or on the file system; None for the change log.
+    ``create=False``: a reader's, which makes no missing checkpoint topic."""
     from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
 
     if plan.checkpoints == "kafka":
-        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks), plan.job_id)
+        store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks), plan.job_id,
+                                      create=create)
     elif plan.checkpoints == "filesystem":
         store = FileSystemCheckpoints(Path(state_dir) / "checkpoints", plan.name, plan.job_id)
     else:

@@ -38,7 +38,7 @@ from ..transport import Consumer, TopicPartition, Transport, open_transport
 from .checkpoint import Committer
 from .control import ControlLog
 from .operators import Chain
-from .outputs import ChannelWriter, SinkWriter
+from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned
 from .progress import TaskProgress
 from .records import RecordPath
@@ -66,6 +66,8 @@ class TaskConfig:
     # "not_before": epoch seconds before which hits do not count)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
+    # most messages in one channel record (a data batch); 1 sends each on its own
+    channel_batch: int = BATCH_MESSAGES
     # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
@@ -184,7 +186,8 @@ class _Task:
         (self.dir / f"task-{self.id}.pid").write_text(f"{os.getpid()} {attempt}\n")
         stage = self.stage
         self.channels = (ChannelWriter(transport.producer(), stage.output_topic,
-                                       stage.output_partitions, self.id)
+                                       stage.output_partitions, self.id,
+                                       batch_messages=config.channel_batch)
                          if stage.shuffle is not None else None)
         sink = SinkWriter(stage.sink, stage.output_partitions) if stage.sink is not None else None
         dead = (SinkWriter(Sink(self.plan.dead_letter_topic, None, "json"),
@@ -269,10 +272,9 @@ class _Task:
         self.committer.end_run(src.inputs())
 
     def _send_output(self) -> None:
-        """Output of the open version goes out as it is made, not only at checkpoints:
-        downstream may read it before the marker (what makes restores necessary)."""
-        if self.channels is not None:
-            self.channels.producer.send()
+        """What a poll batch made goes out (``Committer.send_output`` says which); each
+        channel's output of a batch as one data batch (or a few)."""
+        self.committer.send_output()
 
     # ------------------------------------------------------------------ channels
 
@@ -296,7 +298,7 @@ class _Task:
         self._closers.append(policy)
         self._seek(policy.resume_offsets())
         self._take_checkpoints(policy)   # R9: a start may find every marker in already
-        process = self.records.envelope
+        process = self.records.data
         while not policy.finished():
             batch = self.consumer.poll(self.c.poll_records, 0.2)
             self.progress.tick()
@@ -306,7 +308,7 @@ class _Task:
                                           offset=r.offset)
                 step = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
                 if step is Step.PROCESS:
-                    assert type(msg) is wire.Envelope
+                    assert type(msg) is wire.DataBatch or type(msg) is wire.Envelope
                     process(msg, r.topic, r.partition, r.offset, policy.version)
                 elif step is Step.ALIGNING:
                     faults.crash_point("task.aligning")
@@ -332,7 +334,7 @@ class _Task:
     def _take_checkpoints(self, policy: Aligned | Unaligned) -> bool:
         """Take every checkpoint the policy says is due, processing what each releases;
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
-        process = self.records.envelope
+        process = self.records.data
         for version, inputs, fences in policy.checkpoints(time.monotonic()):
             self.committer.checkpoint(version, inputs, fences, policy.alignment(time.monotonic()))
             for msg, topic, partition, offset in policy.released():

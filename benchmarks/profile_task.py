@@ -1,0 +1,140 @@
+"""Profile the hot path of a wordcount task with cProfile: where each message's Python goes.
+
+A bounded run of ``examples/wordcount.py`` (the bench's wordcount workload: lines of 1
+to 8 words) is planned and recorded as the driver does it, but its tasks run here
+without Spark, each in a forked process of its own under cProfile, all at once as on
+Spark (``--staged``: the sources first, then the channel tasks). So the profile is the
+tasks' own Python cost, with nothing else in their processes; the CPU time per word is
+each process's own (``time.process_time``), taken with cProfile off (``--no-profile``)
+for the real cost, since cProfile multiplies a call-heavy path's time.
+
+    .venv/bin/python benchmarks/profile_task.py --lines 50000                     # local log
+    .venv/bin/python benchmarks/profile_task.py --bootstrap-servers HOST:PORT     # Kafka
+    .venv/bin/python benchmarks/profile_task.py --guarantee at-least-once --top 30
+    .venv/bin/python benchmarks/profile_task.py --no-profile                      # CPU µs only
+
+Prints, per stage: wall and CPU seconds, messages in and out, CPU µs per word and the top
+functions by own time and by cumulative time. ``--dump DIR`` keeps the ``.prof`` files
+(for snakeviz or ``python -m pstats``). Measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import multiprocessing as mp
+import pstats
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from eos_runtime.experiments.workloads import word_lines
+from eos_runtime.plan import plan_job
+from eos_runtime.runner import create_job_topics, load_pipeline, task_configs
+from eos_runtime.runtime.control import ControlLog
+from eos_runtime.runtime.task import run_task
+from eos_runtime.transport import TopicSpec, open_transport
+
+ROOT = Path(__file__).resolve().parent
+EXAMPLE = ROOT.parent / "examples" / "wordcount.py"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=50_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--guarantee", default="exactly-once",
+                    choices=("exactly-once", "at-least-once"))
+    ap.add_argument("--commit-interval", type=float, default=1.0)
+    ap.add_argument("--bootstrap-servers", default=None, help="Kafka; default: the local log")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--no-profile", action="store_true", help="time the tasks only")
+    ap.add_argument("--staged", action="store_true",
+                    help="run the sources first, then the channel tasks (default: all at once)")
+    ap.add_argument("--dump", default=None, help="directory to keep the .prof files in")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="eos-profile-"))
+    opts: dict[str, Any] = ({"bootstrap_servers": args.bootstrap_servers}
+                            if args.bootstrap_servers else {"data_dir": str(work / "data")})
+    suffix = uuid.uuid4().hex[:8]
+    pipeline = load_pipeline(EXAMPLE)
+    pipeline.rename(f"prof-{suffix}", source=f"prof-lines-{suffix}",
+                    sink=f"prof-counts-{suffix}")
+    lines = [line.encode() for line in word_lines(args.lines, seed=1)]
+    words = sum(len(line.split()) for line in lines)
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(pipeline.source_topic, args.partitions)])
+        with t.producer() as p:
+            for i, line in enumerate(lines):
+                p.produce(pipeline.source_topic, i % args.partitions, line)
+            p.flush()
+        plan = plan_job(pipeline, t, guarantee=args.guarantee,
+                        commit_interval=args.commit_interval, parallelism=args.partitions)
+        info = ControlLog(t, plan.name).start_run(plan, bounded=True)
+        create_job_topics(t, plan)
+        configs = task_configs(plan, t, opts, str(work / "state"), bounded=True,
+                               run=info.start.run, run_started_ms=info.start.started_ms,
+                               control_offset=info.offset)
+    print(f"# {args.guarantee}, {'Kafka' if args.bootstrap_servers else 'local log'}, "
+          f"{len(lines)} lines, {words} words, {args.partitions} partitions, "
+          f"{'all tasks at once' if not args.staged else 'one stage after the other'}")
+    dump = Path(args.dump) if args.dump else work / "prof"
+    dump.mkdir(parents=True, exist_ok=True)
+    ctx = mp.get_context("fork")
+    waves = ([[c for c in configs if plan.stage_of(c.task_id) is s] for s in plan.stages]
+             if args.staged else [configs])
+    results: dict[int, dict[str, Any]] = {}
+    for wave in waves:
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_one_task, args=(c, queue, dump, not args.no_profile))
+                 for c in wave]
+        for p in procs:
+            p.start()
+        for _ in procs:
+            got = queue.get()
+            results[got["task_id"]] = got
+        for p in procs:
+            p.join()
+    for index, stage in enumerate(plan.stages):
+        mine = [results[t] for t in stage.task_ids]
+        cpu = sum(r["cpu"] for r in mine)
+        wall = max(r["wall"] for r in mine)
+        processed = sum(r["processed"] for r in mine)
+        emitted = sum(r["emitted"] for r in mine)
+        print(f"\n## stage {index}: {len(mine)} tasks, {wall:.2f} s wall (slowest task), "
+              f"{cpu:.2f} s CPU (all tasks); processed {processed}, emitted {emitted}, "
+              f"checkpoints {sum(r['checkpoints'] for r in mine)}; "
+              f"{cpu / max(1, words) * 1e6:.2f} µs CPU per word"
+              f"{' (under cProfile)' if not args.no_profile else ''}")
+        if args.no_profile:
+            continue
+        merged = pstats.Stats(*[str(dump / f"task{t}.prof") for t in stage.task_ids],
+                              stream=io.StringIO())
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            merged.stream = out   # type: ignore[attr-defined]
+            merged.strip_dirs().sort_stats(key).print_stats(args.top)
+            text = out.getvalue()
+            body = text[text.index("   ncalls"):] if "   ncalls" in text else text
+            print(f"\n### by {key}\n\n```\n{body.rstrip()}\n```")
+    return 0
+
+
+def _one_task(config: Any, queue: Any, dump: Path, profile: bool) -> None:
+    cpu0, started = time.process_time(), time.perf_counter()
+    if profile:
+        prof = cProfile.Profile()
+        stats = prof.runcall(run_task, config)
+        prof.dump_stats(str(dump / f"task{config.task_id}.prof"))
+    else:
+        stats = run_task(config)
+    queue.put({**stats.as_dict(), "cpu": time.process_time() - cpu0,
+               "wall": time.perf_counter() - started})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Issue 10's targets, judged from one bench run's summaries: what each asks, what the
+run measured, and whether it is met. Pure: it reads ``results.json``'s summaries and
+settings, and measures nothing itself.
+
+Throughput targets are judged on wordcount, by the median of the per-round ratios (both
+sides of a round ran next to each other, so the machine's drift cancels), or by the
+ratio of medians where rounds cannot be paired. A target whose systems or measures were
+not in the run, or whose runs failed the oracle, is "not measured", never met.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["judge", "markdown_section"]
+
+EO, ALO = "eos-exactly-once", "eos-at-least-once"
+WORKLOAD = "wordcount"
+
+
+def _row(target: str, value: float | None, met: bool | None, measured: str,
+         note: str = "") -> dict[str, Any]:
+    return {"target": target, "value": value, "met": met, "measured": measured, "note": note}
+
+
+def _ratio(result: dict[str, Any], num: str, den: str) -> tuple[float | None, str]:
+    w = result.get("summary", {}).get(WORKLOAD)
+    if w is None:
+        return None, f"no {WORKLOAD} throughput runs"
+    for r in w["ratios"]:
+        if r["numerator"] == num and r["denominator"] == den:
+            if r["ratio"] is None:
+                return None, r["why_none"]
+            if "paired_median" in r:
+                n = len(r["per_round"])
+                return r["paired_median"], (f"{r['paired_median']:.2f} per round (range "
+                                            f"{r['paired_min']:.2f} – {r['paired_max']:.2f}, "
+                                            f"{n} round{'s' * (n != 1)})")
+            return r["ratio"], f"{r['ratio']:.2f} (ratio of medians)"
+    return None, f"{num} or {den} not in the run"
+
+
+def _throughput(result: dict[str, Any], target: str, num: str, den: str,
+                at_least: float, strictly: bool = False) -> dict[str, Any]:
+    value, measured = _ratio(result, num, den)
+    if value is None:
+        return _row(target, None, None, "not measured: " + measured)
+    return _row(target, value, value > at_least if strictly else value >= at_least, measured)
+
+
+def _latency_of(result: dict[str, Any], system: str) -> dict[str, Any] | None:
+    for r in result.get("latency") or []:
+        if r["workload"] == WORKLOAD and r["system"] == system:
+            return r
+    return None
+
+
+def _max_input_rate(result: dict[str, Any], system: str) -> float | None:
+    """The median input records/s of ``system``'s verified wordcount throughput runs."""
+    xs = sorted(r["input_per_second"] for r in result.get("runs", [])
+                if r.get("measure", "throughput") == "throughput" and r["workload"] == WORKLOAD
+                and r["system"] == system and r["verified"] and "input_per_second" in r)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _eo_latency(result: dict[str, Any]) -> dict[str, Any]:
+    interval_ms = result["settings"]["commit_interval"] * 1000
+    bound = interval_ms + 100
+    target = f"exactly-once p99 latency ≤ commit interval + 100 ms ({bound:,.0f} ms) at half " \
+             f"the maximum throughput"
+    lat = _latency_of(result, EO)
+    if lat is None or lat.get("p99_ms") is None:
+        why = "no latency runs" if lat is None else f"its runs are {lat['status']}"
+        return _row(target, None, None, f"not measured: {why}")
+    note = ""
+    top = _max_input_rate(result, EO)
+    if top and lat.get("rate"):
+        share = lat["rate"] / top
+        note = (f"at {lat['rate']:,.0f} input records/s, {share:.0%} of the run's maximum "
+                f"({top:,.0f}/s)")
+        if not 0.35 <= share <= 0.65:
+            note += ": not at half the maximum; give --rate about half of it"
+    p99 = lat["p99_ms"]
+    return _row(target, p99, p99 <= bound, f"{p99:,.0f} ms", note)
+
+
+def _alo_latency(result: dict[str, Any]) -> dict[str, Any]:
+    target = "at-least-once p99 latency ≤ 2 × Quix Streams at-least-once's at the same load"
+    mine, theirs = _latency_of(result, ALO), _latency_of(result, "quix-at-least-once")
+    if mine is None or theirs is None or mine.get("p99_ms") is None \
+            or not theirs.get("p99_ms"):
+        return _row(target, None, None, "not measured: both systems' verified latency runs "
+                                        "are needed")
+    value = mine["p99_ms"] / theirs["p99_ms"]
+    return _row(target, round(value, 2), value <= 2.0,
+                f"{mine['p99_ms']:,.0f} ms vs {theirs['p99_ms']:,.0f} ms: {value:.2f}×")
+
+
+def _recovery(result: dict[str, Any]) -> list[dict[str, Any]]:
+    interval_ms = result["settings"]["commit_interval"] * 1000
+    out = []
+    for system in (EO, ALO):
+        target = (f"{system}: output resumes ≤ 1 s beyond the commit interval "
+                  f"({interval_ms + 1000:,.0f} ms) after a SIGKILL of one task")
+        rows = [r for r in result.get("recovery") or []
+                if r["workload"] == WORKLOAD and r["system"] == system]
+        if not rows or rows[0].get("resumed_ms") is None:
+            why = "no recovery runs" if not rows else f"its runs are {rows[0]['status']}"
+            out.append(_row(target, None, None, f"not measured: {why}"))
+            continue
+        ms = rows[0]["resumed_ms"]
+        out.append(_row(target, ms, ms <= interval_ms + 1000, f"{ms:,.0f} ms"))
+    return out
+
+
+def _memory(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for system in (EO, ALO):
+        target = f"{system}: peak memory within ±20 % as state grows 10×"
+        rows = [r for r in result.get("memory") or [] if r["system"] == system]
+        if not rows or rows[0].get("growth") is None:
+            why = "no memory runs" if not rows else f"its runs are {rows[0]['status']}"
+            out.append(_row(target, None, None, f"not measured: {why}"))
+            continue
+        g = rows[0]["growth"]
+        out.append(_row(target, g, 0.8 <= g <= 1.2, f"{g:.2f}× the smaller state's peak"))
+    return out
+
+
+def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target: ``target`` (what it asks), ``value`` (the number judged, or None),
+    ``met`` (True, False, or None: not measured), ``measured`` and ``note`` (text)."""
+    return [
+        _throughput(result, "exactly-once ≥ 0.95 × at-least-once", EO, ALO, 0.95),
+        _throughput(result, "at-least-once ≥ 1.0 × the raw per-record dataflow", ALO,
+                    "raw-kafka", 1.0),
+        _throughput(result, "exactly-once ≥ 2 × Quix Streams exactly-once", EO,
+                    "quix-exactly-once", 2.0),
+        _throughput(result, "exactly-once ahead of Spark Structured Streaming", EO,
+                    "spark-structured-streaming", 1.0, strictly=True),
+        _eo_latency(result),
+        _alo_latency(result),
+        *_recovery(result),
+        *_memory(result),
+    ]
+
+
+def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
+    mark = {True: "met", False: "**missed**", None: "not measured"}
+    lines = ["## Targets", "",
+             "Issue 10's targets, judged on this run (throughput on wordcount: the median "
+             "of the per-round ratios).", "",
+             "| target | measured | verdict | note |", "|---|---|---|---|"]
+    lines += [f"| {r['target']} | {r['measured']} | {mark[r['met']]} | {r['note'] or '–'} |"
+              for r in rows]
+    return lines + [""]
