@@ -147,6 +147,9 @@ class _Silent:
 
             def details(self):
                 return {}
+
+            def pids(self):
+                return []   # no processes of its own: no CPU to sample
         return Running()
 
 
