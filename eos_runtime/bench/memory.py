@@ -18,18 +18,24 @@ __all__ = ["CpuSampler", "RssSampler", "tree_rss_bytes"]
 _PROC = Path("/proc")
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after "pid (comm)", from state on (None: gone)."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def _parents() -> dict[int, int]:
     out: dict[int, int] = {}
     for entry in os.scandir(_PROC):
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (_PROC / entry.name / "stat").read_text()
-        except OSError:
-            continue   # gone meanwhile
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[int(entry.name)] = int(fields[1])
+        fields = _stat_fields(int(entry.name))
+        if fields is not None:   # else gone meanwhile
+            out[int(entry.name)] = int(fields[1])
     return out
 
 
@@ -66,12 +72,8 @@ def tree_rss_bytes(roots: Iterable[int]) -> int:
 
 def _cpu_ticks(pid: int) -> int | None:
     """User and system CPU time of ``pid`` so far, in clock ticks (None: gone)."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])   # utime, stime: fields 14 and 15 of stat
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[11]) + int(fields[12])   # utime, stime
 
 
 class RssSampler(threading.Thread):
