@@ -87,22 +87,28 @@ class State:
         self._prefix = b""
 
     def _key(self, name: str) -> bytes:
-        if not self._prefix:
+        prefix = self._prefix
+        if not prefix:
             raise UserFunctionError(
                 "this record has no key, and a stateful step keeps its state per key (keyless "
                 "records would all share one state): key_by(...) before the stateful step, or "
                 "give every record of the source topic a key")
-        return self._prefix + name.encode("utf-8")
+        return prefix + name.encode("utf-8")
 
     def get(self, name: str, default: Any = None) -> Any:
         raw = self._get(self._key(name))
-        return default if raw is None else msgpack.unpackb(raw, raw=False)
+        return default if raw is None else _unpackb(raw, raw=False)
 
     def set(self, name: str, value: Any) -> None:
-        self._put(self._key(name), msgpack.packb(value, use_bin_type=True))
+        self._put(self._key(name), _pack(value))
 
     def delete(self, name: str) -> None:
         self._delete(self._key(name))
+
+
+# Bound once: msgpack.packb builds a Packer per call, a cost paid per state write.
+_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_unpackb = msgpack.unpackb
 
 
 @dataclass(frozen=True)

@@ -304,6 +304,23 @@ def test_a_full_local_queue_blocks_produce_instead_of_dropping(kafka_bootstrap):
         assert t.watermarks(TopicPartition(name, 0)) == (0, 500)
 
 
+def test_produce_many_waits_for_room_and_reports_a_bad_record_without_dropping_others(
+        kafka_bootstrap):
+    with KafkaTransport(kafka_bootstrap,
+                        producer_config={"queue.buffering.max.messages": 10,
+                                         "message.max.bytes": 100_000}) as t:
+        name = new_topic(t, partitions=2)
+        records = [(i % 2, None, b"%d" % i, 0) for i in range(1000)]
+        records[500] = (0, None, b"x" * 200_000, 0)   # too large for the producer
+        with t.producer() as p:
+            p.produce_many(name, records)
+            with pytest.raises(DeliveryFailed, match="MSG_SIZE_TOO_LARGE") as info:
+                p.flush()
+            assert info.value.failure_count == 1
+        assert t.watermarks(TopicPartition(name, 0)) == (0, 499)
+        assert t.watermarks(TopicPartition(name, 1)) == (0, 500)
+
+
 def test_flush_timeout_with_records_in_flight_says_how_many(transport):
     name = new_topic(transport)
     missing = f"missing-{uuid.uuid4().hex[:8]}"

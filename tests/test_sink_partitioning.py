@@ -81,11 +81,12 @@ def test_sink_partitions_that_contradict_the_topic_are_refused(tmp_path):
 def test_the_sink_writer_remembers_partitions_and_forgets_them_whole(monkeypatch):
     from eos_runtime.api import Sink
     from eos_runtime.runtime import outputs
+    from eos_runtime.runtime.operators import encode_key
 
     monkeypatch.setattr(outputs, "_KEY_PARTITIONS_KEPT", 8)
     w = outputs.SinkWriter(Sink("out", "utf8", "utf8"), 7)
     keys = [f"key-{i % 20}" for i in range(100)]      # more keys than it keeps
     for k in keys:
-        w.write(k, None, ["v"], 0)
+        w.write(encode_key(k), ["v"], 0)
     assert len(w._by_key) <= 8
     assert [p for p, *_ in w._pending] == [kafka_partition(k.encode(), 7) for k in keys]

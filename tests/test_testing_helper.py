@@ -76,17 +76,22 @@ def test_it_uses_the_runtimes_chain_and_a_rocksdb_store(monkeypatch):
     from eos_runtime.state import TaskStore
 
     calls, stores = [], []
-    real_run, real_init = operators.Chain.run, TaskStore.__init__
+    real_chain, real_init = operators.Chain.__init__, TaskStore.__init__
 
-    def spy_run(self, key_bytes, value):
-        calls.append((key_bytes, value))
-        return real_run(self, key_bytes, value)
+    def spy_chain(self, steps, store):
+        real_chain(self, steps, store)
+        run = self.run   # a chain of one step binds a run of its own
+
+        def spy_run(key_bytes, value):
+            calls.append((key_bytes, value))
+            return run(key_bytes, value)
+        self.run = spy_run
 
     def spy_init(self, path, names, **kw):
         stores.append((Path(path), tuple(names)))
         real_init(self, path, names, **kw)
 
-    monkeypatch.setattr(operators.Chain, "run", spy_run)
+    monkeypatch.setattr(operators.Chain, "__init__", spy_chain)
     monkeypatch.setattr(TaskStore, "__init__", spy_init)
     test = TestRun(wordcount())
     test.send(["x y"])

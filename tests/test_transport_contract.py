@@ -77,11 +77,19 @@ def test_producing_to_a_missing_partition_fails(transport):
         p.flush(10)
 
 
-def test_flush_reports_the_last_offset_per_partition_and_records_come_back_in_order(transport):
+@pytest.mark.parametrize("how", ["produce", "produce_many"])
+def test_flush_reports_the_last_offset_per_partition_and_records_come_back_in_order(transport,
+                                                                                    how):
     name = new_topic(transport, partitions=2)
+    records = [(i % 2, f"k{i}".encode(), f"v{i}".encode(), 1_000 + i) for i in range(300)]
     with transport.producer() as p:
-        for i in range(300):
-            p.produce(name, i % 2, f"v{i}".encode(), key=f"k{i}".encode(), timestamp=1_000 + i)
+        if how == "produce":
+            for part, k, v, ts in records:
+                p.produce(name, part, v, key=k, timestamp=ts)
+        else:   # what a sink hands over: in three calls, the last one empty
+            p.produce_many(name, records[:120])
+            p.produce_many(name, iter(records[120:]))
+            p.produce_many(name, [])
         report = p.flush()
         assert set(report) == {TopicPartition(name, 0), TopicPartition(name, 1)}
         assert p.flush() == {}  # nothing new since the last flush

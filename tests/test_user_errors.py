@@ -411,6 +411,7 @@ def test_a_raising_function_stops_the_run_at_once_and_suggests_dead_letters(tmp_
 def test_a_sink_format_error_names_the_sink_the_format_and_the_fix(fmt, what, value, says):
     from eos_runtime.api import Sink
     from eos_runtime.errors import UserFunctionError
+    from eos_runtime.runtime.operators import encode_key
     from eos_runtime.runtime.outputs import SinkWriter
 
     sink = SinkWriter(Sink("out", fmt if what == "key" else None,
@@ -419,7 +420,7 @@ def test_a_sink_format_error_names_the_sink_the_format_and_the_fix(fmt, what, va
     ok = b"ok" if fmt == "bytes" else "ok"
     key, values = (value, [ok]) if what == "key" else (None, [ok, value])
     with pytest.raises(UserFunctionError) as info:
-        sink.write(key, b"k", values, 0)
+        sink.write(None if key is None else encode_key(key), values, 0)
     assert f"sink 'out' {says}" in str(info.value), str(info.value)
     assert len(sink) == 0   # nothing of the record is held
 

@@ -7,7 +7,7 @@ store (``step<i>`` in the task's RocksDB). A user function that raises becomes
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -24,6 +24,8 @@ _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 def encode_key(key: Any) -> bytes:
     """Keys travel and are stored msgpack-encoded: prefix-free, so state names cannot collide."""
+    if type(key) is str:   # the common key, without the checks below
+        return _pack(key)
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise UserFunctionError(f"keys must be str, bytes or int, "
                                 f"not {type(key).__name__}: {key!r}")
@@ -42,12 +44,12 @@ class Chain:
         self._states: list[State | None] = []
         for i, step in enumerate(steps):
             if step.stateful:
-                name = f"step{i}"
                 assert store is not None
-                self._states.append(State(partial(store.get, name), partial(store.put, name),
-                                          partial(store.delete, name)))
+                self._states.append(State(*store.accessors(f"step{i}")))
             else:
                 self._states.append(None)
+        if len(steps) == 1:   # most stages: one call per record, no list rebuilt per step
+            self.run = _one_step(steps[0], self._states[0])  # type: ignore[method-assign,assignment]
 
     def run(self, key_bytes: bytes | None, value: Any) -> list[Any]:
         values = [value]
@@ -69,8 +71,40 @@ class Chain:
                 else:
                     values = [v for v in values if fn(v)]
             except Exception as exc:
-                raise UserFunctionError(
-                    f"step {step.kind}({step.name}) raised {type(exc).__name__}: {exc}") from exc
+                raise _raised(step, exc) from exc
             if not values:
                 break
         return values
+
+
+def _raised(step: Step, exc: Exception) -> UserFunctionError:
+    return UserFunctionError(
+        f"step {step.kind}({step.name}) raised {type(exc).__name__}: {exc}")
+
+
+def _one_step(step: Step, state: State | None) -> Callable[[bytes | None, Any], list[Any]]:
+    """``Chain.run`` for a chain of one step: what the loop above does, for that step only."""
+    fn, kind = step.fn, step.kind
+    if state is not None:
+        def stateful(key_bytes: bytes | None, value: Any) -> list[Any]:
+            state._prefix = key_bytes or b""
+            try:
+                if kind == "map":
+                    return [fn(value, state)]
+                if kind == "flat_map":
+                    return list(fn(value, state))
+                return [value] if fn(value, state) else []
+            except Exception as exc:
+                raise _raised(step, exc) from exc
+        return stateful
+
+    def stateless(key_bytes: bytes | None, value: Any) -> list[Any]:
+        try:
+            if kind == "map":
+                return [fn(value)]
+            if kind == "flat_map":
+                return list(fn(value))
+            return [value] if fn(value) else []
+        except Exception as exc:
+            raise _raised(step, exc) from exc
+    return stateless

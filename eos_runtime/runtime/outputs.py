@@ -12,6 +12,8 @@ only those).
 from __future__ import annotations
 
 import zlib
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -21,6 +23,7 @@ from ..errors import UserFunctionError
 from ..faults import crash_point
 from ..protocol import wire
 from ..transport import Producer, TopicPartition
+from .operators import decode_key
 
 __all__ = ["ChannelWriter", "SinkWriter", "kafka_partition", "murmur2", "partition_for"]
 
@@ -107,24 +110,33 @@ class ChannelWriter:
 
     def write(self, generation: int, version: int, key_bytes: bytes | None, values: list[Any],
               timestamp: int) -> None:
+        """``values`` under one key."""
+        self.write_keyed(generation, version, [key_bytes] * len(values), values, timestamp)
+
+    def write_keyed(self, generation: int, version: int, keys: Sequence[bytes | None],
+                    values: list[Any], timestamp: int) -> None:
+        """Each of ``values`` under its key in ``keys`` (encoded; None: keyless, which
+        goes round robin)."""
         if self._of != (generation, version):
             self.send_pending()
             self._of = (generation, version)
-        keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
-        n, klen = self.partitions, len(key_bytes) if key_bytes is not None else 0
-        fixed = zlib.crc32(key_bytes) % n if key_bytes is not None else None
-        for value in values:
-            if fixed is None:
+        pending_keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
+        n, most = self.partitions, self.batch_messages
+        for key_bytes, value in zip(keys, values, strict=True):
+            if key_bytes is None:
                 self._rr += 1
                 p = self._rr % n
+                v = _pack(value)
+                size[p] += len(v)
             else:
-                p = fixed
-            v = _pack(value)
-            keys[p].append(key_bytes)
+                p = zlib.crc32(key_bytes) % n
+                v = _pack(value)
+                size[p] += len(key_bytes) + len(v)
+            ks = pending_keys[p]
+            ks.append(key_bytes)
             vals[p].append(v)
             stamps[p].append(timestamp)
-            size[p] += klen + len(v)
-            if size[p] >= BATCH_BYTES or len(keys[p]) >= self.batch_messages:
+            if size[p] >= BATCH_BYTES or len(ks) >= most:
                 self._send(p)
         self._pending = True
 
@@ -192,35 +204,59 @@ class SinkWriter:
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
         self._rr = 0
-        self._by_key: dict[bytes, int] = {}   # sink key -> its partition, bounded
+        # stream key -> (sink key, partition), bounded
+        self._by_key: dict[bytes, tuple[bytes | None, int]] = {}
+        # The value format's encoder where it returns bytes or raises: one try per record,
+        # and the checked path only for a record that fails.
+        self._trusted = _TRUSTED.get(sink.value_format)
         # Where the values and keys come from, for the error a value the format cannot
         # encode raises ("returned by map(count)"); set by the record path.
         self.value_origin: str | None = None
         self.key_origin: str | None = None
 
-    def write(self, key: Any, key_bytes: bytes | None, values: list[Any], timestamp: int) -> None:
-        """Encode ``values`` (and ``key``) with the sink's formats and hold them for the
-        checkpoint. A value or key the format cannot encode is a ``UserFunctionError``
-        naming the sink, the format and what to change; nothing of the record is held."""
-        k = self._encode(self._key, self.key_format, "key", key) \
-            if self._key is not None and key is not None else None
-        ser, encode, fmt = self._value, self._encode, self.value_format
-        encoded = [encode(ser, fmt, "value", value) for value in values]
+    def write(self, key_bytes: bytes | None, values: list[Any], timestamp: int) -> None:
+        """Encode ``values`` (and the key, from its stream form ``key_bytes``) with the
+        sink's formats and hold them until the caller hands them on. A value or key the
+        format cannot encode is a ``UserFunctionError`` naming the sink, the format and
+        what to change; nothing of the record is held."""
+        if key_bytes is not None:
+            known = self._by_key.get(key_bytes)
+            k, fixed = known if known is not None else self._key_and_partition(key_bytes)
+        else:
+            k, fixed = None, None
+        encoded: list[bytes] | None = None
+        if self._trusted is not None:
+            try:
+                encoded = [self._trusted(value) for value in values]
+            except Exception:
+                pass    # the checked encoding below names what failed
+        if encoded is None:
+            ser, encode, fmt = self._value, self._encode, self.value_format
+            encoded = [encode(ser, fmt, "value", value) for value in values]
         pending = self._pending
-        # A sink key goes where Kafka's default partitioner (every Java client) puts it, so
-        # other clients co-partition with the job's output; keyless output by its stream key.
-        fixed = None
-        if k is not None:
-            fixed = self._by_key.get(k)
-            if fixed is None:   # murmur2 in Python once per distinct key, not per record
-                if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
-                    self._by_key.clear()
-                fixed = self._by_key[k] = kafka_partition(k, self.partitions)
-        for v in encoded:
+        if fixed is not None:
+            for v in encoded:
+                pending.append((fixed, k, v, timestamp))
+            return
+        for v in encoded:   # keyless output: round robin
             self._rr += 1
-            p = fixed if fixed is not None else partition_for(key_bytes, self.partitions,
-                                                              self._rr)
-            pending.append((p, k, v, timestamp))
+            pending.append((self._rr % self.partitions, k, v, timestamp))
+
+    def _key_and_partition(self, key_bytes: bytes) -> tuple[bytes | None, int]:
+        """The sink key of a stream key, and its partition: where Kafka's default
+        partitioner (every Java client) puts the sink key, so other clients co-partition
+        with the job's output; by the stream key when the sink has no key format.
+        Remembered (up to a bound), so murmur2 in Python runs once per distinct key."""
+        k = None
+        if self._key is not None:
+            k = self._encode(self._key, self.key_format, "key", decode_key(key_bytes))
+            partition = kafka_partition(k, self.partitions)
+        else:
+            partition = zlib.crc32(key_bytes) % self.partitions
+        if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
+            self._by_key.clear()
+        self._by_key[key_bytes] = (k, partition)
+        return k, partition
 
     def _encode(self, ser: Any, fmt: str | None, what: str, value: Any) -> bytes:
         try:
@@ -249,16 +285,18 @@ class SinkWriter:
 
     def produce_into(self, producer: Producer) -> dict[int, int]:
         """Hand the held output to ``producer``; returns records per partition."""
-        counts: dict[int, int] = {}
-        topic, produce = self.topic, producer.produce
-        for p, k, v, ts in self._pending:
-            produce(topic, p, v, key=k, timestamp=ts)
-            counts[p] = counts.get(p, 0) + 1
-        self._pending = []
-        return counts
+        pending, self._pending = self._pending, []
+        producer.produce_many(self.topic, pending)
+        return dict(Counter(p for p, _, _, _ in pending))
 
     def discard(self) -> None:
         self._pending = []
+
+
+#: Encoders that return bytes or raise, like their FORMATS entries (the bytes format
+#: passes any value through, so it is checked value by value).
+_TRUSTED: dict[str, Any] = {"utf8": str.encode, "json": FORMATS["json"][0],
+                            "msgpack": msgpack.Packer(use_bin_type=True, autoreset=True).pack}
 
 
 #: What each sink format encodes, for the error of a value it cannot.

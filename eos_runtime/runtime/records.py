@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import base64
 import time
+from functools import partial
 from typing import Any, cast
+
+import msgpack
 
 from ..api import FORMATS
 from ..errors import EosError, TaskFailed, UserFunctionError
@@ -25,7 +28,7 @@ from .outputs import ChannelWriter, SinkWriter
 
 __all__ = ["RecordPath"]
 
-_unpack = FORMATS["msgpack"][1]
+_unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without a lambda
 
 
 class RecordPath:
@@ -52,7 +55,7 @@ class RecordPath:
             kb = encode_key(key) if key is not None else None
             # A null value reaches the format, which names it as the record's error.
             value = self._src_value(cast(bytes, r.value))
-            self._emit(key, kb, self.chain.run(kb, value), r.timestamp, version)
+            self._emit(kb, self.chain.run(kb, value), r.timestamp, version)
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
@@ -86,15 +89,13 @@ class RecordPath:
         """Channel messages in turn; one whose function raises is named by its record's
         offset (a batch's messages share it) and its key."""
         lag, run, emit = self.lag, self.chain.run, self._emit
-        sink = self.sink is not None
         for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
             if lag:
                 time.sleep(lag)
             try:
                 outs = run(key_bytes, _unpack(cast(bytes, value)))
-                if outs:   # the key is decoded for sinks only
-                    emit(decode_key(key_bytes) if sink else None, key_bytes, outs, timestamp,
-                         version)
+                if outs:
+                    emit(key_bytes, outs, timestamp, version)
             except Exception as exc:
                 if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                     raise
@@ -103,7 +104,7 @@ class RecordPath:
                                  _safe_repr(value), timestamp, raw=(key_bytes, value))
         self.stats.processed += len(keys)
 
-    def _emit(self, key: Any, key_bytes: bytes | None, outs: list[Any], timestamp: int,
+    def _emit(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
               version: int) -> None:
         if not outs:
             return
@@ -111,23 +112,21 @@ class RecordPath:
         if self.channels is not None:
             self._shuffle(outs, timestamp, version)
         elif self.sink is not None:
-            self.sink.write(key, key_bytes, outs, timestamp)
+            self.sink.write(key_bytes, outs, timestamp)
 
     def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
         assert self.stage.shuffle is not None and self.channels is not None
         key_fn = self.stage.shuffle.key_fn
-        gen, write = self.channels.generation, self.channels.write
         try:  # every key first: a record whose key_by raises sends nothing downstream
             keys = [key_fn(value) for value in outs]
         except Exception as exc:
             raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
         try:
-            keys = [encode_key(key) for key in keys]
+            encoded = [encode_key(key) for key in keys]
         except UserFunctionError as exc:
             name = getattr(key_fn, "__name__", "key_by")
             raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
-        for kb, value in zip(keys, outs, strict=True):
-            write(gen, version, kb, [value], timestamp)
+        self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
                     key: str | None, value: str | None, timestamp: int,
@@ -148,7 +147,7 @@ class RecordPath:
                              f"{self.job}.dead-letters and go on") from exc
         why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
                               and exc.__cause__ else exc)
-        self.dead.write(None, None, [{
+        self.dead.write(None, [{
             "job": self.job, "task": self.task_id, "topic": topic, "partition": partition,
             "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
             "value": value,

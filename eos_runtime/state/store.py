@@ -37,7 +37,7 @@ import ctypes
 import itertools
 import os
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +309,33 @@ class TaskStore:
         if key not in staged:
             self._order.append((s, key))
         staged[key] = value
+
+    def accessors(self, store: str) -> tuple[Callable[[bytes], bytes | None],
+                                             Callable[[bytes, bytes], None],
+                                             Callable[[bytes], None]]:
+        """``get``, ``put`` and ``delete`` of one store, for a stateful step's ``State``:
+        the same staging as the methods above, without their checks, which a per-record
+        path pays for nothing (``State`` makes every key and value bytes itself)."""
+        s = self._store_named(store)
+
+        def get(key: bytes) -> bytes | None:
+            value = s.staged.get(key, _MISSING)
+            if value is _MISSING:
+                committed: bytes | None = s.cf.get(key)
+                return committed
+            staged: bytes | None = value
+            return staged
+
+        def stage(key: bytes, value: bytes | None) -> None:
+            staged = s.staged   # discard() replaces the dict, and close() the handle
+            if key not in staged:
+                self._order.append((s, key))
+            staged[key] = value
+
+        def delete(key: bytes) -> None:
+            stage(key, None)
+
+        return get, stage, delete
 
     def _store_named(self, store: str) -> _Store:
         try:

@@ -115,6 +115,13 @@ class Producer(abc.ABC):
                 key: bytes | None = None, timestamp: int | None = None) -> None:
         """Enqueue one record. ``timestamp`` (ms) defaults to now."""
 
+    def produce_many(self, topic: str,
+                     records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> None:
+        """Enqueue ``(partition, key, value, timestamp)`` records in order: what ``produce``
+        does for each, where a transport can do it for less per record."""
+        for partition, key, value, timestamp in records:
+            self.produce(topic, partition, value, key=key, timestamp=timestamp)
+
     @abc.abstractmethod
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         """Wait for every enqueued record; return the last offset per partition written."""

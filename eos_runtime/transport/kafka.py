@@ -624,6 +624,25 @@ class KafkaProducer(Producer):
             self._since_poll = 0
             self._serve(f"produce to {topic}[{partition}]", p.poll, 0)
 
+    def produce_many(self, topic: str,
+                     records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> None:
+        p = self._p
+        if p is None or self._journal is not None:
+            super().produce_many(topic, records)
+            return
+        produce, count = p.produce, 0
+        for partition, key, value, timestamp in records:
+            try:
+                produce(topic, value, key, partition, timestamp=timestamp or 0)
+            except (BufferError, _KafkaException):
+                # A full queue or a record error: the one-record path waits for room, or
+                # reports the record's failure with the next flush, as for any record.
+                self.produce(topic, partition, value, key, timestamp)
+            count += 1
+            if count >= _POLL_EVERY:
+                count = 0
+                self._serve(f"produce to {topic}[{partition}]", p.poll, 0)
+
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         report = self._wait(timeout)
         self._state.offsets = {}
