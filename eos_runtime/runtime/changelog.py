@@ -26,13 +26,19 @@ from ..transport import Record, TopicPartition, Transport
 __all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "ChangeLogWriter"]
 
 
+#: Seconds a change-log read waits per empty poll (recovery's path to output resuming).
+_MARKER_WAIT = 0.05
+
+
 def _read(transport: Transport, tp: TopicPartition, start: int,
           end: int) -> Iterator[Record]:
     with transport.consumer(read_committed=True) as consumer:
         consumer.assign({tp: start})
         deadline = time.monotonic() + 120
         while consumer.position(tp) < end:
-            batch = consumer.poll(50_000, 1.0)
+            # A short wait: the log ends in a transaction marker after each commit, which a
+            # poll never returns, so the read's last poll finds nothing and waits it out.
+            batch = consumer.poll(50_000, _MARKER_WAIT)
             if not batch and time.monotonic() > deadline:
                 raise RecoveryError(f"change log {tp.topic}[{tp.partition}]: could not read up to "
                                     f"offset {end} (stuck at {consumer.position(tp)})")
