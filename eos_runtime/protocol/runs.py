@@ -24,13 +24,16 @@ milliseconds since the run started, on top of the run's first version. Sources o
 job then keep close versions without talking to each other, however differently their
 ``commit_every`` fires, so a downstream task waiting for every producer's marker waits
 about one commit interval, not for a slow source to count up to a fast one. A version
-per millisecond gives a run 2**40 ms, about 34 years.
+per millisecond gives a run 2**40 ms, about 34 years. Close is not enough: a timer
+checkpoint takes its time from the commit grid's line (``grid_line``, S4), so sources
+close *equal* versions, and no producer's messages wait for another's next marker.
 """
 
 from __future__ import annotations
 
 __all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "finished_run",
-           "first_version", "run_end", "run_of", "source_start_version", "time_version"]
+           "first_version", "grid_line", "run_end", "run_of", "source_start_version",
+           "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
 RUN_BITS = 40
@@ -80,6 +83,19 @@ def time_version(run: int, started_ms: int, now_ms: int) -> int:
     return min(first_version(run) + max(0, now_ms - started_ms), run_end(run) - 1)
 
 
+def grid_line(now_ms: int, interval_ms: int) -> int:
+    """S4: the commit grid's latest line at or before ``now_ms``: timer checkpoints are due
+    at the multiples of the commit interval on the wall clock (``CommitTimer``), and a
+    source's timer checkpoint takes its time version from that line, not from the moment
+    it runs (``time_version(..., grid_line(...))``). So every source of a job closes the
+    same version at the same line, and a channel task's aligner, which holds back a
+    producer's messages of a version above its open one (R1), holds nothing back in
+    steady state. Before, sources a few milliseconds apart closed different versions,
+    and the data of the one ahead waited a whole interval for the other's next marker.
+    Whole milliseconds, so that every task draws the same lines."""
+    return now_ms - now_ms % interval_ms
+
+
 def announcement(exactly_once: bool, restored: int, run: int) -> tuple[tuple[str, int], ...]:
     """What a task with channels sends downstream when it (re)starts, in order.
 
@@ -114,6 +130,8 @@ class SourceVersions:
         start time is known, else the open version; never ``run_end(run)`` or later,
         which only the run's last checkpoint uses (it ends the run for every task).
     S3  After checkpoint V the open version is V + 1.
+    S4  A timer checkpoint's ``now_ms`` is the commit grid's line it is due for
+        (``grid_line``), so that every source closes the same version at a line.
     """
 
     def __init__(self, restored: int, run: int, started_ms: int | None) -> None:

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
+from ..protocol.runs import grid_line
 from ..protocol.tracker import Tracker
 from .buffer import EarlyArrivalBuffer
 
@@ -49,21 +50,44 @@ class Step(enum.Enum):
 
 
 class CommitTimer:
-    """When a timer checkpoint is due: every ``interval`` seconds or ``every`` records."""
+    """When a timer checkpoint is due: at each line of the commit grid (the multiples of
+    ``interval`` on the wall clock, ``protocol/runs.grid_line``), or once ``every``
+    records came since the last checkpoint.
 
-    def __init__(self, interval: float, every: int) -> None:
+    On a grid, not an interval after the last checkpoint: every task of a job keeps the
+    same schedule, so the markers of one version leave all sources at about the same
+    moment, and how long a checkpoint takes does not push the next one back. A clock
+    step (NTP) makes one checkpoint early or late, which only moves where a version
+    ends. ``now``: wall-clock seconds, read when not given (tests give it)."""
+
+    def __init__(self, interval: float, every: int, *, now: float | None = None) -> None:
         self.interval, self.every = interval, every
+        self.interval_ms = max(1, round(interval * 1000))
         self.since = 0
-        self.last = time.monotonic()
+        self.next_ms = 0
+        self.reset(now)
 
     def count(self, n: int) -> None:
         self.since += n
 
-    def due(self, now: float) -> bool:
-        return bool(self.every and self.since >= self.every) or now - self.last >= self.interval
+    def due(self, now: float | None = None) -> bool:
+        if self.every and self.since >= self.every:
+            return True
+        return _ms(now) >= self.next_ms
 
-    def reset(self, now: float) -> None:
-        self.since, self.last = 0, now
+    def line_ms(self, now: float | None = None) -> int:
+        """The grid's latest line at ``now``: where a timer checkpoint takes its version's
+        time from (S4)."""
+        return grid_line(_ms(now), self.interval_ms)
+
+    def reset(self, now: float | None = None) -> None:
+        """A checkpoint was taken: the next is due at the grid's next line after ``now``."""
+        self.since = 0
+        self.next_ms = self.line_ms(now) + self.interval_ms
+
+
+def _ms(now: float | None) -> int:
+    return round((time.time() if now is None else now) * 1000)
 
 
 class Aligned:
@@ -218,9 +242,9 @@ class Unaligned:
         return Step.NOTHING
 
     def checkpoints(self, now: float) -> Iterator[Checkpoint]:
-        if self.timer.due(now) and not self.tracker.finished():
+        if self.timer.due() and not self.tracker.finished():
             version = self.version
-            self.timer.reset(now)
+            self.timer.reset()
             yield version, self.tracker.inputs(), ()
             self.version = version + 1
 

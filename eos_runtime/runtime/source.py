@@ -203,13 +203,14 @@ class SourceSide:
 
     def checkpoint_due(self) -> int | None:
         """The version of the checkpoint due now, or None (runs S2)."""
-        if not self.timer.due(time.monotonic()):
+        now = time.time()
+        if not self.timer.due(now):
             return None
-        return self.versions.for_checkpoint(int(time.time() * 1000))
+        return self.versions.for_checkpoint(self.timer.line_ms(now))   # S4
 
     def committed(self, version: int) -> None:
         self.versions.committed(version)
-        self.timer.reset(time.monotonic())
+        self.timer.reset()
 
     def recorded(self) -> None:
         """A commit recorded this task's positions (the committer calls this after the
