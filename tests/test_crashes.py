@@ -44,7 +44,9 @@ INTERMEDIATE = 2
 # within its records and once more at the end, each channel task has at least two
 # checkpoints (the first when both sources' first markers are in, the last at the run's
 # end), and each task sees at least six batches: every hit below is reached.
-RECORDS, POLL, COMMIT_EVERY, NO_TIMER = 1200, 100, 200, 3600.0
+# NO_TIMER: timer checkpoints fall on the multiples of the interval since the epoch (the
+# commit grid); with 1e9 s the last was in 2001 and the next is in 2033.
+RECORDS, POLL, COMMIT_EVERY, NO_TIMER = 1200, 100, 200, 1e9
 
 # ``task.mid_version`` is reached once per poll that read something. A source's polls
 # are of its own input; a channel task's are of the records its producers send, one data

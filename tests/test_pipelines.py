@@ -285,8 +285,9 @@ def test_at_least_once_committed_view_on_the_local_log_loses_nothing(tmp_path):
     assert sum(words.values()) * COPIES >= 20 * _LocalProducer.MAX_PENDING
     with open_transport(**opts) as t:
         produce(t, f"lines-{tag}", encode_lines(lines + [LAST_LINE, LAST_LINE]))
-    # no timer checkpoints: every sink task holds all its output for the end of the run
-    p = Pipeline(f"alo-{tag}", processing_guarantee="at-least-once", commit_interval=3600,
+    # no timer checkpoints: every sink task holds all its output for the end of the run (the
+    # commit grid's lines of 1e9 s are in 2001 and 2033)
+    p = Pipeline(f"alo-{tag}", processing_guarantee="at-least-once", commit_interval=1e9,
                  parallelism=2)
     (p.source(f"lines-{tag}", value="utf8").flat_map(_words_then_wait).key_by(lambda w: w)
         .map(_count, stateful=True).flat_map(_copies).sink(f"counts-{tag}", key="utf8"))
