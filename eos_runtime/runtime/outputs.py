@@ -3,10 +3,11 @@
 ``ChannelWriter`` routes each value by key to a channel and sends a channel's values as
 data batches (producer id, generation, version, the first message's sequence number per
 channel; many messages per record); it also fans out markers and restore commands to
-every channel. ``SinkWriter`` holds a version's output until the checkpoint
-writes it: inside the Kafka transaction of the checkpoint, or on the local log as one
-append per partition whose offsets the commit record lists (the committed reader shows
-only those).
+every channel. ``SinkWriter`` encodes and partitions sink output and holds it until the
+committer hands it on (``Committer.send_output``): after each poll batch, into the
+change-log producer or the version's Kafka transaction, or at the checkpoint as one
+append per partition whose offsets the commit record lists (exactly-once on the local
+log: the committed reader shows only those).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..protocol import wire
 from ..transport import Producer, TopicPartition
 from .operators import decode_key
 
-__all__ = ["ChannelWriter", "SinkWriter", "kafka_partition", "murmur2", "partition_for"]
+__all__ = ["ChannelWriter", "SinkWriter", "kafka_partition", "murmur2"]
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
@@ -59,12 +60,6 @@ def murmur2(data: bytes) -> int:
 def kafka_partition(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner picks for a keyed record."""
     return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
-def partition_for(key_bytes: bytes | None, partitions: int, fallback: int) -> int:
-    if key_bytes is None:
-        return fallback % partitions
-    return zlib.crc32(key_bytes) % partitions
 
 
 #: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
@@ -296,7 +291,7 @@ class SinkWriter:
 #: Encoders that return bytes or raise, like their FORMATS entries (the bytes format
 #: passes any value through, so it is checked value by value).
 _TRUSTED: dict[str, Any] = {"utf8": str.encode, "json": FORMATS["json"][0],
-                            "msgpack": msgpack.Packer(use_bin_type=True, autoreset=True).pack}
+                            "msgpack": _pack}
 
 
 #: What each sink format encodes, for the error of a value it cannot.

@@ -10,7 +10,7 @@ The interface:
 
 - ``resume_offsets()``: where to read each channel from now (after a start or a rewind);
 - ``on_record(channel, offset, msg, raw, timestamp)`` -> ``Step``;
-- ``checkpoints(now)``: the checkpoints due now, each as ``(version, inputs, fences)``;
+- ``checkpoints()``: the checkpoints due now, each as ``(version, inputs, fences)``;
   after each one is taken, ``released()`` yields the messages it let through;
 - ``alignment(now)``: what the checkpoint about to be taken waited for (its metrics);
 - ``seeks()``: channels to read again from an offset (exactly-once overflow, R8);
@@ -61,7 +61,7 @@ class CommitTimer:
     ends. ``now``: wall-clock seconds, read when not given (tests give it)."""
 
     def __init__(self, interval: float, every: int, *, now: float | None = None) -> None:
-        self.interval, self.every = interval, every
+        self.every = every
         self.interval_ms = max(1, round(interval * 1000))
         self.since = 0
         self.next_ms = 0
@@ -156,7 +156,7 @@ class Aligned:
             self.stats.fenced += 1
         return Step.NOTHING
 
-    def checkpoints(self, now: float) -> Iterator[Checkpoint]:
+    def checkpoints(self) -> Iterator[Checkpoint]:
         """Every checkpoint alignment allows now (R2, R2a, R9): the caller takes each one,
         then processes ``released()`` before asking for the next."""
         al = self.aligner
@@ -241,7 +241,7 @@ class Unaligned:
             self.tracker.on_other(c, offset)
         return Step.NOTHING
 
-    def checkpoints(self, now: float) -> Iterator[Checkpoint]:
+    def checkpoints(self) -> Iterator[Checkpoint]:
         if self.timer.due() and not self.tracker.finished():
             version = self.version
             self.timer.reset()

@@ -4,7 +4,7 @@ One record at a time, for sources (a raw input record) and channel tasks (a data
 envelope, or a data batch: each of its messages in turn). Output goes to the next
 stage's channels (``ChannelWriter``: batched, stamped with the writer's generation and
 the version the caller gives) or is held for the sink
-(``SinkWriter``) until the checkpoint writes it. A user function that raises stops the
+(``SinkWriter``) until the committer hands it on. A user function that raises stops the
 task naming the record, or with dead letters on, records the record and the error as
 output of the open version and goes on. No protocol rule lives here.
 """

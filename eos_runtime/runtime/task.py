@@ -335,7 +335,7 @@ class _Task:
         """Take every checkpoint the policy says is due, processing what each releases;
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
         process = self.records.data
-        for version, inputs, fences in policy.checkpoints(time.monotonic()):
+        for version, inputs, fences in policy.checkpoints():
             self.committer.checkpoint(version, inputs, fences, policy.alignment(time.monotonic()))
             for msg, topic, partition, offset in policy.released():
                 process(msg, topic, partition, offset, policy.version)
