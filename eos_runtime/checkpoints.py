@@ -151,7 +151,7 @@ class ChangeLogCheckpoints(CheckpointManager):
         base = last if last is not None else wire.ChangeLogCommit(0, 0)
         fence_id = f"{self.fence_id_prefix}{task}"
         generation = next_generation(fold.generation, self.t.fence_generation(fence_id))
-        writer = ChangeLogWriter(self.t, tp, fence_id, generation, fenced=True)
+        writer = ChangeLogWriter.open(self.t, tp, fence_id, generation, fenced=True)
         try:
             writer.start_generation(base.version)
             offset, _ = writer.commit(replace(base, generation=generation, inputs=inputs))

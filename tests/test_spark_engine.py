@@ -57,6 +57,16 @@ def rendezvous_task(task: TaskAttempt) -> bytes:
     return _answer(task)
 
 
+def preload_task(task: TaskAttempt) -> bytes:
+    """What the worker had imported before its task ran, and its parent's threads."""
+    loaded = [m for m in ("eos_runtime.runtime.task", "rocksdict", "confluent_kafka")
+              if m in sys.modules]
+    parent = os.getppid()
+    return json.dumps({"loaded": loaded,
+                       "parent": Path(f"/proc/{parent}/cmdline").read_bytes().decode(),
+                       "parent_threads": len(os.listdir(f"/proc/{parent}/task"))}).encode()
+
+
 def sigkill_task(task: TaskAttempt) -> bytes:
     """Task `victim` SIGKILLs its worker on attempt 0 while its peers run; the peers
     return only after the victim's retry is up, so they live through the crash."""
@@ -138,6 +148,15 @@ def test_sigkilled_worker_is_retried_on_a_fresh_worker(tmp_path: Path) -> None:
     status = job.status()
     assert (status.state, status.finished, status.failed_attempts) == ("succeeded", 3, 1)
     print(f"Spark start (JVM already up): {job.startup_seconds:.2f} s")
+
+
+def test_workers_fork_from_a_daemon_that_imported_the_runtime(tmp_path: Path) -> None:
+    """A restarted task's worker does not import the runtime anew (engine/daemon.py); the
+    daemon it forks from runs one thread, so no worker lost a thread in the fork."""
+    out = [json.loads(b) for b in run_tasks(preload_task, _payloads(1), EngineConfig())]
+    assert out[0]["loaded"] == ["eos_runtime.runtime.task", "rocksdict", "confluent_kafka"]
+    assert "eos_runtime.engine.daemon" in out[0]["parent"]
+    assert out[0]["parent_threads"] == 1
 
 
 @pytest.mark.parametrize("how", ["raise", "sigkill"])

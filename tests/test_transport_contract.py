@@ -311,32 +311,66 @@ def test_open_transport_needs_exactly_one_target(tmp_path):
         open_transport()
 
 
-def test_a_fenced_producer_stops_once_a_newer_generation_starts(transport):
-    """Zombie fencing: generation 2 of the same fence id makes generation 1's writes fail."""
+def _write(producer, topic: str, value: bytes) -> None:
+    """One record, in a transaction where the producer has them."""
+    txn = producer.transactional
+    if txn:
+        producer.begin_transaction()
+    producer.produce(topic, 0, value)
+    (producer.commit_transaction if txn else producer.flush)()
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["made", "started"])
+def test_a_fenced_producer_stops_once_a_newer_generation_starts(transport, started):
+    """Zombie fencing: generation 2 of the same fence id makes generation 1's writes fail.
+    Started (``start_producer(fence_id)``), what ``take(generation)`` hands over is that
+    fenced producer, whatever was done between start and take."""
     from eos_runtime.errors import ProducerFenced
 
     name = new_topic(transport)
     fence = f"fence-{uuid.uuid4().hex[:8]}"
     old = transport.fenced_producer(fence, 1)
-    txn = old.transactional
-    if txn:
-        old.begin_transaction()
-    old.produce(name, 0, b"old-1")
-    (old.commit_transaction if txn else old.flush)()
-    new = transport.fenced_producer(fence, 2)
+    _write(old, name, b"old-1")
+    if started:
+        pending = transport.start_producer(fence)
+        read_all(transport, {TopicPartition(name, 0): 0}, 1)   # other work meanwhile
+        new = pending.take(2)
+        with pytest.raises(RuntimeError, match="taken"):
+            pending.take(3)
+        pending.close()   # after a take: nothing left to close
+    else:
+        new = transport.fenced_producer(fence, 2)
+    assert new.transactional == old.transactional
     with pytest.raises(ProducerFenced):
-        if txn:
-            old.begin_transaction()
-        old.produce(name, 0, b"old-2")
-        (old.commit_transaction if txn else old.flush)()
-    if txn:
-        new.begin_transaction()
-    new.produce(name, 0, b"new-1")
-    (new.commit_transaction if txn else new.flush)()
+        _write(old, name, b"old-2")
+    _write(new, name, b"new-1")
     values = [r.value for r in read_all(transport, {TopicPartition(name, 0): 0}, 2)]
     assert values == [b"old-1", b"new-1"]
     old.close()
     new.close()
+
+
+def test_a_started_plain_producer_writes_and_an_untaken_one_closes(transport):
+    name = new_topic(transport)
+    pending = transport.start_producer()
+    p = pending.take(1)
+    assert not p.transactional
+    p.produce(name, 0, b"plain")
+    p.flush()
+    p.close()
+    assert [r.value for r in read_all(transport, {TopicPartition(name, 0): 0}, 1)] == [
+        b"plain"]
+    for fence in (None, f"fence-{uuid.uuid4().hex[:8]}"):
+        untaken = transport.start_producer(fence)
+        untaken.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            untaken.take(1)
+
+
+def test_a_started_producer_that_cannot_be_made_says_so_at_take(transport):
+    pending = transport.start_producer("")
+    with pytest.raises(ConfigError):
+        pending.take(1)
 
 
 def test_send_hands_records_over_without_a_flush_and_flush_still_reports_them(transport):

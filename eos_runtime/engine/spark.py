@@ -599,6 +599,8 @@ def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
         "spark.ui.showConsoleProgress": "false",
         "spark.speculation": "false",
         "spark.python.worker.reuse": "false",
+        # Workers fork from a daemon that imported the runtime already (engine/daemon.py).
+        "spark.python.daemon.module": "eos_runtime.engine.daemon",
         # JobStatus reads Spark's status store; by default it writes a running stage's
         # counters at most every 100 ms *on the next event*, so with long-running tasks
         # (no further events) the counts could lag until the next heartbeat flush.

@@ -21,7 +21,7 @@ from ..errors import RecoveryError
 from ..protocol import wire
 from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
-from ..transport import Record, TopicPartition, Transport
+from ..transport import Producer, Record, TopicPartition, Transport
 
 __all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "ChangeLogWriter"]
 
@@ -148,20 +148,25 @@ def last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommi
 class ChangeLogWriter:
     """Writes one generation's change-log records; ``commit`` is the task's commit point.
 
-    With ``fenced`` (exactly-once) the producer is fenced against zombies; on Kafka it is
-    transactional and each version's records form one transaction, which sink output may
-    join (``producer``). Without it (at-least-once) a plain producer is used.
+    Exactly-once writes through a producer fenced against zombies (``open``'s
+    ``fenced``); on Kafka it is transactional and each version's records form one
+    transaction, which sink output may join (``producer``). At-least-once writes through
+    a plain producer.
     """
 
-    def __init__(self, transport: Transport, tp: TopicPartition, fence_id: str, generation: int,
-                 *, fenced: bool) -> None:
+    def __init__(self, tp: TopicPartition, producer: Producer, generation: int) -> None:
         self.tp = tp
         self.generation = generation
-        self.producer = (transport.fenced_producer(fence_id, generation) if fenced
-                         else transport.producer())
-        self.transactional = self.producer.transactional
+        self.producer = producer
+        self.transactional = producer.transactional
         if self.transactional:
-            self.producer.begin_transaction()
+            producer.begin_transaction()
+
+    @classmethod
+    def open(cls, transport: Transport, tp: TopicPartition, fence_id: str, generation: int,
+             *, fenced: bool) -> ChangeLogWriter:
+        pending = transport.start_producer(fence_id if fenced else None)
+        return cls(tp, pending.take(generation), generation)
 
     def _seal(self) -> dict[TopicPartition, int]:
         if self.transactional:

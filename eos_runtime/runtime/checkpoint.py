@@ -34,24 +34,40 @@ from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
 from ..protocol.runs import announcement, run_end
 from ..state import TaskStore
-from ..transport import TopicPartition, Transport
+from ..transport import PendingProducer, TopicPartition, Transport
 from .changelog import ChangeLogWriter, Recovered, catch_up, recover
 from .metrics import CheckpointMetrics
 from .outputs import ChannelWriter, SinkWriter
 
-__all__ = ["Committer"]
+__all__ = ["Committer", "fence_id", "start_writer_producer"]
+
+
+def fence_id(plan: JobPlan, task_id: int) -> str:
+    """What fences a task's zombies: one id per task, every generation alike."""
+    return f"{plan.name}.task-{task_id}"
+
+
+def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:
+    """The change-log writer's producer, started: fenced under exactly-once, else plain."""
+    return transport.start_producer(fence_id(plan, task_id) if plan.exactly_once else None)
 
 
 class Committer:
     def __init__(self, transport: Transport, plan: JobPlan, stage: StagePlan, task_id: int,
                  run: int, store: TaskStore, channels: ChannelWriter | None,
-                 sink: SinkWriter | None, dead: SinkWriter | None, stats: Any) -> None:
+                 sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
+                 pending: PendingProducer | None = None) -> None:
         self.t, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.held = [w for w in (sink, dead) if w is not None]
         self.exactly_once = plan.exactly_once
+        self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
-        self.fence_id = f"{plan.name}.task-{task_id}"
+        self.fence_id = fence_id(plan, task_id)
+        # The first generation's producer, on its way while the task opens and recovers
+        # (``Transport.start_producer``; the task started it, else it starts here).
+        self._pending: PendingProducer | None = (
+            pending if pending is not None else start_writer_producer(transport, plan, task_id))
         self.log: ChangeLogWriter | None = None
         self.generation = 0
         # Called once a new generation is registered and written (the task's progress
@@ -118,8 +134,10 @@ class Committer:
         else:
             if self.log is not None:
                 self.log.close()
-            self.log = ChangeLogWriter(self.t, self.changelog_tp, self.fence_id, generation,
-                                       fenced=self.exactly_once)
+            pending, self._pending = self._pending, None
+            if pending is None:
+                pending = start_writer_producer(self.t, self.plan, self.task_id)
+            self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
         if self.channels is not None:
@@ -229,5 +247,7 @@ class Committer:
 
     def close(self) -> None:
         self.listeners.close()
+        if self._pending is not None:
+            self._pending.close()
         if self.log is not None:
             self.log.close()

@@ -34,8 +34,8 @@ from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
-from ..transport import Consumer, TopicPartition, Transport, open_transport
-from .checkpoint import Committer
+from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
+from .checkpoint import Committer, start_writer_producer
 from .control import ControlLog
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
@@ -181,6 +181,20 @@ class _Task:
         self.stats = TaskStats(config.task_id, attempt)
         self.dir = Path(config.state_dir) / self.plan.name
         self.dir.mkdir(parents=True, exist_ok=True)
+        # Refused before anything is fenced: a superseded run's task must not fence the
+        # task of the run that superseded it.
+        ControlLog(transport, self.plan.name).refuse_if_superseded(config.run, self.id)
+        # The change-log writer's producer first: it is on its way while the task opens
+        # and recovers (Transport.start_producer).
+        pending = start_writer_producer(transport, self.plan, self.id)
+        try:
+            self._open(config, transport, attempt, pending)
+        except BaseException:
+            pending.close()
+            raise
+
+    def _open(self, config: TaskConfig, transport: Transport, attempt: int,
+              pending: PendingProducer) -> None:
         self.store, self._fallback_store = _open_store(self.dir, self.id, self.stage, attempt)
         # Where operators and experiments find the process running the task.
         (self.dir / f"task-{self.id}.pid").write_text(f"{os.getpid()} {attempt}\n")
@@ -194,7 +208,7 @@ class _Task:
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
-                                   self.channels, sink, dead, self.stats)
+                                   self.channels, sink, dead, self.stats, pending)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
                                   lag=_lag_of(config, attempt))
@@ -227,7 +241,6 @@ class _Task:
         return self.stats
 
     def _run(self) -> None:
-        ControlLog(self.t, self.plan.name).refuse_if_superseded(self.c.run, self.id)
         recovered = self.committer.recover()
         try:
             finished = finished_run(recovered.version, self.c.run)

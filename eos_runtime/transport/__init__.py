@@ -11,6 +11,7 @@ from .base import (
     AtTimestamp,
     Consumer,
     Oldest,
+    PendingProducer,
     Position,
     Producer,
     Record,
@@ -22,7 +23,7 @@ from .base import (
 
 __all__ = [
     "OLDEST", "UPCOMING", "AtOffset", "AtTimestamp", "Consumer", "Oldest", "Position",
-    "Producer", "Record", "TopicPartition", "TopicSpec", "Transport", "Upcoming",
+    "PendingProducer", "Producer", "Record", "TopicPartition", "TopicSpec", "Transport", "Upcoming",
     "open_transport",
 ]
 

@@ -26,7 +26,7 @@ The contract (``tests/test_transport_contract.py`` runs it against both):
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -42,6 +42,7 @@ __all__ = [
     "OLDEST",
     "UPCOMING",
     "Producer",
+    "PendingProducer",
     "Consumer",
     "Transport",
 ]
@@ -152,6 +153,28 @@ class Producer(abc.ABC):
         self.close()
 
 
+class PendingProducer:
+    """A producer on its way (``Transport.start_producer``). ``take(generation)`` returns
+    it once, ready; ``close`` releases one never taken (or does nothing after a take)."""
+
+    def __init__(self, make: Callable[[int], Producer],
+                 drop: Callable[[], None] | None = None) -> None:
+        self._make: Callable[[int], Producer] | None = make
+        self._drop = drop
+
+    def take(self, generation: int) -> Producer:
+        make, self._make = self._make, None
+        if make is None:
+            raise RuntimeError("this pending producer was taken or closed already")
+        self._drop = None
+        return make(generation)
+
+    def close(self) -> None:
+        drop, self._make, self._drop = self._drop, None, None
+        if drop is not None:
+            drop()
+
+
 class Consumer(abc.ABC):
     """Reads records from explicitly assigned partitions (no group management)."""
 
@@ -243,6 +266,24 @@ class Transport(abc.ABC):
         under each append's lock; each partition's records go in one append per flush.
         """
         raise NotImplementedError(f"{type(self).__name__} has no fenced producers")
+
+    def start_producer(self, fence_id: str | None = None) -> PendingProducer:
+        """A producer made while its owner does other work: ``take(generation)`` hands it
+        over, a ``fenced_producer(fence_id, generation)`` if ``fence_id`` is given, else a
+        plain one. Errors making it are raised by ``take``. A task starts its change-log
+        writer's producer this way before it reads its change log: what the broker makes
+        a new producer wait for then passes while recovery runs.
+
+        By default a plain producer is made at once and a fenced one at ``take`` (its
+        generation is not known before). Kafka starts a fenced one at once too, in the
+        background: its fence is the transactional id, whatever the generation, and its
+        ``init_transactions`` waits for the broker to abort the open transaction of the
+        instance it fences (librdkafka retries every 500 ms); a new idempotent producer
+        waits 500 ms for its producer id before its first write."""
+        if fence_id is not None:
+            return PendingProducer(lambda generation: self.fenced_producer(fence_id, generation))
+        producer = self.producer()
+        return PendingProducer(lambda generation: producer, producer.close)
 
     def fence_generation(self, fence_id: str) -> int:
         """The newest generation registered for ``fence_id`` (0: none, or a transport that

@@ -59,7 +59,15 @@ from ..errors import (
     TransportError,
 )
 from ..redact import redact, remember
-from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
+from .base import (
+    Consumer,
+    PendingProducer,
+    Producer,
+    Record,
+    TopicPartition,
+    TopicSpec,
+    Transport,
+)
 
 __all__ = ["KafkaTransport", "KafkaProducer", "KafkaConsumer", "check_bootstrap_servers"]
 
@@ -1342,6 +1350,38 @@ class KafkaTransport(Transport):
     def fenced_producer(self, fence_id: str, generation: int) -> KafkaProducer:
         # init_transactions bumps the producer epoch of fence_id: older instances are fenced
         return self.producer(transactional_id=fence_id)
+
+    def start_producer(self, fence_id: str | None = None) -> PendingProducer:
+        if fence_id is None:
+            return super().start_producer()
+        self._admin_client()   # a closed transport refuses now, not in the thread
+        made: list[KafkaProducer] = []
+        failed: list[BaseException] = []
+
+        def make() -> None:
+            # librdkafka waits outside the GIL: the task's own start runs meanwhile.
+            try:
+                made.append(KafkaProducer(self._producer_conf, transactional_id=fence_id,
+                                          timeout=self.timeout))
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=make, name=f"fence {fence_id}", daemon=True)
+        thread.start()
+
+        def take(generation: int) -> KafkaProducer:
+            thread.join()
+            if failed:
+                raise failed[0]
+            self._children.add(made[0])
+            return made[0]
+
+        def drop() -> None:
+            thread.join()
+            for p in made:
+                p.close()
+
+        return PendingProducer(take, drop)
 
     def consumer(self, *, read_committed: bool = True) -> KafkaConsumer:
         self._admin_client()
