@@ -19,6 +19,12 @@ R2a (not in SEP-10) Versions nobody wrote are skipped: once checkpoint V is take
     marker is at M > V, the next open version is the lowest buffered version up to M, or
     M itself. Versions are not consecutive across runs (``protocol/runs.py``), and a run's
     end-of-run marker must close every version below it in one step, not one by one.
+R2b (not in SEP-10) A checkpoint of the open version V is named M, the markers' floor,
+    when no message waits in a version in (V, M]: taking V and then an empty M at once
+    are one checkpoint. Sources send a version's data under their open version and close
+    it under the commit grid's line, so without R2b every interval costs a channel task
+    two commits. A buffered message a restore voided stays void when released, even once
+    a checkpoint past its version pruned that fence (F3).
 R3  (invariant 6) A restore command (P, g, V) is remembered as a *fence*: from then on
     every message and marker of P from a generation below g with a version above V is
     dropped. Every fence a producer's restarts caused applies, not only the newest
@@ -235,14 +241,17 @@ class Aligner:
                    version: int) -> Decision:
         """A buffered message comes out of the buffer now that its version is open."""
         lane = self._lane(channel, producer)
+        dropped = False
         if lane.buffered and lane.buffered[0][0] == offset:
             lane.buffered.popleft()
-        else:  # fenced entries were dropped from the lane at the restore
+        else:
             try:
                 lane.buffered.remove((offset, version, generation))
             except ValueError:
-                pass
-        if self._fenced(producer, generation, version):
+                # Dropped from the lane at a restore whose fence voided it. That fence may
+                # be pruned since (a checkpoint past its versions, R2b): it is void still.
+                dropped = True
+        if dropped or self._fenced(producer, generation, version):
             return Decision.FENCED
         if version != self.version:
             raise ProtocolViolation(f"released a message of version {version} while version "
@@ -318,7 +327,7 @@ class Aligner:
                 for p, lane in lanes.items() if lane.marker < self.version)
             raise ProtocolViolation(f"checkpoint {self.version} taken before alignment; "
                                     f"markers missing from (channel, producer) {missing[:5]}")
-        version = self.version
+        version = self._closing(self.version)
         inputs = []
         for c in self._channels:
             parents = []
@@ -356,15 +365,34 @@ class Aligner:
         self._snapshot = Snapshot(version, tuple(inputs), self._fences.as_wire())
         return self._snapshot
 
+    def _floor(self) -> int:
+        """The lowest marker of any producer on any channel."""
+        return min(lane.marker for lanes in self._lanes.values() for lane in lanes.values())
+
+    def _waiting(self, above: int, upto: int) -> list[int]:
+        """Versions in (above, upto] that messages wait in: buffered, or skipped by an
+        overflow and to be read again."""
+        waiting = [e[1] for lanes in self._lanes.values() for lane in lanes.values()
+                   for e in lane.buffered if above < e[1] <= upto]
+        waiting += [o[1] for o in self._overflow.values() if above < o[1] <= upto]
+        return waiting
+
+    def _closing(self, open_version: int) -> int:
+        """R2b: the name of the open version's checkpoint: the markers' floor when no
+        message waits in a version between them. The checkpoint of the open version and an
+        empty one of the floor at once are one checkpoint (sources send a version's data
+        under their open version V+1 and close it under the commit grid's line)."""
+        floor = self._floor()
+        if floor <= open_version or self._waiting(open_version, floor):
+            return open_version
+        return floor
+
     def _next_open(self, committed: int) -> int:
         """R2a: the version after ``committed`` that can hold work, or the markers' floor."""
-        floor = min(lane.marker for lanes in self._lanes.values() for lane in lanes.values())
+        floor = self._floor()
         if floor <= committed + 1:
             return committed + 1
-        waiting = [e[1] for lanes in self._lanes.values() for lane in lanes.values()
-                   for e in lane.buffered if committed < e[1] <= floor]
-        waiting += [o[1] for o in self._overflow.values() if committed < o[1] <= floor]
-        return min(waiting, default=floor)
+        return min(self._waiting(committed, floor), default=floor)
 
     def rewind(self) -> Snapshot:
         """Go back to the last checkpoint, keeping every fence learnt since (R4).
