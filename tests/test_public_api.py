@@ -27,9 +27,9 @@ def test_testing_api():
 
 def test_transport_api():
     assert sorted(transport.__all__) == sorted([
-        "OLDEST", "UPCOMING", "AtOffset", "AtTimestamp", "Consumer", "Oldest", "Position",
-        "Producer", "Record", "TopicPartition", "TopicSpec", "Transport", "Upcoming",
-        "open_transport"])
+        "OLDEST", "UPCOMING", "AtOffset", "AtTimestamp", "Consumer", "Oldest",
+        "PendingProducer", "Position", "Producer", "Record", "TopicPartition", "TopicSpec",
+        "Transport", "Upcoming", "open_transport"])
 
 
 def _subclasses(cls: type) -> set[type]:
