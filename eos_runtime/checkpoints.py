@@ -116,7 +116,6 @@ class ChangeLogCheckpoints(CheckpointManager):
         self.t = transport
         self.job = job
         self.topic = f"{job}.changelog"
-        self.fence_id_prefix = f"{job}.task-"
 
     def _commit(self, task: int) -> wire.ChangeLogCommit | None:
         from .runtime.changelog import last_commit
@@ -135,6 +134,7 @@ class ChangeLogCheckpoints(CheckpointManager):
 
     def _write(self, task: int, checkpoint: Checkpoint) -> None:
         from .runtime.changelog import ChangeLogWriter, fold_log
+        from .runtime.checkpoint import fence_id
         from .runtime.control import ControlLog
 
         # A running task would be fenced mid-run by this write: refuse as the tool does.
@@ -149,9 +149,9 @@ class ChangeLogCheckpoints(CheckpointManager):
         inputs = tuple(wire.InputPosition(s, p, o)
                        for (s, p), o in sorted(checkpoint.offsets.items()))
         base = last if last is not None else wire.ChangeLogCommit(0, 0)
-        fence_id = f"{self.fence_id_prefix}{task}"
-        generation = next_generation(fold.generation, self.t.fence_generation(fence_id))
-        writer = ChangeLogWriter.open(self.t, tp, fence_id, generation, fenced=True)
+        fence = fence_id(self.job, task)
+        generation = next_generation(fold.generation, self.t.fence_generation(fence))
+        writer = ChangeLogWriter.open(self.t, tp, fence, generation, fenced=True)
         try:
             writer.start_generation(base.version)
             offset, _ = writer.commit(replace(base, generation=generation, inputs=inputs))

@@ -194,13 +194,9 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
                          SinkWriter(stage.sink, stage.output_partitions), None,
                          TaskStats(job.task_id))
 
-    # One after the other: an instance's fence is on its way from its start (on Kafka its
-    # producer's init_transactions runs in the background while it recovers).
-    old = instance("zombie")
-    new = None
+    old, new = instance("zombie"), instance("successor")
     try:
         old.recover()                       # generation 1
-        new = instance("successor")
         new.recover()                       # generation 2: the zombie is fenced
         assert (old.generation, new.generation) == (1, 2)
         with pytest.raises(ProducerFenced):
@@ -212,8 +208,7 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
     finally:
         for c in (old, new):
             try:
-                if c is not None:
-                    c.close()
+                c.close()
             except Exception:
                 pass
         for s in stores:

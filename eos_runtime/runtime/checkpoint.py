@@ -42,14 +42,14 @@ from .outputs import ChannelWriter, SinkWriter
 __all__ = ["Committer", "fence_id", "start_writer_producer"]
 
 
-def fence_id(plan: JobPlan, task_id: int) -> str:
+def fence_id(job: str, task_id: int) -> str:
     """What fences a task's zombies: one id per task, every generation alike."""
-    return f"{plan.name}.task-{task_id}"
+    return f"{job}.task-{task_id}"
 
 
 def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:
     """The change-log writer's producer, started: fenced under exactly-once, else plain."""
-    return transport.start_producer(fence_id(plan, task_id) if plan.exactly_once else None)
+    return transport.start_producer(fence_id(plan.name, task_id) if plan.exactly_once else None)
 
 
 class Committer:
@@ -63,11 +63,10 @@ class Committer:
         self.exactly_once = plan.exactly_once
         self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
-        self.fence_id = fence_id(plan, task_id)
+        self.fence_id = fence_id(plan.name, task_id)
         # The first generation's producer, on its way while the task opens and recovers
-        # (``Transport.start_producer``; the task started it, else it starts here).
-        self._pending: PendingProducer | None = (
-            pending if pending is not None else start_writer_producer(transport, plan, task_id))
+        # (``Transport.start_producer``); without one, a generation starts its own.
+        self._pending = pending
         self.log: ChangeLogWriter | None = None
         self.generation = 0
         # Called once a new generation is registered and written (the task's progress
