@@ -336,3 +336,41 @@ def test_flush_timeout_with_records_in_flight_says_how_many(transport):
         assert time.monotonic() - started < 10
         assert info.value.outstanding == 3
     assert transport.watermarks(TopicPartition(name, 0)) == (0, 1)
+
+
+def test_a_consumer_prefetches_a_few_polls_of_a_long_backlog_not_all_of_it(kafka_bootstrap):
+    """librdkafka's defaults prefetch 100 000 messages (each with ~400 bytes of
+    bookkeeping) or 64 MB per consumer: tens of MB a task grows by on a long backlog, as
+    much as its state (the memory bench's aggregate). Bounded, the prefetch stays within a
+    few polls' worth however long the backlog."""
+    import json
+    snapshots: list[dict] = []
+    with KafkaTransport(kafka_bootstrap, consumer_config={
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda raw: snapshots.append(json.loads(raw))}) as t:
+        name = new_topic(t)
+        with t.producer() as p:
+            p.produce_many(name, ((0, None, b"%019d" % i, 0) for i in range(300_000)))
+            p.flush()
+        tp = TopicPartition(name, 0)
+
+        def queued() -> list[tuple[int, int]]:
+            return [(part["fetchq_cnt"], part["fetchq_size"])
+                    for s in snapshots for part in [s["topics"].get(name, {})
+                                                    .get("partitions", {}).get("0")] if part]
+
+        def filled_then(more: int):
+            def step() -> bool:
+                c.poll(1, 0.05)   # serves the statistics callback; takes one record
+                return any(n >= 10_000 for n, _ in queued()) and len(snapshots) >= more
+            return step
+
+        with t.consumer() as c:
+            c.assign({tp: 0})
+            # the prefetch filled up to its bound, then 5 more snapshots for any overshoot
+            wait_for(filled_then(0), what="a filled prefetch")
+            wait_for(filled_then(len(snapshots) + 5), what="more statistics")
+        most_messages = max(n for n, _ in queued())
+        most_bytes = max(b for _, b in queued())
+    assert most_messages < 40_000, most_messages
+    assert most_bytes < 9 << 20, most_bytes

@@ -64,7 +64,7 @@ def kafka_partition(key: bytes, partitions: int) -> int:
 
 #: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
 #: hot keys stay, a key space of millions costs a dict insert per record.
-_KEY_PARTITIONS_KEPT = 1 << 16
+_KEY_PARTITIONS_KEPT = 1 << 14
 
 #: A channel's pending batch is sent once it holds this many messages or bytes of keys and
 #: values, whichever comes first (far below Kafka's default 1 MB record limit).

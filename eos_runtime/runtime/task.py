@@ -73,6 +73,12 @@ class TaskConfig:
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
 
 
+#: Channel records a channel task takes per poll. Each is a batch of up to BATCH_MESSAGES
+#: messages, so a source's poll_records would hold up to thousands of batches (tens of MB
+#: on a backlog) in memory at once.
+CHANNEL_POLL_RECORDS = 16
+
+
 @dataclass
 class TaskStats:
     task_id: int
@@ -312,8 +318,9 @@ class _Task:
         self._seek(policy.resume_offsets())
         self._take_checkpoints(policy)   # R9: a start may find every marker in already
         process = self.records.data
+        channel_poll = min(self.c.poll_records, CHANNEL_POLL_RECORDS)
         while not policy.finished():
-            batch = self.consumer.poll(self.c.poll_records, 0.2)
+            batch = self.consumer.poll(channel_poll, 0.2)
             self.progress.tick()
             for r in batch:
                 c = (r.topic, r.partition)

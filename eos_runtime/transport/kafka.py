@@ -1064,8 +1064,14 @@ class KafkaTransport(Transport):
             "enable.partition.eof": False,
             "auto.offset.reset": "error",
             # librdkafka pauses fetching for this long once its local queue passed
-            # queued.min.messages (default 1 s): a stall every ~100k records.
+            # queued.min.messages (default 1 s): a stall each time it fills.
             "fetch.queue.backoff.ms": 20,
+            # The prefetch holds a few polls' worth, not the backlog: librdkafka's defaults
+            # (100 000 messages, 64 MB, 1 MB fetches, ~400 bytes of bookkeeping a message)
+            # grew each task by 20-50 MB on a long backlog, as much as its state did.
+            "queued.min.messages": 10_000,
+            "queued.max.messages.kbytes": 8 << 10,
+            "max.partition.fetch.bytes": 256 << 10,
             **(consumer_config or {}),
         }
         watch = _ConnectWatch()
