@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, EngineError, EosError, JobCancelled, JobStalled, SetupError
+from . import daemon
 from .stall import DEFAULT_NO_PROGRESS_TIMEOUT, StallWatch, check_timeout
 
 __all__ = [
@@ -727,6 +728,11 @@ class RunningJob:
             # (pyspark reads PYSPARK_PYTHON once, at SparkContext creation; set the
             # attribute instead of mutating the caller's environment.)
             sc.pythonExec = self._python
+            if self.master.startswith("local"):
+                # one directory for the driver and its executor: the daemon puts it on
+                # sys.path before it forks, so no worker's start re-reads pyspark's zips
+                from pyspark import SparkFiles
+                sc.environment[daemon.FILES_DIR_ENV] = SparkFiles.getRootDirectory()
             sc.setLogLevel(level)
             self._set_failure_loggers(sc, "OFF" if quiet else level)
             with self._lock:
