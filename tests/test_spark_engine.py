@@ -69,8 +69,8 @@ def preload_task(task: TaskAttempt) -> bytes:
     return json.dumps({"loaded": loaded,
                        "files_dir_before_fork":
                            SparkFiles.getRootDirectory() in getattr(daemon, "path", ()),
-                       "before_fork": sorted({"pyspark.worker", "eos_runtime.runtime.task"}
-                                             & before_fork),
+                       "before_fork": sorted({"pyspark.worker", "eos_runtime.runtime.task",
+                                              "eos_runtime.engine.daemon"} & before_fork),
                        "parent": Path(f"/proc/{parent}/cmdline").read_bytes().decode(),
                        "parent_threads": len(os.listdir(f"/proc/{parent}/task"))}).encode()
 
@@ -165,6 +165,7 @@ def test_workers_fork_from_a_daemon_that_imported_the_runtime(tmp_path: Path) ->
     out = [json.loads(b) for b in run_tasks(preload_task, _payloads(1), EngineConfig())]
     assert out[0]["loaded"] == ["eos_runtime.runtime.task", "rocksdict", "confluent_kafka"]
     # pyspark's worker module too: 0.13 s of a restarted task's path on a busy machine
+    # (and the daemon module once, as __main__: runpy warns of a second copy)
     assert out[0]["before_fork"] == ["eos_runtime.runtime.task", "pyspark.worker"]
     # so the worker adds no path, and re-reads no zip directory: 0.07 s and 16 MB each
     assert out[0]["files_dir_before_fork"]

@@ -40,7 +40,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, EngineError, EosError, JobCancelled, JobStalled, SetupError
-from . import daemon
 from .stall import DEFAULT_NO_PROGRESS_TIMEOUT, StallWatch, check_timeout
 
 __all__ = [
@@ -731,8 +730,12 @@ class RunningJob:
             if self.master.startswith("local"):
                 # one directory for the driver and its executor: the daemon puts it on
                 # sys.path before it forks, so no worker's start re-reads pyspark's zips
+                # (imported here: the daemon runs as __main__ of a process that imports
+                # this package, which must not hold a second copy of it)
                 from pyspark import SparkFiles
-                sc.environment[daemon.FILES_DIR_ENV] = SparkFiles.getRootDirectory()
+
+                from .daemon import FILES_DIR_ENV
+                sc.environment[FILES_DIR_ENV] = SparkFiles.getRootDirectory()
             sc.setLogLevel(level)
             self._set_failure_loggers(sc, "OFF" if quiet else level)
             with self._lock:
