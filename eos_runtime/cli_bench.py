@@ -267,9 +267,9 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     if as_json:
         click.echo(paths["json"].read_text(), nl=False)
     else:
-        from .bench.report import markdown
+        from .bench.report import THROUGHPUT_PLOT, markdown
 
-        body = markdown(final, paths["png"].name)
+        body = markdown(final, THROUGHPUT_PLOT)
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
 

@@ -466,3 +466,23 @@ def test_rounds_are_one_number_or_one_per_measure_and_a_bad_one_is_named():
     assert rounds_text(3) == "3 rounds"   # a results.json written before per-measure rounds
     assert rounds_text({"throughput": 2, "memory": 2}) == "2 rounds"
     assert rounds_text({"throughput": 5, "memory": 1}) == "rounds: throughput 5, memory 1"
+
+
+def test_a_run_without_throughput_writes_no_throughput_plot(tmp_path):
+    """A memory-only run wrote an empty throughput.png beside its report (which, rightly,
+    showed no throughput section)."""
+    from eos_runtime.bench.report import write_report
+
+    base = {"workload": "aggregate", "guarantee": "none", "round": 1, "error": None,
+            "measure": "memory", "system": "a", "verified": True}
+    runs = [{**base, "state_keys": 10, "peak_rss_bytes": 100 * 2**20},
+            {**base, "state_keys": 100, "peak_rss_bytes": 110 * 2**20}]
+    result = _bench_result({}, runs=runs, command="eos bench", started="now", skipped={},
+                           machine={"cpus": 2, "python": "3.11"},
+                           settings={"bootstrap_servers": "b", "records": 10, "rounds": 1,
+                                     "partitions": 2, "commit_interval": 1.0})
+    paths = write_report(result, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["memory.png", "report.md", "results.json"]
+    assert "png" not in paths
+    assert "throughput.png" not in paths["markdown"].read_text()

@@ -16,7 +16,7 @@ from typing import Any
 from . import more_measures as more
 from . import targets
 
-__all__ = ["summarize", "RATIOS", "write_report"]
+__all__ = ["summarize", "RATIOS", "THROUGHPUT_PLOT", "write_report"]
 
 #: The ratios the report shows: (numerator, denominator), systems by name.
 RATIOS = [
@@ -89,19 +89,25 @@ def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, 
     return out
 
 
+#: The throughput bars' file, beside the report.
+THROUGHPUT_PLOT = "throughput.png"
+
+
 def write_report(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """results.json, report.md and a plot per measure that ran (``png``: throughput)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / "results.json", "png": out_dir / "throughput.png",
-             "markdown": out_dir / "report.md"}
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md"}
     paths["json"].write_text(json.dumps(result, indent=2) + "\n")
-    _plot(result, paths["png"])
+    if result["summary"]:
+        paths["png"] = out_dir / THROUGHPUT_PLOT
+        _plot(result, paths["png"])
     for key, name, plot in (("latency", "latency_cdf.png", more.plot_latency),
                             ("recovery", "recovery.png", more.plot_recovery),
                             ("memory", "memory.png", more.plot_memory)):
         if result.get(key):
             paths[key] = out_dir / name
             plot(result[key], paths[key])
-    paths["markdown"].write_text(markdown(result, paths["png"].name))
+    paths["markdown"].write_text(markdown(result, THROUGHPUT_PLOT))
     return paths
 
 
