@@ -236,6 +236,26 @@ def test_latency_is_from_input_append_to_readable_result_and_recovery_from_the_k
     assert percentiles([]) == {"count": 0}
 
 
+def test_a_slow_probe_long_after_the_kill_is_not_the_recovery():
+    """A probe appended 12.5 s after the kill with an ordinary 494 ms spike made one
+    round's recovery 13 010 ms when output had resumed within 0.5 s: only the probes of
+    the window after the kill (the outage holds those the longest) count."""
+    from eos_runtime.bench.latency import recovery
+
+    probes = [{"in_ms": 900, "visible_ms": 30, "append_ms": 10},
+              {"in_ms": 1100, "visible_ms": 400, "append_ms": 10},    # held by the outage
+              {"in_ms": 1200, "visible_ms": 300, "append_ms": 10},
+              {"in_ms": 1300, "visible_ms": 30, "append_ms": 10},
+              {"in_ms": 13500, "visible_ms": 494, "append_ms": 10}]   # a later spike
+    rec = recovery(probes, killed_ms=1000, window_ms=2000)
+    assert rec["recovery_ms"] == 400 and rec["resumed_after_kill_ms"] == 500
+    assert rec["probes_after_kill"] == 4
+    # a stall longer than the window: the probes it held are in the window all the same
+    stalled = [{"in_ms": 1000 + 100 * i, "visible_ms": 5000 - 100 * i, "append_ms": 10}
+               for i in range(40)]
+    assert recovery(stalled, killed_ms=1000, window_ms=2000)["resumed_after_kill_ms"] == 5000
+
+
 def test_a_process_tree_has_resident_memory():
     import os
     import subprocess

@@ -177,7 +177,8 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
             "SIGKILLed (its last stage's; Spark's whole application, the column "
             "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
             "until the result of the probe that waited longest (of those appended "
-            "after the kill) was readable; the latency before the kill beside it.",
+            "in the window after the kill: 2 s, or two commit intervals if longer) was "
+            "readable; the latency before the kill beside it.",
             "![recovery](recovery.png)",
             ["workload", "system", "guarantee", "until output resumed", "min – max",
              "p50 before the kill", "killed", "status"], rows)
