@@ -267,9 +267,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     if as_json:
         click.echo(paths["json"].read_text(), nl=False)
     else:
-        from .bench.report import THROUGHPUT_PLOT, markdown
-
-        body = markdown(final, THROUGHPUT_PLOT)
+        body = paths["markdown"].read_text()
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
 

@@ -247,13 +247,13 @@ def test_a_slow_probe_long_after_the_kill_is_not_the_recovery():
               {"in_ms": 1200, "visible_ms": 300, "append_ms": 10},
               {"in_ms": 1300, "visible_ms": 30, "append_ms": 10},
               {"in_ms": 13500, "visible_ms": 494, "append_ms": 10}]   # a later spike
-    rec = recovery(probes, killed_ms=1000, window_ms=2000)
+    rec = recovery(probes, killed_ms=1000, commit_interval=1.0)
     assert rec["recovery_ms"] == 400 and rec["resumed_after_kill_ms"] == 500
     assert rec["probes_after_kill"] == 4
     # a stall longer than the window: the probes it held are in the window all the same
     stalled = [{"in_ms": 1000 + 100 * i, "visible_ms": 5000 - 100 * i, "append_ms": 10}
                for i in range(40)]
-    assert recovery(stalled, killed_ms=1000, window_ms=2000)["resumed_after_kill_ms"] == 5000
+    assert recovery(stalled, killed_ms=1000, commit_interval=1.0)["resumed_after_kill_ms"] == 5000
 
 
 def test_a_process_tree_has_resident_memory():

@@ -4,6 +4,7 @@ log is in test_transport_contract.py."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -343,7 +344,6 @@ def test_a_consumer_prefetches_a_few_polls_of_a_long_backlog_not_all_of_it(kafka
     bookkeeping) or 64 MB per consumer: tens of MB a task grows by on a long backlog, as
     much as its state (the memory bench's aggregate). Bounded, the prefetch stays within a
     few polls' worth however long the backlog."""
-    import json
     snapshots: list[dict] = []
     with KafkaTransport(kafka_bootstrap, consumer_config={
             "statistics.interval.ms": 100,
@@ -355,9 +355,13 @@ def test_a_consumer_prefetches_a_few_polls_of_a_long_backlog_not_all_of_it(kafka
         tp = TopicPartition(name, 0)
 
         def queued() -> list[tuple[int, int]]:
-            return [(part["fetchq_cnt"], part["fetchq_size"])
-                    for s in snapshots for part in [s["topics"].get(name, {})
-                                                    .get("partitions", {}).get("0")] if part]
+            """(messages, bytes) prefetched for the partition, per statistics snapshot."""
+            out = []
+            for s in snapshots:
+                part = s["topics"].get(name, {}).get("partitions", {}).get("0")
+                if part:
+                    out.append((part["fetchq_cnt"], part["fetchq_size"]))
+            return out
 
         def filled_then(more: int):
             def step() -> bool:

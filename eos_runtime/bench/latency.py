@@ -94,18 +94,20 @@ def percentiles(values: list[int]) -> dict[str, Any]:
             "max": xs[-1], "mean": round(statistics.fmean(xs), 1), "cdf": keep}
 
 
-#: Probes appended this long after the kill are the ones its outage holds longest.
+#: Probes appended this long after the kill (or two commit intervals, if longer) are the
+#: ones its outage holds longest.
 RECOVERY_WINDOW_MS = 2000
 
 
 def recovery(latencies: list[dict[str, int]], killed_ms: int,
-             window_ms: int = RECOVERY_WINDOW_MS) -> dict[str, Any]:
+             commit_interval: float = 1.0) -> dict[str, Any]:
     """From the probes around a kill at ``killed_ms`` (this host's clock).
 
     An outage holds every probe appended while it lasts until output resumes, so those
-    appended first wait longest: the worst is among the probes of ``window_ms`` after the
+    appended first wait longest: the worst is among the probes of the window after the
     kill, about 20 of them, some of which went to the killed task. A slow probe later in
     the run is ordinary latency, not recovery."""
+    window_ms = max(RECOVERY_WINDOW_MS, int(2000 * commit_interval))
     before = [p["visible_ms"] for p in latencies if p["in_ms"] < killed_ms]
     after = [p for p in latencies if p["in_ms"] >= killed_ms]
     out: dict[str, Any] = {

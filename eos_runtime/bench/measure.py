@@ -41,7 +41,7 @@ import msgpack
 from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch, VisibilityClock
-from .latency import RECOVERY_WINDOW_MS, SteadyInput, percentiles, probe_latencies, recovery
+from .latency import SteadyInput, percentiles, probe_latencies, recovery
 from .memory import CpuSampler, RssSampler
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .workloads import BenchWorkload, InputRecord, expected_pairs
@@ -308,5 +308,4 @@ def _latency(row: dict[str, Any], kafka: BenchKafka, setup: Setup, steady: Stead
     row["append_latency_ms"] = {k: v for k, v in percentiles(
         [p["append_ms"] for p in probes]).items() if k != "cdf"}
     if killed:
-        row["recovery"] = recovery(probes, killed[0], window_ms=max(
-            RECOVERY_WINDOW_MS, int(2000 * setup.commit_interval)))
+        row["recovery"] = recovery(probes, killed[0], setup.commit_interval)
