@@ -4,6 +4,8 @@ exist. What it measures is never asserted here (benchmarks/README.md)."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
 
 import pytest
 
@@ -506,3 +508,24 @@ def test_a_run_without_throughput_writes_no_throughput_plot(tmp_path):
         ["memory.png", "report.md", "results.json"]
     assert "png" not in paths
     assert "throughput.png" not in paths["markdown"].read_text()
+
+
+def test_the_visibility_clock_keeps_sampling_while_the_bench_holds_the_gil(kafka_bootstrap):
+    """The bench's process decodes output and collects garbage while a run goes on; a
+    sampler that stalls with it adds the stall to every probe committed meanwhile."""
+    from eos_runtime.bench.kafka import BenchKafka
+    from eos_runtime.bench.visibility import VisibilityClock
+
+    topic = f"clock-{uuid.uuid4().hex[:8]}"
+    BenchKafka(kafka_bootstrap).create_topics([topic], 1)
+    clock = VisibilityClock(kafka_bootstrap, topic, 1)
+    try:
+        started = time.time()
+        sum(range(150_000_000))   # one C call: holds the GIL for a second or more
+        held_ms = (time.time() - started) * 1000
+    finally:
+        clock.close()
+    assert held_ms > 500
+    during = [t for t, _ in clock.samples if started * 1000 <= t <= started * 1000 + held_ms]
+    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+    assert len(during) > 3 and max(gaps) < held_ms / 2, (held_ms, gaps)

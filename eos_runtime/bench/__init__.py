@@ -8,7 +8,9 @@
     spark_app.py     the Spark Structured Streaming peer's application
     spark_jars.py    Spark's Kafka connector, and its token provider built from source
     kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
-                     output with its append times, when output became visible
+                     output with its append times
+    visibility.py    when output became readable: last stable offsets, sampled in a
+                     process of its own
     burst.py         the burst producer, a process of its own
     latency.py       steady input with probes; latency percentiles; recovery after a kill
     memory.py        peak resident memory of a system's processes, from /proc

@@ -16,22 +16,19 @@ at R records per second from ``go`` (i / R seconds after it), each sent at once
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import msgpack
 from confluent_kafka import Producer
 
+from .kafka import topic_process_arguments
+
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("file")
-    ap.add_argument("--bootstrap-servers", required=True)
-    ap.add_argument("--topic", required=True)
-    ap.add_argument("--partitions", type=int, required=True)
+    ap = topic_process_arguments(__doc__)
     ap.add_argument("--rate", type=float, default=None,
                     help="records per second, steadily (default: as fast as it goes)")
     args = ap.parse_args(argv)

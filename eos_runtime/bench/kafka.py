@@ -9,7 +9,7 @@ the broker's, from the first input record's append to the last output record's.
 
 from __future__ import annotations
 
-import threading
+import argparse
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..errors import EosError
 from ..transport import Record
 
-__all__ = ["BenchKafka", "OutputWatch", "VisibilityClock", "readable_at", "APPEND_TIME"]
+__all__ = ["BenchKafka", "OutputWatch", "readable_at", "topic_process_arguments", "APPEND_TIME"]
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 
@@ -229,45 +229,15 @@ class OutputWatch:
         self._ctx.__exit__()
 
 
-class VisibilityClock(threading.Thread):
-    """Samples a topic's last stable offsets (what read_committed readers may read) every
-    ``every`` seconds, on this host's clock.
-
-    Reading the output itself is per-record Python, which lags behind a fast system on
-    a busy machine; an offset look-up is one small request. ``visible_at`` answers when
-    given offsets were first readable."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, every: float = 0.02) -> None:
-        super().__init__(name="bench-visibility", daemon=True)
-        self.topic = topic
-        self.partitions = partitions
-        self.every = every
-        self.samples: list[tuple[int, list[int]]] = []   # (ms after the look-up, LSO per partition)
-        self._halt = threading.Event()
-        self._ctx = _consumer(bootstrap, read_committed=True)
-        self.start()
-
-    def run(self) -> None:
-        c = self._ctx.c
-        tps = [_TP(self.topic, p) for p in range(self.partitions)]
-        while not self._halt.is_set():
-            try:
-                ends = [c.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in tps]
-            except KafkaException:
-                ends = []
-            if ends:
-                # the time after the answer: an offset seen then was readable by then
-                self.samples.append((int(time.time() * 1000), ends))
-            self._halt.wait(self.every)
-
-    def close(self) -> None:
-        self._halt.set()
-        self.join()
-        self._ctx.__exit__()
-
-    def visible_at(self, needed: dict[int, int]) -> int | None:
-        """When every partition's offset in ``needed`` had become readable (None: not seen)."""
-        return readable_at(self.samples, needed)
+def topic_process_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The command line of a bench process on one topic (the burst producer, the
+    visibility clock): FILE, the broker, the topic and its partitions."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("file")
+    ap.add_argument("--bootstrap-servers", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--partitions", type=int, required=True)
+    return ap
 
 
 def readable_at(samples: list[tuple[int, list[int]]], needed: dict[int, int]) -> int | None:

@@ -5,8 +5,8 @@ every ``probe_every_ms`` ms in place of a record: an input record whose one resu
 key no other result has (``BenchWorkload.probe``). Probes take turns over the source
 partitions, so every partition is probed alike. A probe's latency runs from its input
 record's broker append time to the moment its result was readable to a read_committed
-reader (the output's last stable offset passed it: ``kafka.readable_at``, sampled every
-20 ms); ``append_ms`` keeps the append-to-append time beside it.
+reader (the output's last stable offset passed it, sampled every 20 ms by a process of
+its own: ``visibility.py``); ``append_ms`` keeps the append-to-append time beside it.
 
 Recovery: one task of the system is killed (SIGKILL) a third into the run and restarted
 as its supervisor restarts it. Recovery time is the longest a probe appended in the

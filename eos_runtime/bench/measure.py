@@ -40,10 +40,11 @@ import msgpack
 
 from ..experiments.verify import compare
 from ..experiments.workloads import Expected
-from .kafka import BenchKafka, OutputWatch, VisibilityClock
+from .kafka import BenchKafka, OutputWatch
 from .latency import SteadyInput, percentiles, probe_latencies, recovery
 from .memory import CpuSampler, RssSampler
 from .systems import Setup, System, remove_scratch, scratch_dir
+from .visibility import VisibilityClock
 from .workloads import BenchWorkload, InputRecord, expected_pairs
 
 __all__ = ["Settings", "Load", "measure"]
