@@ -301,8 +301,7 @@ def _quix_python(given: str | None) -> str | None:
 
 def _row_line(row: dict[str, Any]) -> str:
     if "recovery" in row:
-        what = (f"output resumed {row['recovery'].get('resumed_after_kill_ms', '?')} ms after "
-                f"the kill")
+        what = f"longest wait after the kill {row['recovery'].get('recovery_ms', '?')} ms"
     elif "latency_ms" in row:
         lat = row["latency_ms"]
         what = f"latency p50 {lat.get('p50', '?')} ms, p99 {lat.get('p99', '?')} ms"

@@ -11,8 +11,9 @@ its own: ``visibility.py``); ``append_ms`` keeps the append-to-append time besid
 Recovery: one task of the system is killed (SIGKILL) a third into the run and restarted
 as its supervisor restarts it. Recovery time is the longest a probe appended in the
 window after the kill (``RECOVERY_WINDOW_MS``, or two commit intervals if longer) waited
-for its result: the victim's restart, recovery and catch-up, and one ordinary latency
-(``baseline_p50_ms``, the probes before the kill, is reported beside it).
+for its result: for one appended at the kill, the victim's restart, recovery and
+catch-up until its output was readable again (``baseline_p50_ms``, the probes before the
+kill, is reported beside it).
 """
 
 from __future__ import annotations
@@ -103,10 +104,13 @@ def recovery(latencies: list[dict[str, int]], killed_ms: int,
              commit_interval: float = 1.0) -> dict[str, Any]:
     """From the probes around a kill at ``killed_ms`` (this host's clock).
 
-    An outage holds every probe appended while it lasts until output resumes, so those
-    appended first wait longest: the worst is among the probes of the window after the
-    kill, about 20 of them, some of which went to the killed task. A slow probe later in
-    the run is ordinary latency, not recovery."""
+    ``recovery_ms`` is the longest wait of a probe appended in the window after the kill:
+    an outage holds every probe appended while it lasts until output resumes, so one
+    appended at the kill waits from the kill until then, and one appended later its
+    ordinary latency. A slow probe later in the run is ordinary latency, not recovery.
+    When the wait ended is no measure: a probe late in the window with an ordinary wait
+    ends after output resumed (a 1.0 s wait of a probe appended 1.3 s after the kill,
+    where output had resumed after 0.97 s)."""
     window_ms = max(RECOVERY_WINDOW_MS, int(2000 * commit_interval))
     before = [p["visible_ms"] for p in latencies if p["in_ms"] < killed_ms]
     after = [p for p in latencies if p["in_ms"] >= killed_ms]
@@ -114,7 +118,5 @@ def recovery(latencies: list[dict[str, int]], killed_ms: int,
         "baseline_p50_ms": percentiles(before).get("p50"), "probes_after_kill": len(after)}
     held = [p for p in after if p["in_ms"] < killed_ms + window_ms]
     if held:
-        worst = max(held, key=lambda p: p["visible_ms"])
-        out["recovery_ms"] = worst["visible_ms"]
-        out["resumed_after_kill_ms"] = worst["in_ms"] + worst["visible_ms"] - killed_ms
+        out["recovery_ms"] = max(p["visible_ms"] for p in held)
     return out

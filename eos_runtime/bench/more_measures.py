@@ -64,11 +64,10 @@ def summarize_recovery(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                "guarantee": mine[0]["guarantee"], "rounds": len(mine),
                                "status": status, "errors": errors,
                                "killed": mine[0].get("killed"),
-                               "resumed_ms_per_round": [x.get("resumed_after_kill_ms")
-                                                        for x in rec]}
+                               "recovery_ms_per_round": [x.get("recovery_ms") for x in rec]}
         if status == "ok":
-            got = [x for x in row["resumed_ms_per_round"] if x is not None]
-            row.update(resumed_ms=_median(got), min_ms=min(got, default=None),
+            got = [x for x in row["recovery_ms_per_round"] if x is not None]
+            row.update(recovery_ms=_median(got), min_ms=min(got, default=None),
                        max_ms=max(got, default=None),
                        baseline_p50_ms=_median([x["baseline_p50_ms"] for x in rec
                                                 if x.get("baseline_p50_ms") is not None]))
@@ -166,21 +165,21 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
     if rec:
         rows = []
         for r in rec:
-            rng = f"{_ms(r.get('min_ms'))} – {_ms(r.get('max_ms'))}" if "resumed_ms" in r \
+            rng = f"{_ms(r.get('min_ms'))} – {_ms(r.get('max_ms'))}" if "recovery_ms" in r \
                 else "–"
             rows.append(f"| {r['workload']} | {r['system']} | {r['guarantee']} | "
-                        f"{_ms(r.get('resumed_ms'))} | {rng} | {_ms(r.get('baseline_p50_ms'))}"
+                        f"{_ms(r.get('recovery_ms'))} | {rng} | {_ms(r.get('baseline_p50_ms'))}"
                         f" | {r.get('killed') or '–'} | {_mark(r)} |")
         lines += _section(
             "Recovery",
             "The same steady load; a third into the run one task of the system "
             "SIGKILLed (its last stage's; Spark's whole application, the column "
-            "*killed* says) and restarted as its supervisor restarts it. Time from the kill "
-            "until the result of the probe that waited longest (of those appended "
-            "in the window after the kill: 2 s, or two commit intervals if longer) was "
-            "readable; the latency before the kill beside it.",
+            "*killed* says) and restarted as its supervisor restarts it. The longest a "
+            "probe appended in the window after the kill (2 s, or two commit intervals if "
+            "longer) waited for its result to be readable: for one appended at the kill, "
+            "the time until output resumed. The latency before the kill beside it.",
             "![recovery](recovery.png)",
-            ["workload", "system", "guarantee", "until output resumed", "min – max",
+            ["workload", "system", "guarantee", "longest wait after the kill", "min – max",
              "p50 before the kill", "killed", "status"], rows)
     mem = result.get("memory") or []
     if mem:
@@ -249,15 +248,15 @@ def plot_recovery(rows: list[dict[str, Any]], path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows)), 3.4))
     for i, r in enumerate(rows):
-        if "resumed_ms" in r:
-            ax.bar(i, r["resumed_ms"], width=0.6, alpha=0.5)
-            got = [x for x in r["resumed_ms_per_round"] if x is not None]
+        if "recovery_ms" in r:
+            ax.bar(i, r["recovery_ms"], width=0.6, alpha=0.5)
+            got = [x for x in r["recovery_ms_per_round"] if x is not None]
             ax.scatter([i] * len(got), got, s=12, color="black", zorder=3)
         else:
             ax.text(i, 0, r["status"], ha="center", va="bottom", color="red", rotation=90)
     ax.set_xticks(range(len(rows)), [f"{r['workload']}\n{r['system']}" for r in rows],
                   fontsize=6)
-    ax.set_ylabel("ms from SIGKILL to output resumed")
+    ax.set_ylabel("longest wait after the SIGKILL, ms")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -107,11 +107,11 @@ def _recovery(result: dict[str, Any]) -> list[dict[str, Any]]:
                   f"({interval_ms + 1000:,.0f} ms) after a SIGKILL of one task")
         rows = [r for r in result.get("recovery") or []
                 if r["workload"] == WORKLOAD and r["system"] == system]
-        if not rows or rows[0].get("resumed_ms") is None:
+        if not rows or rows[0].get("recovery_ms") is None:
             why = "no recovery runs" if not rows else f"its runs are {rows[0]['status']}"
             out.append(_row(target, None, None, f"not measured: {why}"))
             continue
-        ms = rows[0]["resumed_ms"]
+        ms = rows[0]["recovery_ms"]
         out.append(_row(target, ms, ms <= interval_ms + 1000, f"{ms:,.0f} ms"))
     return out
 
