@@ -39,7 +39,17 @@ from .changelog import ChangeLogWriter, Recovered, catch_up, recover
 from .metrics import CheckpointMetrics
 from .outputs import ChannelWriter, SinkWriter
 
-__all__ = ["Committer", "fence_id", "start_writer_producer"]
+__all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"]
+
+#: Exactly-once sink output held per writer before it goes into the open transaction.
+#: Below it the output waits for the checkpoint, so at a moderate rate a transaction is
+#: open only while a checkpoint commits: a SIGKILL then leaves none for the broker to
+#: abort (the successor's fence takes one round trip, not librdkafka's 500 ms retries),
+#: and no task's open transaction holds back the last stable offset of the output
+#: partitions it shares with the others (a restarted task's catch-up commits are read at
+#: once, not at the others' next commit). Above it output streams in chunks, so a burst's
+#: output is not held in memory nor sent all at the commit.
+TRANSACTION_CHUNK = 32_768
 
 
 def fence_id(job: str, task_id: int) -> str:
@@ -56,10 +66,12 @@ class Committer:
     def __init__(self, transport: Transport, plan: JobPlan, stage: StagePlan, task_id: int,
                  run: int, store: TaskStore, channels: ChannelWriter | None,
                  sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
-                 pending: PendingProducer | None = None) -> None:
+                 pending: PendingProducer | None = None,
+                 transaction_chunk: int = TRANSACTION_CHUNK) -> None:
         self.t, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.held = [w for w in (sink, dead) if w is not None]
+        self.transaction_chunk = transaction_chunk
         self.exactly_once = plan.exactly_once
         self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
@@ -86,16 +98,18 @@ class Committer:
         letters' wherever nothing needs them held: at-least-once promises nothing a
         commit must wait for, so its output flows as it is made (its latency is not the
         commit interval) and the checkpoint flushes it before the positions are
-        committed; exactly-once on Kafka streams it into the version's open transaction
-        (readers see it at the commit; a rewind aborts it). Only exactly-once on the
-        local log holds it for the checkpoint: its committed view lists one contiguous
-        append per partition and checkpoint."""
+        committed. Exactly-once on Kafka holds it until a writer holds
+        ``transaction_chunk`` records (``TRANSACTION_CHUNK``), then sends those into the
+        version's open transaction (readers see them at the commit; a rewind aborts
+        them). Exactly-once on the local log holds it all for the checkpoint: its
+        committed view lists one contiguous append per partition and checkpoint."""
         if self.channels is not None:
             self.channels.send()
         log = self.log
         if log is None or not self.held or (self.exactly_once and not log.transactional):
             return
-        if any([w.produce_into(log.producer) for w in self.held if len(w)]) \
+        least = self.transaction_chunk if self.exactly_once else 1
+        if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]) \
                 and not log.transactional:
             log.producer.send()
             self._unflushed = True

@@ -35,7 +35,7 @@ from ..protocol import wire
 from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
-from .checkpoint import Committer, start_writer_producer
+from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .control import ControlLog
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
@@ -68,6 +68,8 @@ class TaskConfig:
     poll_records: int = 5_000
     # most messages in one channel record (a data batch); 1 sends each on its own
     channel_batch: int = BATCH_MESSAGES
+    # exactly-once sink output held before it goes into the open transaction
+    transaction_chunk: int = TRANSACTION_CHUNK
     # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
@@ -214,7 +216,8 @@ class _Task:
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
-                                   self.channels, sink, dead, self.stats, pending)
+                                   self.channels, sink, dead, self.stats, pending,
+                                   config.transaction_chunk)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
                                   lag=_lag_of(config, attempt))
