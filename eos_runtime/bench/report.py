@@ -185,7 +185,9 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
 def _plot(result: dict[str, Any], path: Path) -> None:
     plt = more.pyplot()
     summary = result["summary"]
-    fig, axes = plt.subplots(1, max(len(summary), 1), figsize=(4.5 * max(len(summary), 1), 3.6),
+    # wide enough per system that its two-line label does not run into the next one's
+    each = max([4.5] + [1.0 * len(w["systems"]) for w in summary.values()])
+    fig, axes = plt.subplots(1, max(len(summary), 1), figsize=(each * max(len(summary), 1), 3.6),
                              squeeze=False)
     for ax, (workload, w) in zip(axes[0], summary.items(), strict=False):
         names = list(w["systems"])
