@@ -90,9 +90,9 @@ def _out_dir(path: str | None) -> Path:
 
 MEASURES = ["throughput", "latency", "recovery", "memory"]
 
-#: Input records of a system's warm-up run (unrecorded, before round 1). A broker's first
-#: minute is slow: traced, the first exactly-once run on a broker started for the bench
-#: had p99 2.9 s and 9.7 s where the next rounds had 1.1 s and 1.5 s.
+#: Input records of a system's warm-up run (unrecorded, before round 1). Measured: the
+#: first exactly-once run on a broker started for the bench had p99 2.9 s and 9.7 s where
+#: the next rounds had 1.1 s and 1.5 s.
 WARM_UP_RECORDS = 20_000
 
 
