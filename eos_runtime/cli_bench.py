@@ -252,7 +252,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                                  {"state_keys": len({v for _, v in got}),
                                   "key_space": aggregate_keys(2 * keys)}))
         if not no_warm_up and plan:
-            w = plan[0][1] if plan[0][1] != "aggregate" else "wordcount"
+            w = plan[0][1]
             got = WORKLOADS[w].generate(min(records, WARM_UP_RECORDS), seed)
             for system in active:
                 if system.cannot_run(WORKLOADS[w]) is not None:
