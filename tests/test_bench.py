@@ -455,6 +455,11 @@ def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_
         [("eos-exactly-once", "passthrough", True), ("raw-kafka", "passthrough", True)]
     assert all(r["round"] >= 1 for r in result["runs"])
     assert all(r["verified"] for r in result["runs"]), result["runs"]
+    # A steady run's output is read once its input has ended: read along, it took a
+    # third of a core from the systems under test (21 000 lines/s of wordcount).
+    steady = [r for r in result["runs"] if r["measure"] in ("latency", "recovery")]
+    assert all(r["output_read_after_seconds"] >= r["produce_seconds"] for r in steady), \
+        [(r["output_read_after_seconds"], r["produce_seconds"]) for r in steady]
     assert sorted((r["measure"], r["system"], r["round"]) for r in result["runs"]) == \
         sorted((m, s, n) for m in ("latency", "recovery", "memory")
                for s in ("eos-exactly-once", "raw-kafka")
@@ -555,3 +560,49 @@ def test_the_visibility_clock_keeps_sampling_while_the_bench_holds_the_gil(kafka
     during = [t for t, _ in clock.samples if started * 1000 <= t <= started * 1000 + held_ms]
     gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
     assert len(during) > 3 and max(gaps) < held_ms / 2, (held_ms, gaps)
+
+
+def test_the_steady_input_wakes_per_slice_not_per_record(tmp_path, monkeypatch):
+    """A latency run's load generator shares the cores with the system it measures.
+    Woken and sent per record (``linger.ms`` 0), it took a third of a core at 21 000
+    records/s and the broker a produce request per record; it wakes at most once per
+    ``SLICE`` and sends what fell due, record i to partition i mod N, never early."""
+    import io
+
+    import msgpack
+
+    from eos_runtime.bench import burst
+
+    calls: list[tuple] = []
+
+    class FakeProducer:
+        def __init__(self, conf):
+            calls.append(("conf", conf))
+
+        def list_topics(self, *_a, **_k):
+            return None
+
+        def produce(self, topic, value, key, partition):
+            calls.append(("produce", time.monotonic(), value, partition))
+
+        def poll(self, timeout):
+            calls.append(("poll", timeout))
+            time.sleep(timeout)
+            return 0
+
+        def flush(self, _timeout):
+            return 0
+
+    rate, n = 10_000, 2_000   # 0.2 s of input
+    data = tmp_path / "in.msgpack"
+    data.write_bytes(msgpack.packb([[None, str(i).encode()] for i in range(n)]))
+    monkeypatch.setattr(burst, "Producer", FakeProducer)
+    monkeypatch.setattr("sys.stdin", io.StringIO("go\n"))
+    assert burst.main([str(data), "--bootstrap-servers", "x:1", "--topic", "t",
+                       "--partitions", "3", "--rate", str(rate)]) == 0
+    sent = [c for c in calls if c[0] == "produce"]
+    assert [(v, p) for _, _, v, p in sent] == [(str(i).encode(), i % 3) for i in range(n)]
+    assert all(t - sent[0][1] >= i / rate - burst.SLICE for i, (_, t, _, _) in enumerate(sent))
+    wakes = sum(1 for c in calls if c[0] == "poll")
+    assert wakes <= (n / rate) / burst.SLICE + 1, wakes   # one a record was 2 000 here
+    assert calls[0][1]["linger.ms"] > 0

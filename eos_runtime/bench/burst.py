@@ -9,9 +9,13 @@ i mod N as fast as the client goes, waits for every acknowledgement and prints
 test keeps the burst a burst: the systems then work through a backlog, not at the
 producer's pace.
 
-With ``--rate R`` it is the steady input of a latency run instead: record i is produced
-at R records per second from ``go`` (i / R seconds after it), each sent at once
-(``linger.ms`` 0), so a record's append time is when the load generator meant it.
+With ``--rate R`` it is the steady input of a latency run instead: record i is due
+i / R seconds after ``go``. The process wakes at most every ``SLICE`` seconds and
+produces what is due, and the client batches as any client does by default
+(``linger.ms`` 5): a record is appended a few milliseconds after it was due, and a
+latency is timed from the append. Waking and sending for each record (``linger.ms`` 0)
+cost this process a third of a core at 21 000 records/s and the broker a produce request
+per record, on the cores the systems under test share.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from confluent_kafka import Producer
 
 from .kafka import topic_process_arguments
 
-__all__ = ["main"]
+__all__ = ["main", "SLICE"]
+
+#: The steady input's pacing step: what fell due meanwhile goes out together.
+SLICE = 0.001
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         if err is not None and len(failed) < 5:
             failed.append(str(err))
 
-    p = Producer({"bootstrap.servers": args.bootstrap_servers,
-                  "linger.ms": 0 if args.rate else 5,
+    p = Producer({"bootstrap.servers": args.bootstrap_servers, "linger.ms": 5,
                   "queue.buffering.max.messages": 2_000_000, "on_delivery": report})
     p.list_topics(args.topic, timeout=30)   # metadata before the clock starts
     print("ready", flush=True)
@@ -50,18 +56,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     started = time.monotonic()
     produce, parts, topic = p.produce, args.partitions, args.topic
-    rate = args.rate
-    for i, (key, value) in enumerate(records):
+    rate, total, i = args.rate, len(records), 0
+    while i < total:
+        upto = total
         if rate:
-            due = started + i / rate
-            while (ahead := due - time.monotonic()) > 0:
-                p.poll(ahead)   # serves delivery reports while it waits
-        while True:
-            try:
-                produce(topic, value, key, i % parts)
-                break
-            except BufferError:   # the client's queue is full: let it send
-                p.poll(0.05)
+            ahead = started + i / rate - time.monotonic()
+            if ahead > 0:
+                p.poll(max(ahead, SLICE))   # serves delivery reports while it waits
+            upto = min(total, int((time.monotonic() - started) * rate) + 1)
+        for j in range(i, upto):
+            key, value = records[j]
+            while True:
+                try:
+                    produce(topic, value, key, j % parts)
+                    break
+                except BufferError:   # the client's queue is full: let it send
+                    p.poll(0.05)
+        i = upto
     left = p.flush(60)
     if left or failed:
         print(f"failed {left} records undelivered, errors: {failed}", flush=True)

@@ -177,6 +177,7 @@ class OutputWatch:
         self.visible_ms: int | None = None      # when this reader saw it (this host's clock)
         self.last_ms: int | None = None
         self.needed: dict[int, int] = {}        # per partition, the answer's last offset
+        self.first_read_at: float | None = None  # time.monotonic() of the first record read
 
     def poll(self, timeout: float = 0.5) -> int:
         """Read what is there; return how many expected results were newly ticked off."""
@@ -188,6 +189,8 @@ class OutputWatch:
             msgs = self.c.consume(1, timeout)
             if msgs:
                 msgs += self.c.consume(50_000, 0)
+        if msgs and self.first_read_at is None:
+            self.first_read_at = time.monotonic()
         for m in msgs:
             if m.error() is not None:
                 continue
@@ -212,15 +215,27 @@ class OutputWatch:
                     self.visible_ms = int(time.time() * 1000)
         return ticked
 
+    def _tps(self) -> list[_TP]:
+        return [_TP(self.topic, p) for p in range(self.partitions)]
+
+    def pause(self) -> None:
+        """Fetch nothing until ``resume``: the client fetches ahead of ``poll`` otherwise."""
+        self.c.pause(self._tps())
+
+    def resume(self) -> None:
+        self.c.resume(self._tps())
+
+    def ends(self, timeout: float = 30.0) -> list[int]:
+        """Every partition's last stable offset: how far a read_committed reader may read."""
+        return [self.c.get_watermark_offsets(tp, timeout=timeout, cached=False)[1]
+                for tp in self._tps()]
+
     def drain(self, timeout: float = 30.0) -> None:
         """Read up to the topic's current committed end."""
-        ends = {}
-        for p in range(self.partitions):
-            ends[p] = self.c.get_watermark_offsets(_TP(self.topic, p), timeout=timeout)[1]
+        ends = dict(enumerate(self.ends(timeout)))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            pos = {tp.partition: tp.offset for tp in self.c.position(
-                [_TP(self.topic, p) for p in range(self.partitions)])}
+            pos = {tp.partition: tp.offset for tp in self.c.position(self._tps())}
             if all(pos.get(p, -1) >= ends[p] or ends[p] == 0 for p in ends):
                 return
             self.poll(0.2)

@@ -5,7 +5,11 @@
    start-up (a JVM, a Spark context, a consumer group) is outside the measurement.
 3. The burst is produced, by a process of its own, loaded and connected beforehand.
 4. The output is read as a read_committed reader reads it, until every result the
-   oracle expects is there, or until nothing new came for ``idle_timeout`` seconds.
+   oracle expects is there, or until nothing new came for ``idle_timeout`` seconds. A
+   steady run (latency, recovery) reads none of it until its input has ended and the
+   output's committed end has held still for two commit intervals: its latency is
+   timed by the offsets' clock (``visibility.py``), and reading along took cores from
+   the system under test.
 5. A settle period (two commit intervals) lets late duplicates show, then the system
    is stopped and the output is read to its end.
 6. The whole output is compared with the oracle; a run that fails is marked, and its
@@ -126,6 +130,7 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         cpu = CpuSampler(running.pids) if load.measure == "throughput" else None
         try:
             burst.go()
+            went = time.monotonic()
             kill_at = None if load.kill_after is None else time.monotonic() + load.kill_after
 
             def tick() -> None:
@@ -134,13 +139,20 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                     killed.append(int(time.time() * 1000))
                     row["killed"] = running.kill_one()
                     say(f"  killed {row['killed']}")
-            incomplete = _watch(watch, running, burst, settings, say,
-                                f"{workload.name} {system.name} round {round_no}", tick)
+            label = f"{workload.name} {system.name} round {round_no}"
+            if load.steady is not None:
+                watch.pause()
+                _wait_out_steady_input(watch, burst, settings, say, label, tick,
+                                       len(inputs) / load.steady.rate)
+                watch.resume()
+            incomplete = _watch(watch, running, burst, settings, say, label, tick)
             if cpu is not None:   # the system's CPU until the answer was complete
                 spent = cpu.close()
                 if spent is not None and incomplete is None:
                     row["cpu_seconds"] = round(spent, 2)
             row["produce_seconds"] = burst.finish()
+            if watch.first_read_at is not None:
+                row["output_read_after_seconds"] = round(watch.first_read_at - went, 3)
             settle_until = time.monotonic() + (0 if incomplete else 2 * settings.commit_interval)
             while time.monotonic() < settle_until:
                 watch.poll(0.2)
@@ -242,6 +254,9 @@ class _Burst:
             return f"{self.answer or ''} {' | '.join(tail)}".strip() or "it died"
         return None
 
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
     def finish(self) -> float:
         """The burst's seconds, once it is all delivered."""
         self.proc.wait(600)
@@ -279,6 +294,36 @@ def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, 
                     f"{settings.idle_timeout:g} s without new output"
                     + (f"; the system died: {why}" if why else ""))
     return None
+
+
+def _wait_out_steady_input(watch: OutputWatch, burst: _Burst, settings: Settings, say: Say,
+                           label: str, tick: Callable[[], None], seconds: float) -> None:
+    """Until a steady input has ended and the output's committed end has held still for
+    two commit intervals (2 s at least), reading none of it: the cores are the system's
+    while its latency is timed. Read along, the output of wordcount at 21 000 lines/s took
+    the bench a third of a core."""
+    went = time.monotonic()
+    next_say = went + settings.progress_every
+    while not burst.done():
+        tick()
+        time.sleep(0.05)
+        now = time.monotonic()
+        if now >= next_say:
+            next_say = now + settings.progress_every
+            say(f"  {label}: {min(now - went, seconds):.0f} of {seconds:.0f} s of steady input")
+    if burst.error is not None:
+        raise _RunFailed(f"producing the input failed: {burst.error}")
+    quiet = max(2.0, 2 * settings.commit_interval)
+    last, since = None, time.monotonic()
+    give_up = since + settings.idle_timeout
+    while time.monotonic() < give_up:
+        ends = watch.ends()
+        now = time.monotonic()
+        if ends != last:
+            last, since = ends, now
+        elif now - since >= quiet:
+            return
+        time.sleep(0.2)
 
 
 def _timing(row: dict[str, Any], first_ms: int, watch: OutputWatch,
