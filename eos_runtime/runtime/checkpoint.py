@@ -47,8 +47,9 @@ __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"
 #: abort (the successor's fence takes one round trip, not librdkafka's 500 ms retries),
 #: and no task's open transaction holds back the last stable offset of the output
 #: partitions it shares with the others (a restarted task's catch-up commits are read at
-#: once, not at the others' next commit). Above it output streams in chunks, so a burst's
-#: output is not held in memory nor sent all at the commit.
+#: once, not at the others' next commit). Once a chunk has gone into the version's
+#: transaction, those reasons are gone until its commit, and what follows joins it as it
+#: is made: a burst's output is not held in memory, nor sent all at the checkpoint.
 TRANSACTION_CHUNK = 32_768
 
 
@@ -87,6 +88,7 @@ class Committer:
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self._unflushed = False   # at-least-once sink output sent since the last flush
+        self._joined = False      # exactly-once sink output is in the version's transaction
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
         # file-system store, used-up Startpoints), done before the listeners are told.
@@ -101,18 +103,21 @@ class Committer:
         committed. Exactly-once on Kafka holds it until a writer holds
         ``transaction_chunk`` records (``TRANSACTION_CHUNK``), then sends those into the
         version's open transaction (readers see them at the commit; a rewind aborts
-        them). Exactly-once on the local log holds it all for the checkpoint: its
-        committed view lists one contiguous append per partition and checkpoint."""
+        them), and from then on until the commit sends output as it is made.
+        Exactly-once on the local log holds it all for the checkpoint: its committed
+        view lists one contiguous append per partition and checkpoint."""
         if self.channels is not None:
             self.channels.send()
         log = self.log
         if log is None or not self.held or (self.exactly_once and not log.transactional):
             return
-        least = self.transaction_chunk if self.exactly_once else 1
-        if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]) \
-                and not log.transactional:
-            log.producer.send()
-            self._unflushed = True
+        least = self.transaction_chunk if self.exactly_once and not self._joined else 1
+        if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]):
+            if log.transactional:
+                self._joined = True
+            else:
+                log.producer.send()
+                self._unflushed = True
 
     # ------------------------------------------------------------------ start
 
@@ -205,6 +210,7 @@ class Committer:
         record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges)
         committing = time.monotonic()
         offset, self._sealed = log.commit(record)
+        self._joined = False
         committed = time.monotonic()
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
@@ -254,6 +260,7 @@ class Committer:
         for held in self.held:
             held.discard()
         self.log.abort_open()
+        self._joined = False
         faults.crash_point("task.rewind")
         self._new_generation(self.generation + 1, version)
         self.announce(version)
