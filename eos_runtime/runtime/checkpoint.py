@@ -88,7 +88,6 @@ class Committer:
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self._unflushed = False   # at-least-once sink output sent since the last flush
-        self._joined = False      # exactly-once sink output is in the version's transaction
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
         # file-system store, used-up Startpoints), done before the listeners are told.
@@ -111,10 +110,10 @@ class Committer:
         log = self.log
         if log is None or not self.held or (self.exactly_once and not log.transactional):
             return
-        least = self.transaction_chunk if self.exactly_once and not self._joined else 1
+        least = self.transaction_chunk if self.exactly_once and not log.sink_joined else 1
         if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]):
             if log.transactional:
-                self._joined = True
+                log.sink_joined = True
             else:
                 log.producer.send()
                 self._unflushed = True
@@ -210,7 +209,6 @@ class Committer:
         record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges)
         committing = time.monotonic()
         offset, self._sealed = log.commit(record)
-        self._joined = False
         committed = time.monotonic()
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
@@ -260,7 +258,6 @@ class Committer:
         for held in self.held:
             held.discard()
         self.log.abort_open()
-        self._joined = False
         faults.crash_point("task.rewind")
         self._new_generation(self.generation + 1, version)
         self.announce(version)
