@@ -98,8 +98,7 @@ class BenchKafka:
         found: dict[tuple[bytes | None, bytes], int] = {}
         with _consumer(self.bootstrap, read_committed=False) as c:
             tps = [_TP(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-            ends = {p: c.get_watermark_offsets(_TP(topic, p), timeout=self.timeout)[1]
-                    for p in range(partitions)}
+            ends = dict(enumerate(partition_ends(c, topic, partitions, self.timeout)))
             c.assign(tps)
             done = {p for p, end in ends.items() if end == 0}
             deadline = time.monotonic() + self.timeout
@@ -227,8 +226,7 @@ class OutputWatch:
 
     def ends(self, timeout: float = 30.0) -> list[int]:
         """Every partition's last stable offset: how far a read_committed reader may read."""
-        return [self.c.get_watermark_offsets(tp, timeout=timeout, cached=False)[1]
-                for tp in self._tps()]
+        return partition_ends(self.c, self.topic, self.partitions, timeout)
 
     def drain(self, timeout: float = 30.0) -> None:
         """Read up to the topic's current committed end."""
@@ -242,6 +240,13 @@ class OutputWatch:
 
     def close(self) -> None:
         self._ctx.__exit__()
+
+
+def partition_ends(c: Consumer, topic: str, partitions: int, timeout: float) -> list[int]:
+    """Each partition's end, asked of the broker: the last stable offset for a
+    read_committed consumer (what it may read), else the high watermark."""
+    return [c.get_watermark_offsets(_TP(topic, p), timeout=timeout, cached=False)[1]
+            for p in range(partitions)]
 
 
 def topic_process_arguments(doc: str | None) -> argparse.ArgumentParser:

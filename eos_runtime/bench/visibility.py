@@ -25,10 +25,9 @@ from pathlib import Path
 
 import msgpack
 from confluent_kafka import KafkaException
-from confluent_kafka import TopicPartition as _TP
 
 from ..errors import EosError
-from .kafka import _consumer, readable_at, topic_process_arguments
+from .kafka import _consumer, partition_ends, readable_at, topic_process_arguments
 
 __all__ = ["VisibilityClock", "main"]
 
@@ -40,11 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=0.02)
     args = ap.parse_args(argv)
     samples: list[Sample] = []
-    tps = [_TP(args.topic, p) for p in range(args.partitions)]
     with _consumer(args.bootstrap_servers, read_committed=True) as c:
         while True:
             try:
-                ends = [c.get_watermark_offsets(tp, timeout=5, cached=False)[1] for tp in tps]
+                ends = partition_ends(c, args.topic, args.partitions, 5)
             except KafkaException:
                 ends = []
             if ends:
