@@ -481,9 +481,10 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     try:
         create_job_topics(transport, plan)
         startpoints = _fan_out(transport, plan, info.start.run)
-        begin = _source_positions(transport, plan, startpoints)
+        ends0 = run_start_ends(transport, plan)   # before any task reads: P5
+        begin = _source_positions(transport, plan, startpoints, ends0)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
-                               startpoints=startpoints,
+                               startpoints=startpoints, ends=ends0,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset, fault=fault,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records,
@@ -608,7 +609,7 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
 
 def _source_positions(transport: Transport, plan: JobPlan,
                       startpoints: dict[int, dict[int, Any]] | None = None,
-                      ) -> dict[TopicPartition, int]:
+                      ends: dict[int, int] | None = None) -> dict[TopicPartition, int]:
     """Where each source partition's last committed checkpoint resumes (low watermark if
     none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
     from .protocol.positions import Start, resolve, startpoint_applies
@@ -636,7 +637,8 @@ def _source_positions(transport: Transport, plan: JobPlan,
                 at = (transport.offset_for_timestamp(tp, sp.value)
                       if sp.kind == "timestamp" else None)
                 try:
-                    out[tp] = resolve(Start(sp.kind, sp.value, "startpoint"), low, high, at)
+                    out[tp] = resolve(Start(sp.kind, sp.value, "startpoint"), low, high, at,
+                                      upcoming=(ends or {}).get(p))
                 except ValueError:
                     pass   # the task refuses it, naming the partition
     return out
@@ -644,21 +646,31 @@ def _source_positions(transport: Transport, plan: JobPlan,
 
 def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
                  state_dir: str, *, bounded: bool = True,
-                 startpoints: dict[int, dict[int, Any]] | None = None, **options: Any) -> list:
-    """One ``TaskConfig`` per task; in a bounded run sources get the end offsets of now."""
+                 startpoints: dict[int, dict[int, Any]] | None = None,
+                 ends: dict[int, int] | None = None, **options: Any) -> list:
+    """One ``TaskConfig`` per task. Sources get the end offsets the run started with
+    (``ends``, or now), the same in every attempt of the run: where ``upcoming`` starts
+    (P5) and, in a bounded run, where the input ends."""
     from .runtime.task import TaskConfig
 
-    src = plan.stages[0]
-    ends = ({p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
-             for p in range(src.input_partitions)} if bounded else {})
+    if ends is None:
+        ends = run_start_ends(transport, plan)
     found = startpoints or {}
     return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
                        state_dir=state_dir, bounded=bounded,
                        startpoints=dict(found.get(t.task_id, {})),
                        end_offsets={p: ends[p] for p in t.partitions}
                        if t.stage == 0 and bounded else {},
+                       run_start_ends={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
                        **options)
             for t in plan.tasks]
+
+
+def run_start_ends(transport: Transport, plan: JobPlan) -> dict[int, int]:
+    """Per source partition, its end offset now (read_committed: the last stable offset)."""
+    src = plan.stages[0]
+    return {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
+            for p in range(src.input_partitions)}
 
 
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:

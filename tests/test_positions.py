@@ -184,3 +184,19 @@ def test_offset_default_none_fails_before_processing_without_checkpoint_or_start
         run_pipeline(strict, state_dir=state, reset_offset=True, **opts)
     run_pipeline(strict, state_dir=state, **opts)
     assert output(opts, sink, job) == expected + Counter(v.decode().upper() for v in more)
+
+
+def test_upcoming_and_an_unreached_timestamp_start_at_the_end_the_run_started_with():
+    """P5: the partition's end when the run started, not its end now; a timestamp whose
+    first record arrived after the start starts there too (as it did in the first
+    attempt, when no record had reached the timestamp yet)."""
+    from eos_runtime.protocol.positions import Start, resolve
+
+    up, ts = Start("upcoming", None, "default"), Start("timestamp", 1_000, "startpoint")
+    assert resolve(up, 2, 10, upcoming=6) == 6
+    assert resolve(up, 2, 10) == 10
+    assert resolve(ts, 2, 10, at_timestamp=4, upcoming=6) == 4
+    assert resolve(ts, 2, 10, at_timestamp=8, upcoming=6) == 6
+    assert resolve(ts, 2, 10, at_timestamp=None, upcoming=6) == 6
+    assert resolve(Start("oldest", None, "default"), 2, 10, upcoming=6) == 2
+    assert resolve(Start("offset", 9, "checkpoint"), 2, 10, upcoming=6) == 9

@@ -27,9 +27,10 @@ P4  ``offset_default`` when nothing above applies: ``oldest`` (this project's de
     the run before it is recorded, naming the partition.
 
 A position is a ``Start`` of one kind; the transport resolves it to an offset (oldest:
-the low watermark; upcoming: the high watermark; timestamp: the first offset at or after
-it; offset: checked against both watermarks). An offset outside the partition's range,
-from a checkpoint or a Startpoint, is refused (``ValueError`` naming it), never guessed:
+the low watermark; upcoming: the high watermark when the run started, P5; timestamp: the
+first offset at or after it; offset: checked against both watermarks). An offset outside
+the partition's range, from a checkpoint or a Startpoint, is refused (``ValueError``
+naming it), never guessed:
 retention may have deleted input a job never read, and silently skipping it is data loss.
 """
 
@@ -121,15 +122,27 @@ def choose_start(*, checkpoint: int | None, checkpoint_run: int | None, run: int
     return Start(default, None, "reset" if reset and checkpoint is not None else "default")
 
 
-def resolve(start: Start, low: int, high: int, at_timestamp: int | None = None) -> int:
+def resolve(start: Start, low: int, high: int, at_timestamp: int | None = None, *,
+            upcoming: int | None = None) -> int:
     """The offset ``start`` means in a partition holding [low, high). ``at_timestamp``:
-    the transport's answer for a timestamp start (the first offset at or after it)."""
+    the transport's answer for a timestamp start (the first offset at or after it).
+
+    P5  ``upcoming`` is the partition's end when the run started (the driver takes it
+        once, before any task reads, and every attempt of the run gets the same), not
+        its end now: a task that starts again inside the run (a retry after a crash
+        before its first commit, a restart after a broker outage) must start where the
+        run's first attempt did, or what arrived meanwhile is never read. A timestamp
+        start is held to it as well: the first record at or after the timestamp that
+        arrived after the start is where the start was (no record reached it then).
+        None: the end now (tools, tests)."""
+    if upcoming is None:
+        upcoming = high
     if start.kind == "oldest":
         return low
     if start.kind == "upcoming":
-        return high
+        return upcoming
     if start.kind == "timestamp":
-        return high if at_timestamp is None else at_timestamp
+        return upcoming if at_timestamp is None else min(at_timestamp, upcoming)
     assert start.value is not None
     if not low <= start.value <= high:
         raise ValueError(f"offset {start.value} ({start.why}) is outside the partition's "

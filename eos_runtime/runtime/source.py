@@ -35,11 +35,13 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
                     commit: wire.ChangeLogCommit | None, run: int,
                     startpoints: dict[int, Any] | None = None,
                     kept: dict[int, int] | None = None, *,
-                    job: str = "JOB") -> dict[int, tuple[int, str]]:
+                    job: str = "JOB",
+                    run_start_ends: dict[int, int] | None = None) -> dict[int, tuple[int, str]]:
     """Per input partition: the offset to start from and why (``protocol/positions.py``).
     ``startpoints``: the driver's fan-out for this task (``startpoints.Startpoint`` by
     partition); ``kept``: the positions a topic or file-system checkpoint store holds
-    (at-least-once), instead of the commit's."""
+    (at-least-once), instead of the commit's; ``run_start_ends``: each partition's end
+    when the run started, where ``upcoming`` starts (P5; missing: the end now)."""
     from ..startpoints import resolve_startpoint
 
     src = stage.source
@@ -68,7 +70,8 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
         at = (transport.offset_for_timestamp(tp, start.value)
               if start.kind == "timestamp" and start.value is not None else None)
         try:
-            out[p] = (resolve(start, low, high, at), start.why)
+            out[p] = (resolve(start, low, high, at,
+                              upcoming=(run_start_ends or {}).get(p)), start.why)
         except ValueError as exc:
             raise EosError(f"source {topic}[{p}]: {exc}; retention may have deleted input "
                            f"this job never read: start it elsewhere with reset_offset=True "
@@ -155,7 +158,8 @@ class SourceSide:
             kept = ({p: off for (t, p), off in cp.offsets.items() if t == stage.input_topic}
                     if cp is not None else {})
         self.starts = start_positions(transport, stage, parts, commit, config.run,
-                                      config.startpoints, kept, job=plan.name)
+                                      config.startpoints, kept, job=plan.name,
+                                      run_start_ends=config.run_start_ends)
         # Deleted from the metadata store after the next commit records where they led.
         self._startpoints_due = sorted(config.startpoints)
         self._t, self._job, self._task = transport, plan.name, task_id
@@ -198,8 +202,21 @@ class SourceSide:
             if end is not None and r.offset + 1 >= end:
                 self.done.add(r.partition)
                 self.consumer.pause([self.tps[r.partition]])
+        if not batch and self.bounded:
+            self._past_markers()
         self.timer.count(len(out))
         return out
+
+    def _past_markers(self) -> None:
+        """A partition written in transactions ends in a commit marker, which takes an
+        offset but is never returned: the end is reached by the consumer's position, not
+        by a record (the Kafka consumer moves it past markers when a poll brings none)."""
+        for p in self.parts:
+            end = self.ends[p]
+            if p not in self.done and end is not None and \
+                    self.consumer.position(self.tps[p]) >= end:
+                self.done.add(p)
+                self.consumer.pause([self.tps[p]])
 
     def checkpoint_due(self) -> int | None:
         """The version of the checkpoint due now, or None (runs S2)."""

@@ -60,6 +60,9 @@ class TaskConfig:
     control_offset: int | None = None    # of the run's start record (None: no stop watch)
     bounded: bool = True
     end_offsets: dict[int, int] = field(default_factory=dict)  # source partition -> end
+    # source partition -> its end when the run started: where ``upcoming`` starts in every
+    # attempt of the run (positions P5); empty: the end when the task starts (tests)
+    run_start_ends: dict[int, int] = field(default_factory=dict)
     buffer_max_bytes: int = 64 << 20
     # fault injection: {"point", "task", "attempt", "hit", "action", "log"} or a list of them
     # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to;

@@ -1,0 +1,110 @@
+"""The source side of a task, in-process on a real transport: where a run starts and
+when a bounded run's input is over, whatever wrote the input and however often the
+task starts again inside the run."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.plan import plan_job
+from eos_runtime.runner import task_configs
+from eos_runtime.runtime.source import SourceSide
+from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+
+KINDS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
+
+
+def opts_for(kind, tmp_path, request):
+    return ({"data_dir": str(tmp_path / "data")} if kind == "local"
+            else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+
+
+def source_job(t, tag, partitions=1, **source_options):
+    name, source = f"src-{tag}", f"src-in-{tag}"
+    t.create_topics([TopicSpec(source, partitions)])
+    p = Pipeline(name)
+    p.source(source, value="utf8", **source_options).sink(f"src-out-{tag}", value="utf8")
+    return plan_job(p, t), source
+
+
+def read_all(side: SourceSide, polls: int = 200) -> list[bytes]:
+    """Poll until the side says its input is over; a side that never says so after
+    ``polls`` empty polls is a hang."""
+    got: list[bytes] = []
+    empty = 0
+    while not side.finished():
+        batch = side.poll(1_000, 0.2)
+        got += [r.value for r in batch]
+        empty = 0 if batch else empty + 1
+        if empty > polls:
+            raise AssertionError(f"the bounded input never ended: positions {side.positions}, "
+                                 f"ends {side.ends}, done {side.done}")
+    return got
+
+
+@pytest.mark.kafka
+def test_a_bounded_run_over_transactional_input_ends(tmp_path, kafka_bootstrap):
+    """Job B reading job A's exactly-once sink: the partition's end is one past a commit
+    marker, which no poll ever returns. Every record is read and the run ends."""
+    opts = {"bootstrap_servers": kafka_bootstrap}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        plan, source = source_job(t, tag)
+        with t.producer(transactional_id=f"writer-{tag}") as p:
+            for batch in (range(0, 3), range(3, 5)):
+                p.begin_transaction()
+                for i in batch:
+                    p.produce(source, 0, f"v{i}".encode())
+                p.commit_transaction()
+        config = task_configs(plan, t, opts, str(tmp_path / "state"))[0]
+        assert config.end_offsets[0] == 7, "5 records and 2 commit markers"
+        with t.consumer() as c:
+            side = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            try:
+                assert read_all(side) == [f"v{i}".encode() for i in range(5)]
+            finally:
+                side.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("how", ["offset_default", "reset_offset", "startpoint"])
+def test_an_upcoming_start_is_fixed_once_per_run(kind, how, tmp_path, request):
+    """A source that starts at ``upcoming`` and starts again inside the run (a retry
+    after a crash before its first commit, or after a broker outage) starts where the
+    run's first attempt did: input that arrived since is read, never skipped."""
+    from eos_runtime.startpoints import Startpoint, fan_out_startpoints, set_startpoint
+
+    opts = opts_for(kind, tmp_path, request)
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        options = ({"offset_default": "upcoming"} if how == "offset_default" else
+                   {"offset_default": "upcoming", "reset_offset": True} if how == "reset_offset"
+                   else {})
+        plan, source = source_job(t, tag, **options)
+        tp = TopicPartition(source, 0)
+        with t.producer() as p:
+            for i in range(4):
+                p.produce(source, 0, f"old{i}".encode())
+            p.flush()
+        startpoints: dict = {}
+        if how == "startpoint":
+            set_startpoint(plan.name, source, 0, Startpoint.upcoming(), transport=t)
+            startpoints = fan_out_startpoints(t, plan.name, source, {0: 0}, 1)
+        config = task_configs(plan, t, opts, str(tmp_path / "state"), bounded=False,
+                              startpoints=startpoints, run=1)[0]
+        with t.consumer() as c:
+            first = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            first.close()
+        assert first.starts[0][0] == 4
+        with t.producer() as p:      # arrives while the first attempt runs, then it dies
+            for i in range(3):
+                p.produce(source, 0, f"new{i}".encode())
+            p.flush()
+        assert t.watermarks(tp)[1] == 7
+        with t.consumer() as c:
+            retry = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            retry.close()
+        assert retry.starts == first.starts
