@@ -13,6 +13,12 @@ whenever the buffer empties. ``fits`` tells the caller whether a record stays wi
 ``max_bytes`` of file; the aligner's overflow rule (R8) handles the records that do not.
 Counting file bytes rather than live bytes keeps the disk bound true even while drained
 versions leave holes in the file.
+
+A producer always a few versions ahead keeps the buffer from ever emptying, so holes
+are also reclaimed without it: once drained versions leave at least as many bytes of
+holes as there are live bytes, the live records move to the front of the file, in
+place (each only ever moves to a lower position, so nothing is overwritten before it
+is read, and the file never grows for it). Each byte drained is paid for once.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class EarlyArrivalBuffer:
         # version -> [(position, length)] of its records, in append order
         self._index: dict[int, list[tuple[int, int]]] = {}
         self.size = 0
+        self.live = 0      # bytes of records still indexed; size - live are holes
         self.high_water = 0
 
     @property
@@ -63,6 +70,7 @@ class EarlyArrivalBuffer:
         self._file.write(record)
         self._index.setdefault(version, []).append((self.size, len(record)))
         self.size += len(record)
+        self.live += len(record)
         self.high_water = max(self.high_water, self.size)
 
     def drain_through(self, version: int) -> Iterator[tuple[int, int, bytes]]:
@@ -81,17 +89,37 @@ class EarlyArrivalBuffer:
         for position, length in spans:
             self._file.seek(position)
             records.append(self._file.read(length))
+        self.live -= sum(length for _, length in spans)
         if not self._index:
             self._truncate()
+        elif self.size - self.live >= self.live:
+            self._compact()
         head = _HEAD.size
         for record in records:
             channel, offset, _ = _HEAD.unpack_from(record)
             yield channel, offset, record[head:]
 
+    def _compact(self) -> None:
+        spans = sorted((position, length, version, i)
+                       for version, vs in self._index.items()
+                       for i, (position, length) in enumerate(vs))
+        cursor = 0
+        for position, length, version, i in spans:
+            if position != cursor:
+                self._file.seek(position)
+                record = self._file.read(length)
+                self._file.seek(cursor)
+                self._file.write(record)
+                self._index[version][i] = (cursor, length)
+            cursor += length
+        self._file.truncate(cursor)
+        self.size = cursor
+
     def _truncate(self) -> None:
         self._file.seek(0)
         self._file.truncate()
         self.size = 0
+        self.live = 0
 
     def clear(self) -> None:
         self._index.clear()
