@@ -108,3 +108,40 @@ def test_an_upcoming_start_is_fixed_once_per_run(kind, how, tmp_path, request):
             retry = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
             retry.close()
         assert retry.starts == first.starts
+
+
+@pytest.mark.parametrize("checkpoints", ["kafka", "filesystem"])
+def test_a_zombies_positions_in_the_store_never_start_a_source_past_its_state(
+        checkpoints, tmp_path):
+    """At-least-once with positions in the checkpoint topic or files: a zombie writes its
+    positions there after its successor started, while recovery ignores its commits in
+    the change log. The source starts at the commit its state holds (replaying what the
+    zombie read), not past it; behind the commit the store's position replays, as
+    at-least-once allows."""
+    from eos_runtime.checkpoints import Checkpoint
+    from eos_runtime.protocol import wire
+    from eos_runtime.runtime.source import position_store, start_positions
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        name, source = f"src-{tag}", f"src-in-{tag}"
+        t.create_topics([TopicSpec(source, 2)])
+        with t.producer() as p:
+            for i in range(20):
+                p.produce(source, i % 2, f"v{i}".encode())
+            p.flush()
+        pipe = Pipeline(name, processing_guarantee="at-least-once", checkpoints=checkpoints)
+        pipe.source(source, value="utf8").sink(f"src-out-{tag}", value="utf8")
+        plan = plan_job(pipe, t)
+        state = str(tmp_path / "state")
+        store = position_store(t, plan, state)
+        store.register(0)
+        store.write_checkpoint(0, Checkpoint({(source, 0): 9, (source, 1): 2}))   # the zombie's
+        cp = store.read_last_checkpoint(0)
+        store.stop()
+        kept = {p: off for (_, p), off in cp.offsets.items()}
+        commit = wire.ChangeLogCommit(3, 5, inputs=(wire.InputPosition(source, 0, 4),
+                                                    wire.InputPosition(source, 1, 6)))
+        got = start_positions(t, plan.stages[0], (0, 1), commit, 1, None, kept, job=name)
+        assert got == {0: (4, "checkpoint"), 1: (2, "checkpoint")}

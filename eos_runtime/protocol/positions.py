@@ -19,6 +19,13 @@ P2  ``reset_offset`` ignores the checkpoint, but only a checkpoint of an earlier
     crash would read the input again from the default and, under exactly-once, count it
     again in state that kept its earlier effect.
 P3  The last checkpoint's offset.
+P3a With a checkpoint topic or file-system store (at-least-once), the store's offset, but
+    never past the offset of the task's last commit in the change log, where its state
+    comes from. The store is written after each commit, not atomically with it, and
+    nothing fences it: a zombie of the task writes positions there after its successor
+    started, while the change log's recovery ignores the zombie's commits. Starting past
+    them would drop those records' effect on state: loss. Behind it replays, which
+    at-least-once allows. A partition the store has no offset for has no checkpoint.
 P4  ``offset_default`` when nothing above applies: ``oldest`` (this project's default:
     bounded runs over input that already exists are the common use), ``upcoming``
     (Samza's default: only what arrives after the start), or ``none``: no fallback, the
@@ -44,7 +51,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 __all__ = ["KINDS", "DEFAULTS", "NoFallback", "Start", "choose_start", "fan_out", "resolve",
-           "startpoint_applies"]
+           "startpoint_applies", "store_positions"]
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming")
 DEFAULTS = ("oldest", "upcoming", "none")
@@ -75,6 +82,12 @@ class Start:
         if (self.value is None) != (self.kind in ("oldest", "upcoming")):
             raise ValueError(f"a start of kind {self.kind!r} "
                              f"{'takes no' if self.value is not None else 'needs a'} value")
+
+
+def store_positions(kept: Mapping[K, int], committed: Mapping[K, int]) -> dict[K, int]:
+    """P3a: the positions of a checkpoint topic or file-system store (``kept``), each held
+    to the change log's last commit (``committed``) where that has the partition."""
+    return {p: min(off, committed[p]) if p in committed else off for p, off in kept.items()}
 
 
 def startpoint_applies(startpoint_run: int | None, checkpoint_run: int | None) -> bool:

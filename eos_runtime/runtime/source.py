@@ -15,7 +15,14 @@ from typing import Any
 from ..errors import EosError
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.positions import NoFallback, Start, choose_start, resolve, startpoint_applies
+from ..protocol.positions import (
+    NoFallback,
+    Start,
+    choose_start,
+    resolve,
+    startpoint_applies,
+    store_positions,
+)
 from ..protocol.runs import SourceVersions, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .control import StopWatcher
@@ -50,7 +57,7 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
     checkpoint = ({pos.partition: pos.offset for pos in commit.inputs if pos.topic == topic}
                   if commit is not None else {})
     if kept is not None:
-        checkpoint = dict(kept)
+        checkpoint = store_positions(kept, checkpoint)
     checkpoint_run = run_of(commit.version) if commit is not None else None
     out = {}
     for p in parts:
