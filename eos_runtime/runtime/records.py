@@ -7,6 +7,13 @@ the version the caller gives) or is held for the sink
 (``SinkWriter``) until the committer hands it on. A user function that raises stops the
 task naming the record, or with dead letters on, records the record and the error as
 output of the open version and goes on. No protocol rule lives here.
+
+A record's output and state writes are all or nothing. Its output is one write, made
+after every step ran, and each writer's write keeps nothing when any value of it
+cannot be encoded (msgpack for a channel, the sink's format); its state writes are
+staged from a savepoint (``TaskStore.savepoint``) that a failing record rolls back to.
+So a dead letter is all a failing record leaves; without dead letters the task stops
+and the staging dies with it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from ..api import FORMATS
 from ..errors import EosError, TaskFailed, UserFunctionError
 from ..plan import StagePlan
 from ..protocol import wire
+from ..state import TaskStore
 from ..transport import Record
 from .operators import Chain, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
@@ -34,10 +42,17 @@ _unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without 
 class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
                  channels: ChannelWriter | None, sink: SinkWriter | None,
-                 dead: SinkWriter | None, stats: Any, lag: float = 0.0) -> None:
+                 dead: SinkWriter | None, stats: Any, lag: float = 0.0,
+                 store: TaskStore | None = None) -> None:
         self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
+        # Only a record set aside (dead letters) must take back its state writes, and
+        # only a stateful step makes any.
+        undoable = (dead is not None and store is not None
+                    and any(step.stateful for step in stage.steps))
+        self._savepoint = store.savepoint if undoable and store is not None else None
+        self._rollback = store.rollback if undoable and store is not None else None
         if stage.source is not None:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
@@ -50,6 +65,8 @@ class RecordPath:
         if self.lag:
             time.sleep(self.lag)
         key_de = self._src_key
+        if self._savepoint is not None:
+            self._savepoint()
         try:
             key = key_de(r.key) if key_de is not None and r.key is not None else None
             kb = encode_key(key) if key is not None else None
@@ -88,10 +105,12 @@ class RecordPath:
                   version: int) -> None:
         """Channel messages in turn; one whose function raises is named by its record's
         offset (a batch's messages share it) and its key."""
-        lag, run, emit = self.lag, self.chain.run, self._emit
+        lag, run, emit, savepoint = self.lag, self.chain.run, self._emit, self._savepoint
         for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
             if lag:
                 time.sleep(lag)
+            if savepoint is not None:
+                savepoint()
             try:
                 outs = run(key_bytes, _unpack(cast(bytes, value)))
                 if outs:
@@ -106,13 +125,14 @@ class RecordPath:
 
     def _emit(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
               version: int) -> None:
+        """The record's output, in one write (which keeps all of it or nothing)."""
         if not outs:
             return
-        self.stats.emitted += len(outs)
         if self.channels is not None:
             self._shuffle(outs, timestamp, version)
         elif self.sink is not None:
             self.sink.write(key_bytes, outs, timestamp)
+        self.stats.emitted += len(outs)
 
     def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
         assert self.stage.shuffle is not None and self.channels is not None
@@ -145,6 +165,8 @@ class RecordPath:
                              f"record was committed: fix the function, or run with "
                              f"--dead-letters to set such records aside in "
                              f"{self.job}.dead-letters and go on") from exc
+        if self._rollback is not None:
+            self._rollback()   # the state writes of the record set aside
         why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
                               and exc.__cause__ else exc)
         self.dead.write(None, [{
