@@ -18,7 +18,6 @@ and the staging dies with it.
 
 from __future__ import annotations
 
-import base64
 import time
 from functools import partial
 from typing import Any, cast
@@ -31,6 +30,7 @@ from ..plan import StagePlan
 from ..protocol import wire
 from ..state import TaskStore
 from ..transport import Record
+from . import letters
 from .operators import Chain, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
 
@@ -43,10 +43,13 @@ class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
                  channels: ChannelWriter | None, sink: SinkWriter | None,
                  dead: SinkWriter | None, stats: Any, lag: float = 0.0,
-                 store: TaskStore | None = None) -> None:
+                 store: TaskStore | None = None, max_record_bytes: int | None = None) -> None:
+        """``max_record_bytes``: the largest record the transport's producers send (None:
+        not known), which a dead letter must fit."""
         self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
+        self._letter_bound = letters.letter_bound(max_record_bytes)
         # Only a record set aside (dead letters) must take back its state writes, and
         # only a stateful step makes any.
         undoable = (dead is not None and store is not None
@@ -76,8 +79,7 @@ class RecordPath:
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
-            self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key), _text(r.value),
-                             r.timestamp, raw=(r.key, r.value))
+            self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
 
     def data(self, msg: wire.Envelope | wire.DataBatch, topic: str, partition: int,
              offset: int, version: int) -> None:
@@ -118,9 +120,7 @@ class RecordPath:
             except Exception as exc:
                 if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                     raise
-                self._user_error(exc, topic, partition, offset,
-                                 None if key_bytes is None else repr(decode_key(key_bytes)),
-                                 _safe_repr(value), timestamp, raw=(key_bytes, value))
+                self._user_error(exc, topic, partition, offset, timestamp, key_bytes, value)
         self.stats.processed += len(keys)
 
     def _emit(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
@@ -149,14 +149,17 @@ class RecordPath:
         self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
-                    key: str | None, value: str | None, timestamp: int,
-                    raw: tuple[bytes | None, bytes | None] = (None, None)) -> None:
+                    timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        """A record (its key and value as the task read them) whose function raised, or
+        whose output could not be encoded."""
+        channel = not self.stage.is_source
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"{type(exc).__name__}: {exc}")
             at = f"topic={topic!r} partition={partition} offset={offset}"
-            if not self.stage.is_source and key is not None:
-                at += f" (key {key})"   # a channel record: its key says more than its offset
+            if channel and key is not None:
+                # A channel record: its key says more than its offset.
+                at += f" (key {decode_key(key)!r})"
             if getattr(exc, "sink_format", False):
                 # The fix is in the pipeline, not in the record: say that first.
                 raise TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing past "
@@ -169,13 +172,10 @@ class RecordPath:
             self._rollback()   # the state writes of the record set aside
         why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
                               and exc.__cause__ else exc)
-        self.dead.write(None, [{
-            "job": self.job, "task": self.task_id, "topic": topic, "partition": partition,
-            "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
-            "value": value,
-            # The readable forms above escape what is not UTF-8 (source records) or show
-            # msgpack as Python would (channel records); these keep the exact bytes.
-            "key_base64": _b64(raw[0]), "value_base64": _b64(raw[1])}], timestamp)
+        self.dead.write(None, [letters.build(
+            job=self.job, task=self.task_id, topic=topic, partition=partition, offset=offset,
+            error=f"{type(why).__name__}: {why}", key=key, value=value, channel=channel,
+            bound=self._letter_bound)], timestamp)
         self.stats.dead_letters += 1
 
 
@@ -194,25 +194,6 @@ def _origins(stage: StagePlan) -> tuple[str, str]:
         value = value or "sent through key_by by the stage before"
         key = "the key key_by returned"
     return value, key
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _text(data: bytes | None) -> str | None:
-    """Raw bytes for a dead letter: UTF-8 where they are, escapes where not."""
-    return None if data is None else data.decode("utf-8", errors="backslashreplace")
-
-
-def _safe_repr(raw: bytes | None) -> str | None:
-    """A channel value as Python shows it (it was msgpack between stages)."""
-    if raw is None:
-        return None
-    try:
-        return repr(_unpack(raw))
-    except Exception:
-        return repr(raw)
 
 
 # --------------------------------------------------------------------------- progress
