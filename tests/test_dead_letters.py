@@ -1,13 +1,20 @@
-"""A dead letter keeps the failing record's exact bytes beside its readable form."""
+"""A dead letter keeps the failing record's key and value once each (as text where that is
+them exactly, else their bytes in base64), cut to what its topic accepts."""
 
 from __future__ import annotations
 
 import base64
 import json
 
+import msgpack
+import pytest
+
 from eos_runtime import Pipeline
+from eos_runtime.api import FORMATS
 from eos_runtime.runner import run_pipeline
+from eos_runtime.runtime import letters
 from eos_runtime.runtime.committed import read_output
+from eos_runtime.runtime.letters import exact_bytes
 from eos_runtime.transport import TopicSpec, open_transport
 
 
@@ -24,10 +31,134 @@ def test_a_value_that_is_not_utf8_is_recoverable_from_its_dead_letter(tmp_path):
     p.source("raw", key="utf8", value="utf8").map(str.upper).sink("up", value="utf8")
     run_pipeline(p, state_dir=str(tmp_path / "state"), **opts)
     with open_transport(**opts) as t:
-        letters = [json.loads(r.value) for r in read_output(t, "dl-bytes.dead-letters",
-                                                             job="dl-bytes")]
-    by_value = {base64.b64decode(d["value_base64"]): d for d in letters}
+        found = [json.loads(r.value) for r in read_output(t, "dl-bytes.dead-letters",
+                                                           job="dl-bytes")]
+    by_value = {exact_bytes(d, "value"): d for d in found}
     assert set(by_value) == {b"fine", bad}          # the bad key, and the bad value
-    assert by_value[bad]["value"] == "\\xff\\xfe caf\\xe9"
-    assert base64.b64decode(by_value[b"fine"]["key_base64"]) == b"k\xff"
-    assert by_value[bad]["key_base64"] == base64.b64encode(b"k2").decode()
+    assert by_value[bad]["value"] is None           # not UTF-8: in base64 only
+    assert by_value[bad]["value_base64"] == base64.b64encode(bad).decode()
+    assert by_value[b"fine"]["value"] == "fine" and by_value[b"fine"]["value_base64"] is None
+    assert exact_bytes(by_value[b"fine"], "key") == b"k\xff"
+    assert by_value[bad]["key"] == "k2" and by_value[bad]["key_base64"] is None
+
+
+# --------------------------------------------------------------------------- size (issue 22)
+
+def fail_on_long(value: str) -> str:
+    if len(value) > 1000:
+        raise ValueError(f"too long: {len(value)} characters")
+    return value
+
+
+def _run_one_task(tmp_path, opts: dict, name: str, values: list[bytes]) -> list[dict]:
+    """A one-stage job (source -> map(fail_on_long) -> sink, dead letters on) over
+    ``values``, its one task run in this process to the end of its input; returns the
+    committed dead letters, each with its record's encoded size as "_bytes"."""
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runner import create_job_topics, task_configs
+    from eos_runtime.runtime.control import ControlLog
+    from eos_runtime.runtime.task import run_task
+
+    with open_transport(**{k: v for k, v in opts.items() if k != "producer_config"}) as t:
+        t.create_topics([TopicSpec(f"{name}.in", 1)])
+        with t.producer() as p:
+            for v in values:
+                p.produce(f"{name}.in", 0, v)
+            p.flush()
+        pipeline = Pipeline(name, dead_letters=True)
+        pipeline.source(f"{name}.in", value="utf8").map(fail_on_long).sink(f"{name}.out")
+        plan = plan_job(pipeline, t)
+        create_job_topics(t, plan)
+        ControlLog(t, name).start_run(plan, bounded=True)
+        [config] = task_configs(plan, t, opts, str(tmp_path / "state"))
+        stats = run_task(config)
+        assert stats.processed == len(values)
+        assert [r.value for r in read_output(t, f"{name}.out", job=name)] == [b"small"]
+        return [{**json.loads(r.value), "_bytes": len(r.value)}
+                for r in read_output(t, f"{name}.dead-letters", job=name)]
+
+
+def test_a_large_failing_record_becomes_a_letter_that_fits_the_default_bound(tmp_path):
+    """Issue 22, case 7: a 600 KB record that fails became a 1.4 MB letter (the value
+    readable and in base64), which a Kafka producer of default settings refuses, at
+    every retry. The letter holds the value once; a value that cannot fit (900 KB of
+    bytes that are not UTF-8, 1.2 MB in base64) is cut, and the letter says so and
+    where the whole record is. The local log takes any size: the bound is Kafka's
+    default, so such letters fit a Kafka topic too."""
+    text = ("0123456789" * 60_000).encode()             # 600 KB of UTF-8
+    binary = bytes(range(256)) * 3515 + b"\xff" * 160   # 900 KB, not UTF-8
+    letters = _run_one_task(tmp_path, {"data_dir": str(tmp_path / "data")}, "big",
+                            [text, b"small", binary])
+    whole, cut = sorted(letters, key=lambda d: d["offset"])
+    assert all(d["_bytes"] <= 1_000_000 for d in letters)
+    assert whole["value"] == text.decode() and whole["value_base64"] is None
+    assert whole["value_size"] == len(text) and whole["truncated"] == []
+    assert whole["error"] == "ValueError: too long: 600000 characters"
+    assert cut["value"] is None and cut["truncated"] == ["value_base64"]
+    assert cut["value_size"] == len(binary) and cut["offset"] == 2
+    assert cut["topic"] == "big.in" and cut["partition"] == 0
+    kept = exact_bytes(cut, "value")
+    assert kept is not None and 600_000 < len(kept) < len(binary)
+    assert binary.startswith(kept)
+    assert cut["error"].startswith("UnicodeDecodeError") or "utf" in cut["error"]
+
+
+@pytest.mark.kafka
+def test_a_letter_fits_the_producer_s_message_max_bytes_on_kafka(tmp_path, kafka_bootstrap):
+    """On Kafka the bound is the producer's message.max.bytes (here 400 000): the letter
+    of a 600 KB record is cut to fit it, and the run goes on (it failed at every
+    checkpoint: MSG_SIZE_TOO_LARGE)."""
+    import uuid
+
+    text = ("0123456789" * 60_000).encode()
+    opts = {"bootstrap_servers": kafka_bootstrap,
+            "producer_config": {"message.max.bytes": 400_000}}
+    [letter] = _run_one_task(tmp_path, opts, f"big-{uuid.uuid4().hex[:8]}", [text, b"small"])
+    assert letter["_bytes"] <= 400_000 and letter["truncated"] == ["value"]
+    assert letter["value_size"] == len(text) and text.decode().startswith(letter["value"])
+    assert len(letter["value"]) > 390_000
+
+
+def test_a_letter_holds_key_and_value_once_in_the_form_that_keeps_them():
+    source = letters.build(job="j", task=0, topic="in", partition=0, offset=7, error="E: x",
+                           key=b"k\xff", value="café".encode(), channel=False, bound=10_000)
+    assert (source["key"], source["key_base64"]) == (None, base64.b64encode(b"k\xff").decode())
+    assert (source["value"], source["value_base64"]) == ("café", None)
+    assert (source["key_size"], source["value_size"]) == (2, 5)
+    assert exact_bytes(source, "key") == b"k\xff"
+    assert exact_bytes(source, "value") == "café".encode()
+    channel = letters.build(job="j", task=1, topic="j.shuffle-1", partition=0, offset=3,
+                            error="E: x", key=msgpack.packb(12), value=msgpack.packb([1, "a"]),
+                            channel=True, bound=10_000)
+    assert (channel["key"], channel["value"]) == ("12", "[1, 'a']")
+    assert channel["key_base64"] is None and channel["value_base64"] is None
+    assert channel["channel"] is True and channel["format"] == letters.FORMAT
+    # A letter of the first format (both forms, no "format") is read the same way.
+    old = {"key": "k\\xff", "key_base64": base64.b64encode(b"k\xff").decode(),
+           "value": "x", "value_base64": base64.b64encode(b"x").decode()}
+    assert exact_bytes(old, "key") == b"k\xff" and exact_bytes(old, "value") == b"x"
+
+
+@pytest.mark.parametrize("bound", [2_000, 50_000])
+def test_a_letter_is_cut_to_its_bound_largest_fields_first(bound):
+    """Text JSON escapes six bytes a character (non-ASCII), a huge key, a huge error:
+    whatever makes the letter large is cut, largest first, until it fits; base64 keeps
+    whole groups, so what is kept decodes to the first bytes."""
+    value = "é" * 100_000            # 200 KB of UTF-8, 600 KB as JSON
+    key = b"\x00\xff" * 40_000       # 80 KB, not UTF-8: base64
+    error = "RuntimeError: " + "e" * 30_000
+    d = letters.build(job="j", task=0, topic="in", partition=0, offset=1, error=error,
+                      key=key, value=value.encode(), channel=False, bound=bound)
+    assert len(FORMATS["json"][0](d)) <= bound
+    assert d["truncated"][:2] == ["value", "key_base64"]
+    assert value.startswith(d["value"]) and error.startswith(d["error"])
+    assert key.startswith(exact_bytes(d, "key") or b"")
+    assert (d["key_size"], d["value_size"]) == (len(key), 200_000)
+    small = letters.build(job="j", task=0, topic="in", partition=0, offset=1, error="E: x",
+                          key=None, value=b"v", channel=False, bound=bound)
+    assert small["truncated"] == [] and small["key_size"] is None
+
+
+def test_the_bound_is_the_producer_s_limit_or_kafka_s_default():
+    assert letters.letter_bound(None) == letters.letter_bound(1_000_000) < 1_000_000
+    assert 399_000 < letters.letter_bound(400_000) < 400_000

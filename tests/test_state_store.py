@@ -85,6 +85,29 @@ def test_staging_reads_your_writes_and_keeps_first_touch_order(tmp_path: Path) -
         assert not s.dirty and s.get("a", b"k1") == b"v1'" and s.get("a", b"k2") is None
 
 
+def test_a_rollback_takes_the_staging_back_to_its_savepoint(tmp_path: Path) -> None:
+    """What a record set aside as a dead letter staged goes, and nothing else: a key it
+    overwrote gets the earlier record's staged value back, one it staged first is gone."""
+    with TaskStore(tmp_path / "db", ["a"]) as s:
+        s.put("a", b"n", b"0")
+        s.commit(CP1)
+        s.put("a", b"n", b"1")           # an earlier record of the version
+        s.put("a", b"x", b"x")
+        s.savepoint()
+        s.put("a", b"n", b"2")           # the failing record overwrites, twice
+        s.put("a", b"n", b"3")
+        s.delete("a", b"x")
+        s.put("a", b"new", b"v")
+        s.rollback()
+        assert s.staged() == [("a", b"n", b"1"), ("a", b"x", b"x")]
+        s.put("a", b"n", b"4")           # the savepoint stays for the next record
+        s.rollback()
+        assert s.get("a", b"n") == b"1"
+        s.discard()                       # a commit or discard ends it
+        with pytest.raises(StateError, match="without a savepoint"):
+            s.rollback()
+
+
 def test_items_merges_committed_and_staged_in_key_order(tmp_path: Path) -> None:
     with TaskStore(tmp_path / "db", ["a"]) as s:
         for k in (b"b", b"d", b"f", b"\xff"):
@@ -498,6 +521,7 @@ class StoreModel(RuleBasedStateMachine):
         self.committed: dict[str, dict[bytes, bytes]] = {"s1": {}, "s2": {}}
         self.staged: dict[tuple[str, bytes], bytes | None] = {}
         self.checkpoint: CheckpointData | None = None
+        self.saved: dict[tuple[str, bytes], bytes | None] | None = None   # at the savepoint
 
     def view(self, store: str) -> dict[bytes, bytes]:
         out = dict(self.committed[store])
@@ -519,17 +543,31 @@ class StoreModel(RuleBasedStateMachine):
         self.store.delete(store, key)
         self.staged[(store, key)] = None
 
+    @rule()
+    def savepoint(self) -> None:
+        self.store.savepoint()
+        self.saved = dict(self.staged)
+
+    @precondition(lambda self: self.saved is not None)
+    @rule()
+    def rollback(self) -> None:
+        self.store.rollback()
+        assert self.saved is not None
+        self.staged = dict(self.saved)
+
     @rule(checkpoint=CHECKPOINTS)
     def commit(self, checkpoint: CheckpointData) -> None:
         self.store.commit(checkpoint)
         self.committed = {s: self.view(s) for s in self.committed}
         self.staged = {}
         self.checkpoint = checkpoint
+        self.saved = None
 
     @rule()
     def discard(self) -> None:
         self.store.discard()
         self.staged = {}
+        self.saved = None
 
     @rule(now=st.booleans())
     def reopen(self, now: bool) -> None:
@@ -538,6 +576,7 @@ class StoreModel(RuleBasedStateMachine):
         self.store.close()
         self.store = TaskStore(os.path.join(self.dir, "db"), ["s1", "s2"])
         self.staged = {}
+        self.saved = None
         assert self.store.checkpoint_data() == self.checkpoint
         assert state_of(self.store) == self.committed
 
@@ -548,6 +587,7 @@ class StoreModel(RuleBasedStateMachine):
         if wipe_first:
             self.store.wipe()
             self.committed = {"s1": {}, "s2": {}}
+            self.saved = None
             assert self.store.checkpoint_data() is None
         self.store.restore(changes, checkpoint)
         for store, key, value in changes:
@@ -561,7 +601,8 @@ class StoreModel(RuleBasedStateMachine):
     def matches_model(self) -> None:
         s = self.store
         assert s.dirty == bool(self.staged)
-        assert {(st_, k): v for st_, k, v in s.staged()} == self.staged
+        # in first-touch order (the model's dict keeps the order keys were first set)
+        assert s.staged() == [(st_, k, v) for (st_, k), v in self.staged.items()]
         assert s.checkpoint_data() == self.checkpoint
         for store in ("s1", "s2"):
             view = self.view(store)

@@ -254,9 +254,14 @@ class Committer:
         """SEP-10 4.x: discard the open version, new generation, restore downstream."""
         assert self.log is not None
         self.stats.rewinds += 1
+        # Everything the task holds of the open version goes: staged state, held sink
+        # output and dead letters, the channels' pending batches (which the restore
+        # commands would otherwise send first, or a later write under the new generation).
         self.store.discard()
         for held in self.held:
             held.discard()
+        if self.channels is not None:
+            self.channels.discard()
         self.log.abort_open()
         faults.crash_point("task.rewind")
         self._new_generation(self.generation + 1, version)

@@ -111,21 +111,21 @@ class ChannelWriter:
     def write_keyed(self, generation: int, version: int, keys: Sequence[bytes | None],
                     values: list[Any], timestamp: int) -> None:
         """Each of ``values`` under its key in ``keys`` (encoded; None: keyless, which
-        goes round robin)."""
+        goes round robin). All or nothing: a value msgpack cannot encode raises before
+        any value of the call is kept (a record's output is one call)."""
+        packed = [_pack(value) for value in values]
         if self._of != (generation, version):
             self.send_pending()
             self._of = (generation, version)
         pending_keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
         n, most = self.partitions, self.batch_messages
-        for key_bytes, value in zip(keys, values, strict=True):
+        for key_bytes, v in zip(keys, packed, strict=True):
             if key_bytes is None:
                 self._rr += 1
                 p = self._rr % n
-                v = _pack(value)
                 size[p] += len(v)
             else:
                 p = zlib.crc32(key_bytes) % n
-                v = _pack(value)
                 size[p] += len(key_bytes) + len(v)
             ks = pending_keys[p]
             ks.append(key_bytes)
@@ -153,6 +153,15 @@ class ChannelWriter:
             for p in range(self.partitions):
                 self._send(p)
             self._pending = False
+
+    def discard(self) -> None:
+        """Drop the pending batches unsent: a rewind discards the version they belong to
+        (everything pending is of the open version: a checkpoint sends what is pending
+        first). Sequence numbers count only what went out, so they stay."""
+        for p in range(self.partitions):
+            self._keys[p], self._values[p], self._stamps[p] = [], [], []
+            self._bytes[p] = 0
+        self._pending = False
 
     def send(self) -> None:
         """Pending batches out now, without waiting for acknowledgement."""

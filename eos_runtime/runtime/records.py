@@ -7,11 +7,17 @@ the version the caller gives) or is held for the sink
 (``SinkWriter``) until the committer hands it on. A user function that raises stops the
 task naming the record, or with dead letters on, records the record and the error as
 output of the open version and goes on. No protocol rule lives here.
+
+A record's output and state writes are all or nothing. Its output is one write, made
+after every step ran, and each writer's write keeps nothing when any value of it
+cannot be encoded (msgpack for a channel, the sink's format); its state writes are
+staged from a savepoint (``TaskStore.savepoint``) that a failing record rolls back to.
+So a dead letter is all a failing record leaves; without dead letters the task stops
+and the staging dies with it.
 """
 
 from __future__ import annotations
 
-import base64
 import time
 from functools import partial
 from typing import Any, cast
@@ -22,7 +28,9 @@ from ..api import FORMATS
 from ..errors import EosError, TaskFailed, UserFunctionError
 from ..plan import StagePlan
 from ..protocol import wire
+from ..state import TaskStore
 from ..transport import Record
+from . import letters
 from .operators import Chain, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
 
@@ -34,10 +42,20 @@ _unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without 
 class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
                  channels: ChannelWriter | None, sink: SinkWriter | None,
-                 dead: SinkWriter | None, stats: Any, lag: float = 0.0) -> None:
+                 dead: SinkWriter | None, stats: Any, lag: float = 0.0,
+                 store: TaskStore | None = None, max_record_bytes: int | None = None) -> None:
+        """``max_record_bytes``: the largest record the transport's producers send (None:
+        not known), which a dead letter must fit."""
         self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
+        self._letter_bound = letters.letter_bound(max_record_bytes)
+        # Only a record set aside (dead letters) must take back its state writes, and
+        # only a stateful step makes any.
+        undoable = (dead is not None and store is not None
+                    and any(step.stateful for step in stage.steps))
+        self._savepoint = store.savepoint if undoable and store is not None else None
+        self._rollback = store.rollback if undoable and store is not None else None
         if stage.source is not None:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
@@ -50,6 +68,8 @@ class RecordPath:
         if self.lag:
             time.sleep(self.lag)
         key_de = self._src_key
+        if self._savepoint is not None:
+            self._savepoint()
         try:
             key = key_de(r.key) if key_de is not None and r.key is not None else None
             kb = encode_key(key) if key is not None else None
@@ -59,8 +79,7 @@ class RecordPath:
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
-            self._user_error(exc, r.topic, r.partition, r.offset, _text(r.key), _text(r.value),
-                             r.timestamp, raw=(r.key, r.value))
+            self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
 
     def data(self, msg: wire.Envelope | wire.DataBatch, topic: str, partition: int,
              offset: int, version: int) -> None:
@@ -88,10 +107,12 @@ class RecordPath:
                   version: int) -> None:
         """Channel messages in turn; one whose function raises is named by its record's
         offset (a batch's messages share it) and its key."""
-        lag, run, emit = self.lag, self.chain.run, self._emit
+        lag, run, emit, savepoint = self.lag, self.chain.run, self._emit, self._savepoint
         for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
             if lag:
                 time.sleep(lag)
+            if savepoint is not None:
+                savepoint()
             try:
                 outs = run(key_bytes, _unpack(cast(bytes, value)))
                 if outs:
@@ -99,20 +120,19 @@ class RecordPath:
             except Exception as exc:
                 if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                     raise
-                self._user_error(exc, topic, partition, offset,
-                                 None if key_bytes is None else repr(decode_key(key_bytes)),
-                                 _safe_repr(value), timestamp, raw=(key_bytes, value))
+                self._user_error(exc, topic, partition, offset, timestamp, key_bytes, value)
         self.stats.processed += len(keys)
 
     def _emit(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
               version: int) -> None:
+        """The record's output, in one write (which keeps all of it or nothing)."""
         if not outs:
             return
-        self.stats.emitted += len(outs)
         if self.channels is not None:
             self._shuffle(outs, timestamp, version)
         elif self.sink is not None:
             self.sink.write(key_bytes, outs, timestamp)
+        self.stats.emitted += len(outs)
 
     def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
         assert self.stage.shuffle is not None and self.channels is not None
@@ -129,14 +149,17 @@ class RecordPath:
         self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
-                    key: str | None, value: str | None, timestamp: int,
-                    raw: tuple[bytes | None, bytes | None] = (None, None)) -> None:
+                    timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        """A record (its key and value as the task read them) whose function raised, or
+        whose output could not be encoded."""
+        channel = not self.stage.is_source
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"{type(exc).__name__}: {exc}")
             at = f"topic={topic!r} partition={partition} offset={offset}"
-            if not self.stage.is_source and key is not None:
-                at += f" (key {key})"   # a channel record: its key says more than its offset
+            if channel and key is not None:
+                # A channel record: its key says more than its offset.
+                at += f" (key {decode_key(key)!r})"
             if getattr(exc, "sink_format", False):
                 # The fix is in the pipeline, not in the record: say that first.
                 raise TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing past "
@@ -145,15 +168,14 @@ class RecordPath:
                              f"record was committed: fix the function, or run with "
                              f"--dead-letters to set such records aside in "
                              f"{self.job}.dead-letters and go on") from exc
+        if self._rollback is not None:
+            self._rollback()   # the state writes of the record set aside
         why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
                               and exc.__cause__ else exc)
-        self.dead.write(None, [{
-            "job": self.job, "task": self.task_id, "topic": topic, "partition": partition,
-            "offset": offset, "error": f"{type(why).__name__}: {why}", "key": key,
-            "value": value,
-            # The readable forms above escape what is not UTF-8 (source records) or show
-            # msgpack as Python would (channel records); these keep the exact bytes.
-            "key_base64": _b64(raw[0]), "value_base64": _b64(raw[1])}], timestamp)
+        self.dead.write(None, [letters.build(
+            job=self.job, task=self.task_id, topic=topic, partition=partition, offset=offset,
+            error=f"{type(why).__name__}: {why}", key=key, value=value, channel=channel,
+            bound=self._letter_bound)], timestamp)
         self.stats.dead_letters += 1
 
 
@@ -172,25 +194,6 @@ def _origins(stage: StagePlan) -> tuple[str, str]:
         value = value or "sent through key_by by the stage before"
         key = "the key key_by returned"
     return value, key
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _text(data: bytes | None) -> str | None:
-    """Raw bytes for a dead letter: UTF-8 where they are, escapes where not."""
-    return None if data is None else data.decode("utf-8", errors="backslashreplace")
-
-
-def _safe_repr(raw: bytes | None) -> str | None:
-    """A channel value as Python shows it (it was msgpack between stages)."""
-    if raw is None:
-        return None
-    try:
-        return repr(_unpack(raw))
-    except Exception:
-        return repr(raw)
 
 
 # --------------------------------------------------------------------------- progress

@@ -223,7 +223,8 @@ class _Task:
                                    config.transaction_chunk)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
-                                  lag=_lag_of(config, attempt))
+                                  lag=_lag_of(config, attempt), store=self.store,
+                                  max_record_bytes=transport.max_record_bytes())
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
         # The driver's live view reads this (runner.PipelineRun.progress).

@@ -143,6 +143,10 @@ class TaskStore:
         self._names = _check_store_names(stores)
         self._stores: dict[str, _Store] = {}
         self._order: list[tuple[_Store, bytes]] = []   # first touch of each staged (store, key)
+        # Since the last savepoint (None: none taken): what each overwrite of an already
+        # staged key replaced, and how many keys were staged before it (``rollback``).
+        self._undo: list[tuple[_Store, bytes, bytes | None]] | None = None
+        self._mark = 0
         self._checkpoint: CheckpointData | None = None
         self._closed = False
         self._db: Any = None
@@ -308,6 +312,8 @@ class TaskStore:
         staged = s.staged
         if key not in staged:
             self._order.append((s, key))
+        elif self._undo is not None:
+            self._undo.append((s, key, staged[key]))
         staged[key] = value
 
     def accessors(self, store: str) -> tuple[Callable[[bytes], bytes | None],
@@ -330,6 +336,8 @@ class TaskStore:
             staged = s.staged   # discard() replaces the dict, and close() the handle
             if key not in staged:
                 self._order.append((s, key))
+            elif self._undo is not None:
+                self._undo.append((s, key, staged[key]))
             staged[key] = value
 
         def delete(key: bytes) -> None:
@@ -363,6 +371,29 @@ class TaskStore:
             if s.staged:
                 s.staged = {}
         self._order = []
+        self._undo, self._mark = None, 0
+
+    def savepoint(self) -> None:
+        """Mark the staged changes as they are now: ``rollback`` takes the staging back to
+        here, until the next savepoint, commit or discard. A record's state writes are
+        all or nothing: the record path takes one before each record whose failure it
+        sets aside (dead letters), and rolls back when it fails."""
+        self._mark = len(self._order)
+        self._undo = []
+
+    def rollback(self) -> None:
+        """Undo every change staged since the last ``savepoint`` (one that overwrote an
+        earlier staged change gives it back); the savepoint stays."""
+        undo = self._undo
+        if undo is None:
+            raise StateError(f"rollback of the task state at {self.path} without a savepoint")
+        for s, key, value in reversed(undo):
+            s.staged[key] = value
+        undo.clear()
+        order, mark = self._order, self._mark
+        for s, key in order[mark:]:   # first staged since the savepoint
+            del s.staged[key]
+        del order[mark:]
 
     # ------------------------------------------------------------------ commit point
 

@@ -285,6 +285,11 @@ class Transport(abc.ABC):
         producer = self.producer()
         return PendingProducer(lambda generation: producer, producer.close)
 
+    def max_record_bytes(self) -> int | None:
+        """The largest record (key and value) this transport's producers send, where it
+        has a limit (Kafka: the producer's ``message.max.bytes``); None: none known."""
+        return None
+
     def fence_generation(self, fence_id: str) -> int:
         """The newest generation registered for ``fence_id`` (0: none, or a transport that
         does not number them: Kafka's broker keeps its own epoch). A generation handed out

@@ -177,6 +177,14 @@ def _describe(err: _KafkaError) -> str:
 _DEFAULT_MAX_BYTES = 1_000_000
 
 
+def _max_bytes(conf: Mapping[str, Any]) -> int:
+    """The largest record a producer of settings ``conf`` sends."""
+    try:
+        return int(conf.get("message.max.bytes", _DEFAULT_MAX_BYTES))
+    except (TypeError, ValueError):
+        return _DEFAULT_MAX_BYTES
+
+
 def _too_large(size: int, limit: int | None) -> str:
     """Why a record of ``size`` bytes (key and value) was refused, and which setting to
     raise: the producer's own limit (``limit``, it never sent the record) or the broker's."""
@@ -435,10 +443,7 @@ class KafkaProducer(Producer):
         self.transactional = transactional_id is not None
         self.transactional_id = transactional_id
         full = dict(conf)
-        try:
-            self._max_bytes = int(full.get("message.max.bytes", _DEFAULT_MAX_BYTES))
-        except (TypeError, ValueError):
-            self._max_bytes = _DEFAULT_MAX_BYTES
+        self._max_bytes = _max_bytes(full)
         full["on_delivery"] = self._state.on_delivery
         full["error_cb"] = self._state.on_error
         if transactional_id is not None:
@@ -1345,6 +1350,9 @@ class KafkaTransport(Transport):
             return False
 
         self._wait_for_each(names, gone, "still listed since their deletion")
+
+    def max_record_bytes(self) -> int | None:
+        return _max_bytes(self._producer_conf)
 
     def producer(self, *, transactional_id: str | None = None) -> KafkaProducer:
         self._admin_client()
