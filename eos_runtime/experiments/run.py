@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import EosError
 from ..outage import is_transient
 from ..transport import TopicSpec, open_transport
-from .schedule import Fault, Schedule, TaskRole
+from .schedule import PAUSES, Fault, Schedule, TaskRole
 from .verify import Verdict, verify_output
 from .workloads import Workload, sink_formats
 
@@ -108,6 +108,8 @@ class RunResult:
     # each generation an attempt took, with when it started: {task, attempt, generation,
     # started}
     generations: list[dict[str, Any]] = field(default_factory=list)
+    # an experiment of several runs of the job: each run, how it started and ended
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -124,6 +126,7 @@ class RunResult:
                 "verdict": self.verdict.as_dict() if self.verdict is not None else None,
                 "schedule": self.schedule.as_dict(), "faults": self.faults,
                 "attempts": self.attempts, "generations": self.generations,
+                "runs": self.runs,
                 "tasks": self.tasks, "timeline": self.timeline}
 
 
@@ -138,7 +141,8 @@ def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
             t.create_topics([TopicSpec(pipeline.source_topic, workload.source_partitions)])
             plan = plan_job(pipeline, t, guarantee=guarantee)
     return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
-                     plan.stages[task.stage].shuffle is not None) for task in plan.tasks]
+                     plan.stages[task.stage].shuffle is not None, tuple(task.partitions))
+            for task in plan.tasks]
 
 
 # --------------------------------------------------------------------------- the injector
@@ -167,7 +171,12 @@ class Injector:
     """Watches the tasks' attempts, notes faults as they fire, does the outside ones."""
 
     def __init__(self, schedule: Schedule, job_dir: Path, log: Path, tasks: int,
-                 broker_dir: Path | None = None) -> None:
+                 broker_dir: Path | None = None,
+                 on_pause: Callable[[Fault, dict[str, Any], dict[str, Any]], None] | None = None
+                 ) -> None:
+        # A pause (stop, cancel, take-over, append) holds its task at its point (SIGSTOP):
+        # ``on_pause(fault, record, note)`` acts, then lets the task go on (note["pid"]).
+        self.on_pause = on_pause
         self.job_dir = job_dir
         self.broker_dir = broker_dir
         self._outages: list[threading.Thread] = []
@@ -328,6 +337,12 @@ class Injector:
                     if f.kind == "zombie":
                         rec["zombie_pid"] = note["pid"]
                     self.events.append(rec)
+                    if f.kind in PAUSES:
+                        rec["pid"] = note["pid"]
+                        if self.on_pause is not None:
+                            self.on_pause(f, rec, note)
+                        else:   # nobody to act: the task must not stay stopped
+                            resume(note["pid"])
 
     def _kill(self, f: Fault, rec: dict[str, Any], now: float) -> None:
         assert f.task is not None and f.after is not None
@@ -397,14 +412,25 @@ class Injector:
 
 # --------------------------------------------------------------------------- one run
 
+def resume(pid: int) -> None:
+    """Let a task held at a pause go on."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def _fault_dicts(schedule: Schedule, log: Path, wall0: float) -> list[dict[str, Any]]:
     """The in-task faults as the tasks take them; a moment (``at``, seconds since the run
-    started at ``wall0``) becomes the epoch time from which the point counts its hits."""
+    started at ``wall0``) becomes the epoch time from which the point counts its hits. A
+    pause is the point's ``stop`` action (SIGSTOP; the experiment acts, then SIGCONT); a
+    clock step the runtime's ``clock`` action with its ``step``."""
     action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie",
-              "lag": "lag"}
+              "lag": "lag", "clock": "clock", **{k: "stop" for k in PAUSES}}
     return [{"point": f.point, "task": f.task, "attempt": f.attempt, "hit": f.hit,
              "action": action[f.kind], "log": str(log),
              **({"delay": f.delay} if f.kind == "lag" else {}),
+             **({"step": f.step} if f.kind == "clock" else {}),
              **({"not_before": wall0 + f.at} if f.at is not None else {})}
             for f in schedule.faults if f.kind in action]
 
@@ -539,11 +565,10 @@ def source_inputs(transport: Any, topic: str, payloads: list[bytes],
     return out
 
 
-def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
-                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Run ``settings.workload`` once under ``schedule`` and judge its committed output."""
-    from ..runner import start_pipeline
-
+def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Path]:
+    """A job of the run's own: its name, its pipeline renamed to it (on Kafka with topics
+    named after it), the transport's options and the run's root directory, whose
+    ``state/<job>`` (the tasks' state, pid and progress files) is made."""
     w = settings.workload
     job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
     pipeline = w.make_pipeline()
@@ -552,13 +577,29 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     pipeline.rename(job, **topics)
     if settings.transport_name == "local":
         root = Path(settings.transport["data_dir"]).absolute() / job
-        opts: dict[str, str] = {"data_dir": str(root)}
+        opts: dict[str, Any] = {"data_dir": str(root)}
     else:
         root = Path(settings.report_dir).absolute() / "state" / job
         opts = dict(settings.transport)
+    (root / "state" / job).mkdir(parents=True, exist_ok=True)
+    return job, pipeline, opts, root
+
+
+def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
+                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run ``settings.workload`` once under ``schedule`` and judge its committed output
+    (several runs of the job when the schedule has an operator's actions: multirun.py)."""
+    from ..runner import start_pipeline
+
+    if schedule.multi_run():
+        from .multirun import run_scenario
+
+        return run_scenario(settings, seed, schedule, on_progress=on_progress)
+
+    w = settings.workload
+    job, pipeline, opts, root = new_job(settings, seed)
     state = root / "state"
     job_dir = state / job
-    job_dir.mkdir(parents=True, exist_ok=True)
     log = job_dir / "faults.log"
 
     values = w.generate(seed, settings.records())

@@ -42,7 +42,7 @@ from typing import Any
 from ..transport import Record, Transport
 from .workloads import Expected, hashable
 
-__all__ = ["Verdict", "compare", "verify_output"]
+__all__ = ["Verdict", "compare", "verify_output", "merge", "since"]
 
 EXAMPLES = 5   # values shown per key and category in a report
 
@@ -191,17 +191,26 @@ def _note(v: Verdict, key: Any, entry: dict[str, Any]) -> None:
         v.bad_keys.append({"key": key, **entry})
 
 
+def since(records: list[Record], marks: dict[int, int] | None) -> list[Record]:
+    """The records at or past ``marks`` (partition -> offset; None: all of them)."""
+    if not marks:
+        return records
+    return [r for r in records if r.offset >= marks.get(r.partition, 0)]
+
+
 def verify_output(transport: Transport, topic: str, job: str, expected: Expected,
                   guarantee: str, *, key_decode: Callable[[bytes], Any] | None,
-                  value_decode: Callable[[bytes], Any]) -> Verdict:
+                  value_decode: Callable[[bytes], Any],
+                  marks: dict[int, int] | None = None) -> Verdict:
     """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
-    record the topic holds."""
+    record the topic holds; with ``marks`` only the records at or past them (the output
+    after an ``eos reset``)."""
     from ..runtime.committed import read_output
 
-    committed = read_output(transport, topic, job=job)
+    committed = since(read_output(transport, topic, job=job), marks)
     verdict = compare(expected, committed, guarantee, key_decode=key_decode,
                       value_decode=value_decode)
-    raw = read_output(transport, topic, committed=False)
+    raw = since(read_output(transport, topic, committed=False), marks)
     by_place = {(r.partition, r.offset): r for r in raw}
     phantom = 0
     for r in committed:
@@ -215,3 +224,19 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     if phantom:
         verdict.passed = False
     return verdict
+
+
+def merge(verdicts: list[Verdict], guarantee: str) -> Verdict:
+    """One verdict of several parts (the epochs between resets): counts added, bad keys
+    of each part kept, passed only if every part passed."""
+    v = Verdict(guarantee, passed=all(p.passed for p in verdicts))
+    raw: dict[str, Any] = {}
+    for part in verdicts:
+        for name in ("keys", "expected", "committed", "lost", "duplicated", "unexpected",
+                     "out_of_order", "unexpected_keys"):
+            setattr(v, name, getattr(v, name) + getattr(part, name))
+        v.bad_keys += part.bad_keys[:max(0, 20 - len(v.bad_keys))]
+        for k, n in (part.raw or {}).items():
+            raw[k] = raw.get(k, 0) + n
+    v.raw = raw or None
+    return v
