@@ -203,10 +203,16 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     w = load_workload(workload)
     fault_kinds = _kinds(kinds, transport_name, guarantee) if schedule_file is None else []
     roles = task_roles(w, guarantee)
+    then_roles = task_roles(w, guarantee, then=True) if w.then is not None else None
+    if w.then is not None and (duration is not None
+                               or any(k in OPERATOR for k in fault_kinds)):
+        raise ConfigError(f"workload {w.name!r} runs each of its two jobs once, bounded: "
+                          f"give --lines, and no operator's action")
     fixed = None
     if schedule_file is not None:
         fixed = load_schedule(schedule_file)
-        check_schedule(fixed, roles, transport_name, guarantee, w.source_partitions)
+        check_schedule(fixed, roles, transport_name, guarantee, w.source_partitions,
+                       then_roles)
         if duration is not None and fixed.multi_run():
             raise ConfigError(f"{fixed.source}: an operator's action runs the job several "
                               f"times, each a bounded run: give --lines, not --duration")
@@ -268,7 +274,8 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     results = []
     for i, s in enumerate(range(first, first + runs)):
         schedule = fixed if fixed is not None else random_schedule(
-            s, count, fault_kinds, roles, transport_name, duration=duration)
+            s, count, fault_kinds, roles, transport_name, duration=duration,
+            then_roles=then_roles)
         show.start(i, s, schedule)
         with _stdout_to_stderr():
             result = run_experiment(settings, s, schedule, on_progress=show.progress)

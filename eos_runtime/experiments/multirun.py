@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from .run import (
 )
 from .scenario import InputModel
 from .schedule import BETWEEN_RUNS, Fault, Schedule, TaskRole
-from .verify import Verdict, merge, verify_output
+from .verify import Verdict, check_dead_letters, merge, verify_output
 from .workloads import sink_formats
 
 __all__ = ["run_scenario", "segment_sizes", "fill_offsets", "check_offsets"]
@@ -144,6 +145,14 @@ class _Cli:
         return done.stdout
 
 
+def _ends(t: Any, topic: str) -> dict[int, int]:
+    """Each partition's end (uncommitted records included); {} for a topic not made yet."""
+    if topic not in t.list_topics():
+        return {}
+    return {p: t.watermarks(TopicPartition(topic, p), read_committed=False)[1]
+            for p in range(t.describe(topic).partitions)}
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
 
@@ -190,6 +199,10 @@ class _Scene:
         self.s, self.seed, self.schedule = settings, seed, schedule
         self.pipeline, self.job, self.opts = pipeline, job, opts
         self.root, self.state, self.job_dir, self.roles = root, state, job_dir, roles
+        # the experiment's own files (fault logs, a take-over's spec, a checkpoint file):
+        # not in the job's state directory, which eos reset refuses to delete with them
+        self.own = root / "experiment"
+        self.own.mkdir(parents=True, exist_ok=True)
         self.values, self.payloads = values, payloads
         self.on_progress = on_progress
         self.source = pipeline.source_topic
@@ -209,6 +222,7 @@ class _Scene:
         self.verdict: Verdict | None = None
         self.error: str | None = None
         self.marks: dict[int, int] = {}          # sink offsets where the epoch's output begins
+        self.letter_marks: dict[int, int] = {}   # the same in the dead letters
         self.sink_seen = 0                       # sink records of earlier runs (timeline)
 
     def now(self) -> float:
@@ -288,9 +302,9 @@ class _Scene:
                          "--state-dir", str(self.state))
                 self.model.reset()
                 with open_transport(**self.opts) as t:
-                    self.marks = {p: t.watermarks(TopicPartition(self.sink, p),
-                                                  read_committed=False)[1]
-                                  for p in range(t.describe(self.sink).partitions)}
+                    self.marks = _ends(t, self.sink)
+                    if self.pipeline.dead_letter_topic:
+                        self.letter_marks = _ends(t, self.pipeline.dead_letter_topic)
                 rec["note"] = f"the epoch's output begins at sink offsets {self.marks}"
                 continue
             assert f.partition is not None
@@ -305,7 +319,7 @@ class _Scene:
                                    f"[{f.partition}]")
                 edited = line.sub(rf"\g<1>={value}", shown)
                 with tempfile.NamedTemporaryFile("w", suffix=".properties", delete=False,
-                                                 dir=self.root) as fh:
+                                                 dir=self.own) as fh:
                     fh.write(edited)
                 self.cli("checkpoint", "write", self.job, fh.name, *self.cli.where())
                 continue
@@ -319,7 +333,7 @@ class _Scene:
         from ..runner import start_pipeline
 
         mine = self.schedule.of_run(k)
-        log = self.job_dir / f"faults-run-{k}.log"
+        log = self.own / f"faults-run-{k}.log"
         for task in range(len(self.roles)):   # an earlier run's attempts must not pass for its
             for name in (f"task-{task}.pid", f"task-{task}.progress"):
                 try:
@@ -474,9 +488,9 @@ class _Scene:
                 "state_dir": str(self.state), "guarantee": self.s.guarantee,
                 "commit_every": self.s.commit_every, "commit_interval": self.s.commit_interval,
                 "poll_records": self.s.poll_records}
-        path = self.job_dir / f"take-over-run-{info['run']}.json"
+        path = self.own / f"take-over-run-{info['run']}.json"
         path.write_text(json.dumps(spec))
-        out = self.job_dir / f"take-over-run-{info['run']}.out"
+        out = self.own / f"take-over-run-{info['run']}.out"
         with open(out, "w") as fh:
             proc = subprocess.Popen([sys.executable, "-m", "eos_runtime.experiments.driver",
                                      str(path)], stdout=fh, stderr=subprocess.STDOUT)
@@ -528,9 +542,17 @@ class _Scene:
         expected = w.oracle(self.model.values(epoch))
         key_decode, value_decode = sink_formats(self.pipeline)
         with open_transport(**self.opts) as t:
-            self.verdicts.append(verify_output(
-                t, self.sink, self.job, expected, self.s.guarantee, key_decode=key_decode,
-                value_decode=value_decode, marks=self.marks))
+            verdict = verify_output(t, self.sink, self.job, expected, self.s.guarantee,
+                                    key_decode=key_decode, value_decode=value_decode,
+                                    marks=self.marks)
+            letters = self.pipeline.dead_letter_topic
+            if w.dead_letters is not None and letters:
+                flags = w.dead_letters(self.model.values(epoch))
+                bad = Counter(place for place, b in zip(epoch.processed, flags, strict=True)
+                              if b)
+                check_dead_letters(verdict, t, letters, self.job, self.source, bad,
+                                   self.letter_marks)
+            self.verdicts.append(verdict)
 
     def sample(self, run: Any, k: int, injector: Injector) -> None:
         try:

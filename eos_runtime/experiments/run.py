@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from ..errors import EosError
 from ..outage import is_transient
 from ..transport import TopicSpec, open_transport
 from .schedule import PAUSES, Fault, Schedule, TaskRole
-from .verify import Verdict, verify_output
+from .verify import Verdict, check_dead_letters, verify_output
 from .workloads import Workload, sink_formats
 
 __all__ = ["Settings", "RunResult", "Injector", "run_experiment", "task_roles"]
@@ -130,9 +131,10 @@ class RunResult:
                 "tasks": self.tasks, "timeline": self.timeline}
 
 
-def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
+def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> list[TaskRole]:
     """The job's tasks and what each does, planned on a scratch local log (no run, no
-    topic of the real transport), so a schedule is checked before anything starts."""
+    topic of the real transport), so a schedule is checked before anything starts; with
+    ``then``, a chained workload's job B's."""
     from ..plan import plan_job
 
     pipeline = workload.make_pipeline()
@@ -140,6 +142,11 @@ def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
         with open_transport(data_dir=scratch) as t:
             t.create_topics([TopicSpec(pipeline.source_topic, workload.source_partitions)])
             plan = plan_job(pipeline, t, guarantee=guarantee)
+            if then and workload.then is not None:   # B reads A's sink, as A makes it
+                pipeline = workload.then()
+                t.create_topics([TopicSpec(pipeline.source_topic,
+                                           plan.stages[-1].output_partitions)])
+                plan = plan_job(pipeline, t, guarantee=guarantee)
     return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
                      plan.stages[task.stage].shuffle is not None, tuple(task.partitions))
             for task in plan.tasks]
@@ -613,6 +620,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                 producer.flush()
 
     roles = task_roles(w, settings.guarantee)
+    whole, schedule = schedule, schedule.of_job(1)   # job B's faults: chained.run_then
     injector = Injector(schedule, job_dir, log, len(roles), settings.broker_dir)
     timeline: list[dict[str, Any]] = []
     error: str | None = None
@@ -709,6 +717,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
 
     key_decode, value_decode = sink_formats(pipeline)
     soak: dict[str, Any] | None = None
+    then: dict[str, Any] | None = None
     with open_transport(**opts) as t:
         if feeder is None:
             expected = w.oracle(values)
@@ -727,10 +736,27 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                 error = f"the soak's feeder stopped: {feeder.error}"
         verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
                                 key_decode=key_decode, value_decode=value_decode)
+        if w.then is not None and error is None and feeder is None:
+            from .chained import run_then
+            from .verify import merge
+
+            verdict_b, error, then = run_then(settings, job, pipeline.sink_topic, values,
+                                              whole.of_job(2), opts, state, t0, wall0)
+            if verdict_b is not None:
+                verdict = merge([verdict, verdict_b], settings.guarantee)
+        if w.dead_letters is not None and pipeline.dead_letter_topic and feeder is None:
+            # input i went to partition i % partitions, at offset i // partitions
+            bad = Counter((i % w.source_partitions, i // w.source_partitions)
+                          for i, b in enumerate(w.dead_letters(values)) if b)
+            check_dead_letters(verdict, t, pipeline.dead_letter_topic, job,
+                               pipeline.source_topic, bad)
     attempts = sorted(injector.attempts.values(), key=lambda a: (a["task"], a["attempt"]))
     faults = injector.records
+    if then is not None:   # job B's faults and attempts, marked job 2
+        faults = faults + then["faults"]
+        attempts = attempts + then["attempts"]
     _recovery(faults, attempts, timeline)
-    result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
+    result = RunResult(seed, job, settings.guarantee, settings.transport_name, whole, faults,
                        attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed),
                        soak=soak, generations=sorted(
                            injector.generations.values(),

@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import random
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,9 +136,12 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "append": {"task": int, "attempt": int, "point": str, "hit": int, "records": int},
     "clock": {"task": int, "attempt": int, "point": str, "hit": int, "step": _NUMBER},
 }
-# Every kind that acts inside a run may name the run (default 1, the first).
+# Every kind that acts inside a run may name the run (default 1, the first), and, in a
+# chained workload, the job (1: job A, 2: job B, which reads A's sink).
 for _kind in ("crash", "torn", "lose-state", "zombie", "kill", "lag", *PAUSES, "clock"):
     _FIELDS[_kind]["run"] = int
+for _kind in ("crash", "torn", "lose-state", "zombie", "kill", "lag", "clock"):
+    _FIELDS[_kind]["job"] = int
 _REQUIRED = {"crash": ("task", "point"), "torn": ("task",), "lose-state": ("task", "point"),
              "zombie": ("task", "point"), "kill": ("task",), "buffer": ("max_bytes",),
              "broker": (), "lag": ("task", "delay"),
@@ -182,12 +185,13 @@ class Fault:
     via: str | None = None            # start: offset-default or reset-offset
     records: int | None = None        # append: input records that arrive
     step: float | None = None         # clock: seconds the wall clock jumps (< 0: back)
+    job: int = 1                      # a chained workload's job: 1 (A) or 2 (B)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind}
         for name in _FIELDS[self.kind]:
             value = getattr(self, name)
-            if (name == "at" and value is None) or (name == "run" and value == 1
+            if (name == "at" and value is None) or (name in ("run", "job") and value == 1
                                                     and self.kind not in BETWEEN_RUNS):
                 continue
             if value is not None:
@@ -210,7 +214,7 @@ class Fault:
             at = (f" {self.offset}" if self.to == "offset" else
                   f" of offset {self.offset}" if self.to == "timestamp" else "")
             return f"startpoint partition {self.partition} {self.to}{at} {before}"
-        run = f"run {self.run} " if self.run != 1 else ""
+        run = (f"run {self.run} " if self.run != 1 else "") + ("job B " if self.job == 2 else "")
         where = f"{run}task {self.task} attempt {self.attempt}"
         when = "" if self.at is None else f", from {self.at:.1f} s"
         if self.kind == "kill":
@@ -251,6 +255,10 @@ class Schedule:
     def runs(self) -> int:
         """The runs the schedule names (a run that ends early gets one more to finish)."""
         return max([1, *(f.run for f in self.faults)])
+
+    def of_job(self, job: int) -> Schedule:
+        """A chained workload's faults of job 1 (A) or 2 (B), run-wide ones with A's."""
+        return Schedule([f for f in self.faults if f.job == job], self.source)
 
     def of_run(self, run: int) -> Schedule:
         """The faults acting inside ``run`` (their attempts count within it)."""
@@ -326,6 +334,9 @@ def _parse_fault(entry: Any, at: str) -> Fault:
             kind_name = "a number" if float in types else types[0].__name__
             raise ConfigError(f"{at} ({kind}): field {name!r} must be {kind_name}, not {value!r}")
         values[name] = value
+    if "job" in values and values["job"] not in (1, 2):
+        raise ConfigError(f"{at} ({kind}): field 'job' must be 1 (job A) or 2 (job B, which "
+                          f"reads A's sink; a chained workload's), not {values['job']}")
     for name, low in (("task", 0), ("attempt", 0), ("hit", 1), ("max_bytes", 1), ("run", 1),
                       ("partition", 0), ("offset", 0), ("records", 1)):
         if name in values and values[name] < low:
@@ -456,10 +467,23 @@ def unreachable(point: str, role: TaskRole) -> str | None:
 
 
 def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
-                   guarantee: str, partitions: int = 2) -> None:
+                   guarantee: str, partitions: int = 2,
+                   then_roles: list[TaskRole] | None = None) -> None:
     """Refuse what cannot happen: a task the job lacks, a point it never reaches, a kind
-    the transport or guarantee cannot do, a partition the source lacks."""
+    the transport or guarantee cannot do, a partition the source lacks; faults of a
+    chained workload's job B (``job = 2``) against B's tasks (``then_roles``)."""
     where = schedule.source
+    for i, f in enumerate(schedule.faults, 1):
+        if f.job == 2 and then_roles is None:
+            raise ConfigError(f"{where}: fault {i} ({f.kind}): field 'job': 2 is a chained "
+                              f"workload's second job, and this workload has one job")
+        if f.job == 2 and (f.run != 1 or schedule.multi_run()):
+            raise ConfigError(f"{where}: fault {i} ({f.kind}): a chained workload runs each "
+                              f"job once: an operator's action or a run is not for it yet")
+    if then_roles is not None:
+        check_schedule(Schedule([replace(f, job=1) for f in schedule.faults if f.job == 2],
+                                f"{where} (job B)"), then_roles, transport, guarantee, partitions)
+        schedule = Schedule([f for f in schedule.faults if f.job == 1], where)
     for i, f in enumerate(schedule.faults, 1):
         at = f"{where}: fault {i} ({f.kind})"
         why = _refusal(f.kind, transport, guarantee)
@@ -527,7 +551,8 @@ def soak_times(rng: random.Random, count: int, duration: float) -> list[float]:
 
 
 def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRole],
-                    transport: str, duration: float | None = None) -> Schedule:
+                    transport: str, duration: float | None = None,
+                    then_roles: list[TaskRole] | None = None) -> Schedule:
     """``count`` faults of ``kinds`` drawn from ``seed``: the same seed, the same schedule.
 
     Each task's faults take its attempts in turn (0, 1, 2, ...), so every fault after a
@@ -535,7 +560,8 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
     every fault but a buffer bound and a lag gets a moment (``soak_times``): a task's
     fault counts its hits, a kill waits, from then; a broker outage starts then."""
     rng = random.Random(f"faults:{seed}")
-    faults = _distinct(_draw(rng, count, kinds, roles, soak=duration is not None))
+    faults = _distinct(_draw(rng, count, kinds, roles, soak=duration is not None,
+                             then_roles=then_roles or []))
     if duration is not None:
         timed = [f for f in faults if f.kind not in ("buffer", "lag")]
         for f, t in zip(timed, soak_times(rng, len(timed), duration), strict=True):
@@ -556,7 +582,7 @@ def _distinct(faults: list[Fault]) -> list[Fault]:
     points: set[tuple[int, int, int, str | None]] = set()
     for f in faults:
         if f.task is not None and f.kind != "lag":
-            where = (f.run, f.task, f.attempt)
+            where = (f.run * 10 + f.job, f.task, f.attempt)
             if (f.ends_attempt() and where in ends) or (*where, f.point) in points:
                 continue
             if f.ends_attempt():
@@ -567,7 +593,7 @@ def _distinct(faults: list[Fault]) -> list[Fault]:
 
 
 def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole],
-          soak: bool) -> list[Fault]:
+          soak: bool, then_roles: list[TaskRole]) -> list[Fault]:
     faults: list[Fault] = []
     attempts: dict[int, int] = {}
     task_kinds = [k for k in kinds if k not in ("buffer", "broker", *OPERATOR, "clock")]
@@ -592,13 +618,16 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
         if not task_kinds:
             continue
         role = rng.choice(roles)
-        attempt = attempts.get(role.task, 0)
+        job = 1
+        if then_roles and rng.random() < 0.5:   # a chained workload: a fault of job B
+            role, job = rng.choice(then_roles), 2
+        attempt = attempts.get(role.task + 1000 * (job - 1), 0)
         if kind == "lag":   # it does not end the attempt: the next fault takes it too
-            faults.append(Fault("lag", task=role.task, attempt=attempt,
+            faults.append(Fault("lag", task=role.task, attempt=attempt, job=job,
                                 delay=round(rng.uniform(*LAG_DELAY), 4)))
             continue
-        attempts[role.task] = attempt + 1
-        f = Fault(kind, task=role.task, attempt=attempt)
+        attempts[role.task + 1000 * (job - 1)] = attempt + 1
+        f = Fault(kind, task=role.task, attempt=attempt, job=job)
         if kind == "kill":
             f.after = round(rng.uniform(*KILL_AFTER), 2)
         elif kind == "torn":

@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import EosError
 from ..transport import Record, Transport
 from .workloads import Expected, hashable
 
-__all__ = ["Verdict", "compare", "verify_output", "merge", "since"]
+__all__ = ["Verdict", "compare", "verify_output", "merge", "since", "check_dead_letters"]
 
 EXAMPLES = 5   # values shown per key and category in a report
 
@@ -61,6 +62,8 @@ class Verdict:
     unexpected_keys: int = 0
     bad_keys: list[dict[str, Any]] = field(default_factory=list)   # the first few, with examples
     raw: dict[str, Any] | None = None    # the cross-check against every record written
+    # a workload with bad records: {"expected": letters, "committed": letters read}
+    dead_letters: dict[str, int] | None = None
 
     def counts(self) -> dict[str, int]:
         return {"lost": self.lost, "duplicated": self.duplicated,
@@ -226,6 +229,57 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     return verdict
 
 
+def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, source: str,
+                       expected: Counter[tuple[int, int]],
+                       marks: dict[int, int] | None = None) -> None:
+    """Add to ``v`` what the dead letters of ``topic`` (as its readers see them) do wrong:
+    every bad source record processed (``expected``: (partition, offset) -> times) must
+    have exactly one letter naming it per time; a missing one is lost, one more is a
+    duplicate (fails exactly-once only), a letter for any other record is unexpected."""
+    import json
+
+    from ..runtime.committed import read_output
+
+    try:
+        letters = since(read_output(transport, topic, job=job), marks)
+    except EosError:   # no topic: no letter was ever written
+        letters = []
+    got: Counter[tuple[int, int]] = Counter()
+    odd: list[str] = []
+    for r in letters:
+        try:
+            d = json.loads(r.value or b"")
+            place = (int(d["partition"]), int(d["offset"]))
+            if d.get("topic") != source:
+                raise ValueError(f"it names topic {d.get('topic')!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            odd.append(f"offset {r.offset}: not a letter for the source ({exc})")
+            continue
+        got[place] += 1
+    lost = expected - got
+    extra = got - expected
+    dup = Counter({k: n for k, n in extra.items() if k in expected})
+    odd += [f"names {topic_place(source, k)}, which is not a bad record"
+            for k in extra if k not in expected]
+    v.dead_letters = {"expected": sum(expected.values()), "committed": len(letters)}
+    if lost or dup or odd:
+        _note(v, "dead letters", {
+            "expected": sum(expected.values()), "committed": len(letters),
+            "lost": sum(lost.values()), "duplicated": sum(dup.values()), "unexpected": len(odd),
+            "examples": {"lost": [topic_place(source, k) for k in list(lost)[:EXAMPLES]],
+                         "duplicated": [topic_place(source, k) for k in list(dup)[:EXAMPLES]],
+                         "unexpected": odd[:EXAMPLES]}})
+    v.lost += sum(lost.values())
+    v.duplicated += sum(dup.values())
+    v.unexpected += len(odd)
+    if lost or odd or (dup and v.guarantee == "exactly-once"):
+        v.passed = False
+
+
+def topic_place(topic: str, place: tuple[int, int]) -> str:
+    return f"{topic}[{place[0]}]@{place[1]}"
+
+
 def merge(verdicts: list[Verdict], guarantee: str) -> Verdict:
     """One verdict of several parts (the epochs between resets): counts added, bad keys
     of each part kept, passed only if every part passed."""
@@ -238,5 +292,8 @@ def merge(verdicts: list[Verdict], guarantee: str) -> Verdict:
         v.bad_keys += part.bad_keys[:max(0, 20 - len(v.bad_keys))]
         for k, n in (part.raw or {}).items():
             raw[k] = raw.get(k, 0) + n
+        if part.dead_letters is not None:
+            v.dead_letters = {k: (v.dead_letters or {}).get(k, 0) + n
+                              for k, n in part.dead_letters.items()}
     v.raw = raw or None
     return v
