@@ -1286,3 +1286,42 @@ def test_the_chained_oracle_pairs_job_b_s_count_with_job_a_s():
     # a count A wrote twice: B numbers it on, so the pairing breaks
     v = check(e, [("a", "1:1"), ("a", "2:1"), ("a", "3:2"), ("b", "1:1"), ("b", "2:2")])
     assert not v.passed
+
+
+OPERATOR_SCHEDULE = """
+# run 2 starts partition 0 back at offset 50: what run 1 read from there is read again;
+# a crash just after the task's first commit must not apply the Startpoint a second time
+[[fault]]
+kind = "startpoint"
+run = 2
+partition = 0
+offset = 50
+
+[[fault]]
+kind = "crash"
+run = 2
+task = 0
+point = "task.checkpoint.after_commit"
+
+"""
+
+
+def test_an_experiment_of_several_runs_carries_out_an_operator_s_actions(tmp_path):
+    """The multi-run mechanism end to end, on the local log: a Startpoint set with `eos
+    startpoint set` between runs, its input read twice as the oracle expects."""
+    from test_cli import ok
+
+    (tmp_path / "ops.toml").write_text(OPERATOR_SCHEDULE)
+    ok("experiment", "wordcount", "--schedule", "ops.toml", "--seed", "3", "--lines", "600",
+       "--report", "report", cwd=tmp_path, timeout=600)
+    run = json.loads((tmp_path / "report" / "seed-3" / "run.json").read_text())
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
+    runs = [r for r in run["runs"] if "run" in r]
+    assert [r["run"] for r in runs] == [1, 2]
+    assert runs[1]["starts"] == [50, 150]          # 150 records a partition per run
+    commands = [c["command"] for r in run["runs"] for c in r.get("commands", [])]
+    assert any(c.startswith("eos startpoint set wordcount-s3-") and "--offset 50" in c
+               for c in commands)
+    # the 50 re-read records count again: more results than a single pass would give
+    once = BUILTIN["wordcount"].oracle(BUILTIN["wordcount"].generate(3, 600))
+    assert run["verdict"]["expected"] > sum(len(v) for v in once.results.values())

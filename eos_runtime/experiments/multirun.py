@@ -469,8 +469,14 @@ class _Scene:
             self.cli("stop", self.job, *self.cli.where())
             ctx["ended"] = "stop"
         elif f.kind == "cancel":
+            # The held task dies where it is held (a cancel is asynchronous: let go, it
+            # would finish its step first); the rest of the run is cancelled around it.
             ctx["run"].cancel()
             ctx["ended"] = "cancel"
+            try:
+                os.kill(int(rec["pid"]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         elif f.kind == "take-over":
             ctx["ended"] = "take-over"
             self.start_take_over(ctx, info, rec)
