@@ -60,6 +60,7 @@ __all__ = ["run_scenario", "segment_sizes", "fill_offsets", "check_offsets"]
 
 TAKE_OVER_WAIT = 120.0   # seconds a take-over driver has to record its run
 CLI_TIMEOUT = 120.0
+CANCEL_WAIT = 60.0       # seconds a cancel has to end the run while its task is held
 
 
 def segment_sizes(lines: int, runs: int) -> list[int]:
@@ -469,10 +470,12 @@ class _Scene:
             self.cli("stop", self.job, *self.cli.where())
             ctx["ended"] = "stop"
         elif f.kind == "cancel":
-            # The held task dies where it is held (a cancel is asynchronous: let go, it
-            # would finish its step first); the rest of the run is cancelled around it.
+            # The held task stays held until the cancel has ended the run, then dies where
+            # it is: let go at once, or killed at once (Spark then retries it before the
+            # asynchronous cancel arrives), it would finish its step, its commit, first.
             ctx["run"].cancel()
             ctx["ended"] = "cancel"
+            ctx["run"].wait(CANCEL_WAIT)
             try:
                 os.kill(int(rec["pid"]), signal.SIGKILL)
             except ProcessLookupError:
