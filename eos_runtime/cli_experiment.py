@@ -130,9 +130,10 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
                    "of --duration.")
 @click.option("--kinds", default=None, metavar="K1,K2",
               help="Fault kinds a random schedule draws from: crash, torn, lose-state, zombie, "
-                   "kill, buffer, lag, broker. Default: every kind the transport and guarantee "
-                   "can do but broker, which stops the broker for all its users and is drawn "
-                   "only when named.")
+                   "kill, buffer, lag, broker; an operator's actions startpoint, checkpoint, "
+                   "reset, start, stop, cancel, take-over, append (several runs of the job); "
+                   "clock. Default: every kind the transport and guarantee can do but broker, "
+                   "the operator's and clock, which are drawn only when named.")
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="An explicit schedule (TOML or JSON) instead of a random one.")
 @click.option("--runs", type=click.IntRange(1), default=1, show_default=True, metavar="N",
@@ -180,7 +181,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from .cli_pipeline import _stdout_to_stderr
     from .experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
     from .experiments.run import Settings, run_experiment, task_roles
-    from .experiments.schedule import check_schedule, load_schedule, random_schedule
+    from .experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
     from .experiments.workloads import load_workload
 
     if data_dir is not None and bootstrap_servers:
@@ -202,10 +203,22 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     w = load_workload(workload)
     fault_kinds = _kinds(kinds, transport_name, guarantee) if schedule_file is None else []
     roles = task_roles(w, guarantee)
+    then_roles = task_roles(w, guarantee, then=True) if w.then is not None else None
+    if w.then is not None and (duration is not None
+                               or any(k in OPERATOR for k in fault_kinds)):
+        raise ConfigError(f"workload {w.name!r} runs each of its two jobs once, bounded: "
+                          f"give --lines, and no operator's action")
     fixed = None
     if schedule_file is not None:
         fixed = load_schedule(schedule_file)
-        check_schedule(fixed, roles, transport_name, guarantee)
+        check_schedule(fixed, roles, transport_name, guarantee, w.source_partitions,
+                       then_roles)
+        if duration is not None and fixed.multi_run():
+            raise ConfigError(f"{fixed.source}: an operator's action runs the job several "
+                              f"times, each a bounded run: give --lines, not --duration")
+    if duration is not None and any(k in OPERATOR for k in fault_kinds):
+        raise ConfigError("--kinds: an operator's action runs the job several times, each a "
+                          "bounded run: give --lines, not --duration")
     count = n_faults if n_faults is not None else (
         3 if duration is None else soak_faults(duration))
     report_dir = _report_dir(report, workload)
@@ -261,7 +274,8 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     results = []
     for i, s in enumerate(range(first, first + runs)):
         schedule = fixed if fixed is not None else random_schedule(
-            s, count, fault_kinds, roles, transport_name, duration=duration)
+            s, count, fault_kinds, roles, transport_name, duration=duration,
+            then_roles=then_roles)
         show.start(i, s, schedule)
         with _stdout_to_stderr():
             result = run_experiment(settings, s, schedule, on_progress=show.progress)

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +36,8 @@ from typing import Any
 from ..errors import EosError
 from ..outage import is_transient
 from ..transport import TopicSpec, open_transport
-from .schedule import Fault, Schedule, TaskRole
-from .verify import Verdict, verify_output
+from .schedule import PAUSES, Fault, Schedule, TaskRole
+from .verify import Verdict, check_dead_letters, verify_output
 from .workloads import Workload, sink_formats
 
 __all__ = ["Settings", "RunResult", "Injector", "run_experiment", "task_roles"]
@@ -108,6 +109,8 @@ class RunResult:
     # each generation an attempt took, with when it started: {task, attempt, generation,
     # started}
     generations: list[dict[str, Any]] = field(default_factory=list)
+    # an experiment of several runs of the job: each run, how it started and ended
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -124,12 +127,14 @@ class RunResult:
                 "verdict": self.verdict.as_dict() if self.verdict is not None else None,
                 "schedule": self.schedule.as_dict(), "faults": self.faults,
                 "attempts": self.attempts, "generations": self.generations,
+                "runs": self.runs,
                 "tasks": self.tasks, "timeline": self.timeline}
 
 
-def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
+def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> list[TaskRole]:
     """The job's tasks and what each does, planned on a scratch local log (no run, no
-    topic of the real transport), so a schedule is checked before anything starts."""
+    topic of the real transport), so a schedule is checked before anything starts; with
+    ``then``, a chained workload's job B's."""
     from ..plan import plan_job
 
     pipeline = workload.make_pipeline()
@@ -137,8 +142,14 @@ def task_roles(workload: Workload, guarantee: str) -> list[TaskRole]:
         with open_transport(data_dir=scratch) as t:
             t.create_topics([TopicSpec(pipeline.source_topic, workload.source_partitions)])
             plan = plan_job(pipeline, t, guarantee=guarantee)
+            if then and workload.then is not None:   # B reads A's sink, as A makes it
+                pipeline = workload.then()
+                t.create_topics([TopicSpec(pipeline.source_topic,
+                                           plan.stages[-1].output_partitions)])
+                plan = plan_job(pipeline, t, guarantee=guarantee)
     return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
-                     plan.stages[task.stage].shuffle is not None) for task in plan.tasks]
+                     plan.stages[task.stage].shuffle is not None, tuple(task.partitions))
+            for task in plan.tasks]
 
 
 # --------------------------------------------------------------------------- the injector
@@ -167,7 +178,12 @@ class Injector:
     """Watches the tasks' attempts, notes faults as they fire, does the outside ones."""
 
     def __init__(self, schedule: Schedule, job_dir: Path, log: Path, tasks: int,
-                 broker_dir: Path | None = None) -> None:
+                 broker_dir: Path | None = None,
+                 on_pause: Callable[[Fault, dict[str, Any], dict[str, Any]], None] | None = None
+                 ) -> None:
+        # A pause (stop, cancel, take-over, append) holds its task at its point (SIGSTOP):
+        # ``on_pause(fault, record, note)`` acts, then lets the task go on (note["pid"]).
+        self.on_pause = on_pause
         self.job_dir = job_dir
         self.broker_dir = broker_dir
         self._outages: list[threading.Thread] = []
@@ -328,6 +344,12 @@ class Injector:
                     if f.kind == "zombie":
                         rec["zombie_pid"] = note["pid"]
                     self.events.append(rec)
+                    if f.kind in PAUSES:
+                        rec["pid"] = note["pid"]
+                        if self.on_pause is not None:
+                            self.on_pause(f, rec, note)
+                        else:   # nobody to act: the task must not stay stopped
+                            resume(note["pid"])
 
     def _kill(self, f: Fault, rec: dict[str, Any], now: float) -> None:
         assert f.task is not None and f.after is not None
@@ -397,14 +419,25 @@ class Injector:
 
 # --------------------------------------------------------------------------- one run
 
+def resume(pid: int) -> None:
+    """Let a task held at a pause go on."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 def _fault_dicts(schedule: Schedule, log: Path, wall0: float) -> list[dict[str, Any]]:
     """The in-task faults as the tasks take them; a moment (``at``, seconds since the run
-    started at ``wall0``) becomes the epoch time from which the point counts its hits."""
+    started at ``wall0``) becomes the epoch time from which the point counts its hits. A
+    pause is the point's ``stop`` action (SIGSTOP; the experiment acts, then SIGCONT); a
+    clock step the runtime's ``clock`` action with its ``step``."""
     action = {"crash": "kill", "torn": "kill", "lose-state": "lose-state", "zombie": "zombie",
-              "lag": "lag"}
+              "lag": "lag", "clock": "clock", **{k: "stop" for k in PAUSES}}
     return [{"point": f.point, "task": f.task, "attempt": f.attempt, "hit": f.hit,
              "action": action[f.kind], "log": str(log),
              **({"delay": f.delay} if f.kind == "lag" else {}),
+             **({"step": f.step} if f.kind == "clock" else {}),
              **({"not_before": wall0 + f.at} if f.at is not None else {})}
             for f in schedule.faults if f.kind in action]
 
@@ -539,11 +572,10 @@ def source_inputs(transport: Any, topic: str, payloads: list[bytes],
     return out
 
 
-def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
-                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Run ``settings.workload`` once under ``schedule`` and judge its committed output."""
-    from ..runner import start_pipeline
-
+def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Path]:
+    """A job of the run's own: its name, its pipeline renamed to it (on Kafka with topics
+    named after it), the transport's options and the run's root directory, whose
+    ``state/<job>`` (the tasks' state, pid and progress files) is made."""
     w = settings.workload
     job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
     pipeline = w.make_pipeline()
@@ -552,13 +584,29 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     pipeline.rename(job, **topics)
     if settings.transport_name == "local":
         root = Path(settings.transport["data_dir"]).absolute() / job
-        opts: dict[str, str] = {"data_dir": str(root)}
+        opts: dict[str, Any] = {"data_dir": str(root)}
     else:
         root = Path(settings.report_dir).absolute() / "state" / job
         opts = dict(settings.transport)
+    (root / "state" / job).mkdir(parents=True, exist_ok=True)
+    return job, pipeline, opts, root
+
+
+def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
+                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Run ``settings.workload`` once under ``schedule`` and judge its committed output
+    (several runs of the job when the schedule has an operator's actions: multirun.py)."""
+    from ..runner import start_pipeline
+
+    if schedule.multi_run():
+        from .multirun import run_scenario
+
+        return run_scenario(settings, seed, schedule, on_progress=on_progress)
+
+    w = settings.workload
+    job, pipeline, opts, root = new_job(settings, seed)
     state = root / "state"
     job_dir = state / job
-    job_dir.mkdir(parents=True, exist_ok=True)
     log = job_dir / "faults.log"
 
     values = w.generate(seed, settings.records())
@@ -572,6 +620,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                 producer.flush()
 
     roles = task_roles(w, settings.guarantee)
+    whole, schedule = schedule, schedule.of_job(1)   # job B's faults: chained.run_then
     injector = Injector(schedule, job_dir, log, len(roles), settings.broker_dir)
     timeline: list[dict[str, Any]] = []
     error: str | None = None
@@ -668,6 +717,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
 
     key_decode, value_decode = sink_formats(pipeline)
     soak: dict[str, Any] | None = None
+    then: dict[str, Any] | None = None
     with open_transport(**opts) as t:
         if feeder is None:
             expected = w.oracle(values)
@@ -686,10 +736,27 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                 error = f"the soak's feeder stopped: {feeder.error}"
         verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
                                 key_decode=key_decode, value_decode=value_decode)
+        if w.then is not None and error is None and feeder is None:
+            from .chained import run_then
+            from .verify import merge
+
+            verdict_b, error, then = run_then(settings, job, pipeline.sink_topic, values,
+                                              whole.of_job(2), opts, state, t0, wall0)
+            if verdict_b is not None:
+                verdict = merge([verdict, verdict_b], settings.guarantee)
+        if w.dead_letters is not None and pipeline.dead_letter_topic and feeder is None:
+            # input i went to partition i % partitions, at offset i // partitions
+            bad = Counter((i % w.source_partitions, i // w.source_partitions)
+                          for i, b in enumerate(w.dead_letters(values)) if b)
+            check_dead_letters(verdict, t, pipeline.dead_letter_topic, job,
+                               pipeline.source_topic, bad)
     attempts = sorted(injector.attempts.values(), key=lambda a: (a["task"], a["attempt"]))
     faults = injector.records
+    if then is not None:   # job B's faults and attempts, marked job 2
+        faults = faults + then["faults"]
+        attempts = attempts + then["attempts"]
     _recovery(faults, attempts, timeline)
-    result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule, faults,
+    result = RunResult(seed, job, settings.guarantee, settings.transport_name, whole, faults,
                        attempts, timeline, tasks, verdict, error, seconds, settings.replay(seed),
                        soak=soak, generations=sorted(
                            injector.generations.values(),

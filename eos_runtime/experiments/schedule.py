@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import random
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +58,30 @@ from ..faults import CRASH_POINTS
 __all__ = ["KINDS", "Fault", "Schedule", "TaskRole", "parse_schedule", "load_schedule",
            "random_schedule", "soak_times", "kinds_for", "check_schedule"]
 
-KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer", "broker", "lag")
+KINDS = ("crash", "torn", "lose-state", "zombie", "kill", "buffer", "broker", "lag",
+         "startpoint", "checkpoint", "reset", "start", "stop", "cancel", "take-over", "append",
+         "clock")
 #: Kinds the issue names that this slice does not build yet (refused with a clear line).
 NOT_BUILT: dict[str, str] = {}
+#: An operator's actions between two runs of the job (field ``run``: the run they come
+#: before) and the start options of a run: they make an experiment of several runs.
+BETWEEN_RUNS = ("startpoint", "checkpoint", "reset", "start")
+#: Actions the experiment takes while a task is held at a crash point (SIGSTOP), before
+#: it lets the task go on: the driver's (stop, cancel, a take-over) and input arriving.
+PAUSES = ("stop", "cancel", "take-over", "append")
+#: Kinds that need the experiment to run the job several times.
+OPERATOR = BETWEEN_RUNS + PAUSES
 #: Kinds a random schedule draws only when --kinds names them: a broker outage stops the
-#: broker for everyone else who uses it too.
-EXPLICIT_ONLY = ("broker",)
+#: broker for everyone else who uses it too; an operator's action makes a run several
+#: runs of the job (each a Spark start); a clock step moves the workers' wall clock.
+EXPLICIT_ONLY = ("broker", *OPERATOR, "clock")
 BROKER_SIGNALS = ("kill", "term")
+START_TO = ("offset", "oldest", "upcoming", "timestamp")   # a Startpoint's kinds
+DEFAULT_TO = ("oldest", "upcoming")                        # offset_default's
+START_VIA = ("offset-default", "reset-offset")
+CLOCK_STEP = (30.0, 900.0)     # seconds a random clock step moves, back or forward
+MAX_CLOCK_STEP = 7 * 86400.0   # a schedule file's bound: a week either way
+APPEND_RECORDS = (20, 200)     # records a random append adds
 
 TORN_POINTS = ("locallog.append.mid_data", "locallog.append.after_data")
 TASK_POINTS = tuple(p for p in CRASH_POINTS if p.startswith("task."))
@@ -109,10 +126,29 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "buffer": {"max_bytes": int},
     "broker": {"after": (int, float), "down": (int, float), "signal": str},
     "lag": {"task": int, "attempt": int, "delay": (int, float)},
+    "startpoint": {"run": int, "partition": int, "to": str, "offset": int},
+    "checkpoint": {"run": int, "partition": int, "offset": int},
+    "reset": {"run": int},
+    "start": {"run": int, "via": str, "to": str},
+    "stop": {"task": int, "attempt": int, "point": str, "hit": int},
+    "cancel": {"task": int, "attempt": int, "point": str, "hit": int},
+    "take-over": {"task": int, "attempt": int, "point": str, "hit": int},
+    "append": {"task": int, "attempt": int, "point": str, "hit": int, "records": int},
+    "clock": {"task": int, "attempt": int, "point": str, "hit": int, "step": _NUMBER},
 }
+# Every kind that acts inside a run may name the run (default 1, the first), and, in a
+# chained workload, the job (1: job A, 2: job B, which reads A's sink).
+for _kind in ("crash", "torn", "lose-state", "zombie", "kill", "lag", *PAUSES, "clock"):
+    _FIELDS[_kind]["run"] = int
+for _kind in ("crash", "torn", "lose-state", "zombie", "kill", "lag", "clock"):
+    _FIELDS[_kind]["job"] = int
 _REQUIRED = {"crash": ("task", "point"), "torn": ("task",), "lose-state": ("task", "point"),
              "zombie": ("task", "point"), "kill": ("task",), "buffer": ("max_bytes",),
-             "broker": (), "lag": ("task", "delay")}
+             "broker": (), "lag": ("task", "delay"),
+             "startpoint": ("run", "partition"), "checkpoint": ("run", "partition", "offset"),
+             "reset": ("run",), "start": ("to",),
+             "stop": ("task",), "cancel": ("task",), "take-over": ("task",),
+             "append": ("task", "records"), "clock": ("task", "point", "step")}
 
 
 @dataclass(frozen=True)
@@ -123,6 +159,7 @@ class TaskRole:
     stage: int
     source: bool        # reads the source topic (never aligns or rewinds)
     channels_out: bool  # writes channels (sends markers); False for sink tasks
+    partitions: tuple[int, ...] = ()   # of its stage's input topic
 
 
 @dataclass
@@ -140,12 +177,25 @@ class Fault:
     delay: float | None = None        # lag: seconds per record
     # not before this many seconds since the run started (a soak spreads its faults so)
     at: float | None = None
+    run: int = 1                      # the experiment's run it acts in (or, between runs,
+    #                                   the run it comes before)
+    partition: int | None = None      # startpoint, checkpoint: the source partition
+    to: str | None = None             # startpoint: START_TO; start: DEFAULT_TO
+    offset: int | None = None         # startpoint (offset, timestamp), checkpoint
+    via: str | None = None            # start: offset-default or reset-offset
+    records: int | None = None        # append: input records that arrive
+    step: float | None = None         # clock: seconds the wall clock jumps (< 0: back)
+    job: int = 1                      # a chained workload's job: 1 (A) or 2 (B)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind}
         for name in _FIELDS[self.kind]:
-            if name != "at" or self.at is not None:
-                d[name] = getattr(self, name)
+            value = getattr(self, name)
+            if (name == "at" and value is None) or (name in ("run", "job") and value == 1
+                                                    and self.kind not in BETWEEN_RUNS):
+                continue
+            if value is not None:
+                d[name] = value
         return d
 
     def describe(self) -> str:
@@ -153,13 +203,35 @@ class Fault:
             return f"buffer {self.max_bytes} B"
         if self.kind == "broker":
             return (f"broker {self.signal} after {self.after:.2f} s, down {self.down:.1f} s")
-        where = f"task {self.task} attempt {self.attempt}"
+        if self.kind in BETWEEN_RUNS:
+            before = f"before run {self.run}"
+            if self.kind == "reset":
+                return f"eos reset {before}"
+            if self.kind == "start":
+                return f"start run {self.run} at {self.to} ({self.via})"
+            if self.kind == "checkpoint":
+                return f"eos checkpoint write partition {self.partition} at {self.offset} {before}"
+            at = (f" {self.offset}" if self.to == "offset" else
+                  f" of offset {self.offset}" if self.to == "timestamp" else "")
+            return f"startpoint partition {self.partition} {self.to}{at} {before}"
+        run = (f"run {self.run} " if self.run != 1 else "") + ("job B " if self.job == 2 else "")
+        where = f"{run}task {self.task} attempt {self.attempt}"
         when = "" if self.at is None else f", from {self.at:.1f} s"
         if self.kind == "kill":
             return f"kill {where} after {self.after:.2f} s{when}"
         if self.kind == "lag":
             return f"lag {where} {(self.delay or 0) * 1000:g} ms per record"
+        if self.kind == "append":
+            return f"append {self.records} records while {where} is at {self.point}@{self.hit}"
+        if self.kind in PAUSES:
+            return f"{self.kind} while {where} is at {self.point}@{self.hit}"
+        if self.kind == "clock":
+            return f"clock {self.step:+g} s {where} at {self.point}@{self.hit}"
         return f"{self.kind} {where} at {self.point}@{self.hit}{when}"
+
+    def ends_attempt(self) -> bool:
+        """Whether the fault ends its attempt (a lag, a clock step or a pause does not)."""
+        return self.task is not None and self.kind not in ("lag", "clock", *PAUSES)
 
 
 @dataclass
@@ -171,9 +243,27 @@ class Schedule:
         sizes = [f.max_bytes for f in self.faults if f.kind == "buffer" and f.max_bytes]
         return min(sizes) if sizes else None
 
-    def task_faults(self) -> list[Fault]:
-        """Faults that end an attempt of a task (a lag slows one down, it ends nothing)."""
-        return [f for f in self.faults if f.task is not None and f.kind != "lag"]
+    def task_faults(self, run: int | None = None) -> list[Fault]:
+        """Faults that end an attempt of a task (a lag slows one down, it ends nothing), of
+        ``run`` when given."""
+        return [f for f in self.faults if f.ends_attempt() and run in (None, f.run)]
+
+    def multi_run(self) -> bool:
+        """Whether the experiment runs the job several times (an operator's action)."""
+        return any(f.kind in OPERATOR or f.run != 1 for f in self.faults)
+
+    def runs(self) -> int:
+        """The runs the schedule names (a run that ends early gets one more to finish)."""
+        return max([1, *(f.run for f in self.faults)])
+
+    def of_job(self, job: int) -> Schedule:
+        """A chained workload's faults of job 1 (A) or 2 (B), run-wide ones with A's."""
+        return Schedule([f for f in self.faults if f.job == job], self.source)
+
+    def of_run(self, run: int) -> Schedule:
+        """The faults acting inside ``run`` (their attempts count within it)."""
+        return Schedule([f for f in self.faults
+                         if f.run == run and f.kind not in BETWEEN_RUNS], self.source)
 
     def as_dict(self) -> dict[str, Any]:
         return {"fault": [f.as_dict() for f in self.faults]}
@@ -244,7 +334,11 @@ def _parse_fault(entry: Any, at: str) -> Fault:
             kind_name = "a number" if float in types else types[0].__name__
             raise ConfigError(f"{at} ({kind}): field {name!r} must be {kind_name}, not {value!r}")
         values[name] = value
-    for name, low in (("task", 0), ("attempt", 0), ("hit", 1), ("max_bytes", 1)):
+    if "job" in values and values["job"] not in (1, 2):
+        raise ConfigError(f"{at} ({kind}): field 'job' must be 1 (job A) or 2 (job B, which "
+                          f"reads A's sink; a chained workload's), not {values['job']}")
+    for name, low in (("task", 0), ("attempt", 0), ("hit", 1), ("max_bytes", 1), ("run", 1),
+                      ("partition", 0), ("offset", 0), ("records", 1)):
         if name in values and values[name] < low:
             raise ConfigError(f"{at} ({kind}): field {name!r} must be >= {low}, not "
                               f"{values[name]}")
@@ -258,6 +352,7 @@ def _parse_fault(entry: Any, at: str) -> Fault:
     if "signal" in values and values["signal"] not in BROKER_SIGNALS:
         raise ConfigError(f"{at} ({kind}): field 'signal' must be one of "
                           f"{', '.join(BROKER_SIGNALS)}, not {values['signal']!r}")
+    _check_operator(kind, values, at)
     point = values.get("point")
     if kind == "torn":
         point = values.setdefault("point", TORN_POINTS[0])
@@ -276,7 +371,43 @@ def _parse_fault(entry: Any, at: str) -> Fault:
         values.setdefault("signal", "kill")
     if kind == "zombie":
         values.setdefault("release", 1.0)
+    if kind in PAUSES:
+        values.setdefault("point", "task.recovery")
     return Fault(kind, **values)
+
+
+def _check_operator(kind: str, values: dict[str, Any], at: str) -> None:
+    """The fields of the operator's actions and of clock steps."""
+    if kind in ("checkpoint", "reset") and values.get("run", 1) < 2:
+        what = "a checkpoint to write" if kind == "checkpoint" else "anything to reset"
+        raise ConfigError(f"{at} ({kind}): field 'run' must be >= 2 (it happens before that "
+                          f"run, and before run 1 the job has not {what}), not "
+                          f"{values.get('run', 1)}")
+    if kind == "startpoint":
+        to = values.setdefault("to", "offset")
+        if to not in START_TO:
+            raise ConfigError(f"{at} (startpoint): field 'to' must be one of "
+                              f"{', '.join(START_TO)}, not {to!r}")
+        if (to in ("offset", "timestamp")) != ("offset" in values):
+            raise ConfigError(f"{at} (startpoint): a Startpoint to {to} "
+                              f"{'needs' if 'offset' not in values else 'takes no'} field "
+                              f"'offset'" + (" (for timestamp: the offset of the record whose "
+                                             "timestamp it names)" if to == "timestamp" else ""))
+    if kind == "start":
+        if values["to"] not in DEFAULT_TO:
+            raise ConfigError(f"{at} (start): field 'to' must be one of {', '.join(DEFAULT_TO)} "
+                              f"(a timestamp or an offset is a startpoint's), not "
+                              f"{values['to']!r}")
+        via = values.setdefault("via", "offset-default")
+        if via not in START_VIA:
+            raise ConfigError(f"{at} (start): field 'via' must be one of "
+                              f"{', '.join(START_VIA)}, not {via!r}")
+    if kind == "clock":
+        step = values["step"]
+        if not (step != 0 and abs(step) <= MAX_CLOCK_STEP):
+            raise ConfigError(f"{at} (clock): field 'step' must be a number of seconds other "
+                              f"than 0, at most {MAX_CLOCK_STEP:g} either way (< 0: a step "
+                              f"back), not {step}")
 
 
 # --------------------------------------------------------------------------- checks
@@ -291,6 +422,10 @@ def kinds_for(transport: str, guarantee: str) -> tuple[str, ...]:
 def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
     if kind in NOT_BUILT:
         return NOT_BUILT[kind]
+    if kind == "clock" and not clock_hook():
+        return ("fault kind 'clock' needs the runtime's clock hook (a fault action 'clock' "
+                "that steps a worker's wall clock, eos_runtime/clock.py), which this build "
+                "does not have yet")
     if transport == "local" and kind == "broker":
         return ("fault kind 'broker' needs Kafka: it stops and restarts the broker, and the "
                 "local log has none (give --bootstrap-servers)")
@@ -304,6 +439,13 @@ def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
                 "fenced, so a zombie's late commits would write the RocksDB store its "
                 "successor has open (the split does not keep the store's lock)")
     return None
+
+
+def clock_hook() -> bool:
+    """Whether the tasks can step their wall clock (the runtime's ``clock`` action)."""
+    from .. import faults
+
+    return "clock" in faults.ACTIONS
 
 
 def check_kinds(kinds: list[str], transport: str, guarantee: str) -> None:
@@ -325,15 +467,31 @@ def unreachable(point: str, role: TaskRole) -> str | None:
 
 
 def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
-                   guarantee: str) -> None:
+                   guarantee: str, partitions: int = 2,
+                   then_roles: list[TaskRole] | None = None) -> None:
     """Refuse what cannot happen: a task the job lacks, a point it never reaches, a kind
-    the transport or guarantee cannot do."""
+    the transport or guarantee cannot do, a partition the source lacks; faults of a
+    chained workload's job B (``job = 2``) against B's tasks (``then_roles``)."""
     where = schedule.source
+    for i, f in enumerate(schedule.faults, 1):
+        if f.job == 2 and then_roles is None:
+            raise ConfigError(f"{where}: fault {i} ({f.kind}): field 'job': 2 is a chained "
+                              f"workload's second job, and this workload has one job")
+        if f.job == 2 and (f.run != 1 or schedule.multi_run()):
+            raise ConfigError(f"{where}: fault {i} ({f.kind}): a chained workload runs each "
+                              f"job once: an operator's action or a run is not for it yet")
+    if then_roles is not None:
+        check_schedule(Schedule([replace(f, job=1) for f in schedule.faults if f.job == 2],
+                                f"{where} (job B)"), then_roles, transport, guarantee, partitions)
+        schedule = Schedule([f for f in schedule.faults if f.job == 1], where)
     for i, f in enumerate(schedule.faults, 1):
         at = f"{where}: fault {i} ({f.kind})"
         why = _refusal(f.kind, transport, guarantee)
         if why is not None:
             raise ConfigError(f"{at}: {why}")
+        if f.partition is not None and f.partition >= partitions:
+            raise ConfigError(f"{at}: field 'partition': the source has partitions "
+                              f"0..{partitions - 1}, not {f.partition}")
         if f.task is None:
             continue
         if f.task >= len(roles):
@@ -345,14 +503,39 @@ def check_schedule(schedule: Schedule, roles: list[TaskRole], transport: str,
                 raise ConfigError(f"{at}: field 'point' {f.point!r}: {why}")
         if f.kind == "zombie" and f.point in ZOMBIE_NEVER:
             raise ConfigError(f"{at}: field 'point' {f.point!r}: {ZOMBIE_NEVER[f.point]}")
-    seen: dict[tuple[int, int], int] = {}
+        if f.kind == "append" and not roles[f.task].source:
+            raise ConfigError(f"{at}: field 'task': task {f.task} reads a channel; input "
+                              f"arrives at the partitions of a task that reads the source")
+    seen: dict[tuple[int, int, int], int] = {}
+    points: dict[tuple[int, int, int, str], int] = {}
     for i, f in enumerate(schedule.faults, 1):
-        if f.task is None or f.kind == "lag":   # a lag ends nothing: it shares attempts
+        if f.task is None or f.kind == "lag":
             continue
-        first = seen.setdefault((f.task, f.attempt), i)
+        if f.point is not None:
+            first = points.setdefault((f.run, f.task, f.attempt, f.point), i)
+            if first != i:
+                raise ConfigError(f"{where}: faults {first} and {i} both wait for task "
+                                  f"{f.task} attempt {f.attempt} at {f.point}; give one of "
+                                  f"them another point or attempt")
+        if not f.ends_attempt():   # a lag, a step of the clock, a pause: they share
+            continue
+        first = seen.setdefault((f.run, f.task, f.attempt), i)
         if first != i:
             raise ConfigError(f"{where}: faults {first} and {i} both target task {f.task} "
                               f"attempt {f.attempt}; give one of them another attempt")
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for i, f in enumerate(schedule.faults, 1):
+        if f.kind in ("stop", "cancel", "take-over"):
+            first = ends.setdefault(f.run, i)
+            if first != i:
+                raise ConfigError(f"{where}: faults {first} and {i} both end run {f.run}; a "
+                                  f"run ends once: give one of them another run")
+        if f.kind == "start":
+            first = starts.setdefault(f.run, i)
+            if first != i:
+                raise ConfigError(f"{where}: faults {first} and {i} both set how run {f.run} "
+                                  f"starts; give one of them another run")
 
 
 # --------------------------------------------------------------------------- random
@@ -368,7 +551,8 @@ def soak_times(rng: random.Random, count: int, duration: float) -> list[float]:
 
 
 def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRole],
-                    transport: str, duration: float | None = None) -> Schedule:
+                    transport: str, duration: float | None = None,
+                    then_roles: list[TaskRole] | None = None) -> Schedule:
     """``count`` faults of ``kinds`` drawn from ``seed``: the same seed, the same schedule.
 
     Each task's faults take its attempts in turn (0, 1, 2, ...), so every fault after a
@@ -376,7 +560,8 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
     every fault but a buffer bound and a lag gets a moment (``soak_times``): a task's
     fault counts its hits, a kill waits, from then; a broker outage starts then."""
     rng = random.Random(f"faults:{seed}")
-    faults = _draw(rng, count, kinds, roles, soak=duration is not None)
+    faults = _distinct(_draw(rng, count, kinds, roles, soak=duration is not None,
+                             then_roles=then_roles or []))
     if duration is not None:
         timed = [f for f in faults if f.kind not in ("buffer", "lag")]
         for f, t in zip(timed, soak_times(rng, len(timed), duration), strict=True):
@@ -389,13 +574,35 @@ def random_schedule(seed: int, count: int, kinds: list[str], roles: list[TaskRol
     return Schedule(faults, "random")
 
 
+def _distinct(faults: list[Fault]) -> list[Fault]:
+    """Without the faults that would share an attempt (or a point of one) with an earlier
+    one: an operator bundle's crash may fall on an attempt the in-task draws took."""
+    out: list[Fault] = []
+    ends: set[tuple[int, int, int]] = set()
+    points: set[tuple[int, int, int, str | None]] = set()
+    for f in faults:
+        if f.task is not None and f.kind != "lag":
+            where = (f.run * 10 + f.job, f.task, f.attempt)
+            if (f.ends_attempt() and where in ends) or (*where, f.point) in points:
+                continue
+            if f.ends_attempt():
+                ends.add(where)
+            points.add((*where, f.point))
+        out.append(f)
+    return out
+
+
 def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole],
-          soak: bool) -> list[Fault]:
+          soak: bool, then_roles: list[TaskRole]) -> list[Fault]:
     faults: list[Fault] = []
     attempts: dict[int, int] = {}
-    task_kinds = [k for k in kinds if k not in ("buffer", "broker")]
+    task_kinds = [k for k in kinds if k not in ("buffer", "broker", *OPERATOR, "clock")]
+    runs = [1]   # the experiment's last run so far: operator bundles add runs
     for _ in range(count):
         kind = rng.choice(kinds)
+        if kind in OPERATOR or kind == "clock":
+            faults += _bundle(rng, kind, roles, runs, faults)
+            continue
         if kind in ("buffer", "broker"):
             # one bound per run; one outage per run, but a soak's come all along it
             if not any(f.kind == kind for f in faults) or (soak and kind == "broker"):
@@ -406,16 +613,21 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
                                signal=rng.choice(BROKER_SIGNALS)))
                 continue
             if not task_kinds:
-                break   # one bound and one outage per run is all a run can have
+                continue   # one bound and one outage per run is all a run can have
             kind = rng.choice(task_kinds)
+        if not task_kinds:
+            continue
         role = rng.choice(roles)
-        attempt = attempts.get(role.task, 0)
+        job = 1
+        if then_roles and rng.random() < 0.5:   # a chained workload: a fault of job B
+            role, job = rng.choice(then_roles), 2
+        attempt = attempts.get(role.task + 1000 * (job - 1), 0)
         if kind == "lag":   # it does not end the attempt: the next fault takes it too
-            faults.append(Fault("lag", task=role.task, attempt=attempt,
+            faults.append(Fault("lag", task=role.task, attempt=attempt, job=job,
                                 delay=round(rng.uniform(*LAG_DELAY), 4)))
             continue
-        attempts[role.task] = attempt + 1
-        f = Fault(kind, task=role.task, attempt=attempt)
+        attempts[role.task + 1000 * (job - 1)] = attempt + 1
+        f = Fault(kind, task=role.task, attempt=attempt, job=job)
         if kind == "kill":
             f.after = round(rng.uniform(*KILL_AFTER), 2)
         elif kind == "torn":
@@ -436,3 +648,88 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
                 f.release = round(rng.uniform(*ZOMBIE_RELEASE), 2)
         faults.append(f)
     return faults
+
+
+# --------------------------------------------------------------------------- operator bundles
+
+def _source_task(rng: random.Random, roles: list[TaskRole], partition: int | None = None
+                 ) -> TaskRole:
+    sources = [r for r in roles if r.source]
+    if partition is not None:
+        return next(r for r in sources if partition in r.partitions)
+    return rng.choice(sources)
+
+
+def _first_commit_crash(rng: random.Random, task: int, run: int) -> list[Fault]:
+    """A crash of a source task of ``run`` just before or just after its first commit, or
+    none: a start position is applied again after the first (and only then)."""
+    point = rng.choice(("task.checkpoint.before_commit", "task.checkpoint.after_commit", None))
+    return [] if point is None else [Fault("crash", task=task, point=point, run=run)]
+
+
+def _bundle(rng: random.Random, kind: str, roles: list[TaskRole], runs: list[int],
+            drawn: list[Fault]) -> list[Fault]:
+    """One operator's action (or a clock step) in a run of its own, with what makes it
+    bite: a crash around the first commit after a new start position, input arriving while
+    a retry that starts at ``upcoming`` is held before it resolves its start, a retry
+    recovering when ``eos stop`` comes.
+
+    Offsets that a Startpoint or a checkpoint names are drawn later, once the input
+    written before that run is known (``offset = -1`` here; ``run.fill_offsets``)."""
+    partitions = sorted({p for r in roles if r.source for p in r.partitions})
+    if kind == "start" and runs == [1] and not any(f.kind == "start" for f in drawn) \
+            and rng.random() < 0.5:
+        run = 1   # the job's first run: no checkpoint, so offset_default decides
+    else:
+        run = runs[-1] + 1
+        runs.append(run)
+    out: list[Fault] = []
+    if kind == "clock":
+        role = rng.choice(roles)
+        points = [p for p in RANDOM_HITS if unreachable(p, role) is None]
+        step = round(rng.uniform(*CLOCK_STEP), 1) * rng.choice((-1, 1))
+        return [Fault("clock", task=role.task, point=rng.choice(points), step=step, run=run)]
+    if kind in ("stop", "cancel", "take-over"):
+        role = rng.choice(roles)
+        if kind != "take-over" and rng.random() < 0.5:
+            # while a retry recovers: its predecessor crashed first
+            out.append(Fault("crash", task=role.task, point=rng.choice(
+                [p for p in RANDOM_HITS if unreachable(p, role) is None
+                 and p != "task.recovery"]), run=run))
+            out.append(Fault(kind, task=role.task, attempt=1, point="task.recovery", run=run))
+            return out
+        points = ["task.recovery", "task.mid_version", "task.checkpoint.before_commit",
+                  "task.checkpoint.after_commit"]
+        return [Fault(kind, task=role.task, point=rng.choice(points), run=run)]
+    if kind == "append":
+        role = _source_task(rng, roles)
+        return [Fault("append", task=role.task, point=rng.choice(
+            ("task.recovery", "task.mid_version", "task.checkpoint.after_commit")),
+            records=rng.randint(*APPEND_RECORDS), run=run)]
+    partition = rng.choice(partitions)
+    role = _source_task(rng, roles, partition)
+    if kind == "reset":
+        if rng.random() < 0.5:   # this run is cancelled before its first commit; then reset
+            out.append(Fault("cancel", task=role.task, point="task.checkpoint.before_commit",
+                             run=run))
+            run += 1
+            runs.append(run)
+        out.append(Fault("reset", run=run))
+        return out + _first_commit_crash(rng, role.task, run)
+    if kind == "start":
+        to = rng.choice(DEFAULT_TO)
+        out.append(Fault("start", run=run, to=to,
+                         via="offset-default" if run == 1 else "reset-offset"))
+    else:
+        to = rng.choice(START_TO) if kind == "startpoint" else "offset"
+        fault = Fault(kind, run=run, partition=partition, to=to)
+        if to in ("offset", "timestamp"):
+            fault.offset = -1
+        out.append(fault)
+    crash = _first_commit_crash(rng, role.task, run)
+    out += crash
+    if to == "upcoming" and crash and crash[0].point == "task.checkpoint.before_commit":
+        # input arrives while the retry is held before it resolves `upcoming` again
+        out.append(Fault("append", task=role.task, attempt=1, point="task.recovery",
+                         records=rng.randint(*APPEND_RECORDS), run=run))
+    return out

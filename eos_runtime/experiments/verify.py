@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import EosError
 from ..transport import Record, Transport
 from .workloads import Expected, hashable
 
-__all__ = ["Verdict", "compare", "verify_output"]
+__all__ = ["Verdict", "compare", "verify_output", "merge", "since", "check_dead_letters"]
 
 EXAMPLES = 5   # values shown per key and category in a report
 
@@ -61,6 +62,8 @@ class Verdict:
     unexpected_keys: int = 0
     bad_keys: list[dict[str, Any]] = field(default_factory=list)   # the first few, with examples
     raw: dict[str, Any] | None = None    # the cross-check against every record written
+    # a workload with bad records: {"expected": letters, "committed": letters read}
+    dead_letters: dict[str, int] | None = None
 
     def counts(self) -> dict[str, int]:
         return {"lost": self.lost, "duplicated": self.duplicated,
@@ -191,17 +194,26 @@ def _note(v: Verdict, key: Any, entry: dict[str, Any]) -> None:
         v.bad_keys.append({"key": key, **entry})
 
 
+def since(records: list[Record], marks: dict[int, int] | None) -> list[Record]:
+    """The records at or past ``marks`` (partition -> offset; None: all of them)."""
+    if not marks:
+        return records
+    return [r for r in records if r.offset >= marks.get(r.partition, 0)]
+
+
 def verify_output(transport: Transport, topic: str, job: str, expected: Expected,
                   guarantee: str, *, key_decode: Callable[[bytes], Any] | None,
-                  value_decode: Callable[[bytes], Any]) -> Verdict:
+                  value_decode: Callable[[bytes], Any],
+                  marks: dict[int, int] | None = None) -> Verdict:
     """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
-    record the topic holds."""
+    record the topic holds; with ``marks`` only the records at or past them (the output
+    after an ``eos reset``)."""
     from ..runtime.committed import read_output
 
-    committed = read_output(transport, topic, job=job)
+    committed = since(read_output(transport, topic, job=job), marks)
     verdict = compare(expected, committed, guarantee, key_decode=key_decode,
                       value_decode=value_decode)
-    raw = read_output(transport, topic, committed=False)
+    raw = since(read_output(transport, topic, committed=False), marks)
     by_place = {(r.partition, r.offset): r for r in raw}
     phantom = 0
     for r in committed:
@@ -215,3 +227,73 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     if phantom:
         verdict.passed = False
     return verdict
+
+
+def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, source: str,
+                       expected: Counter[tuple[int, int]],
+                       marks: dict[int, int] | None = None) -> None:
+    """Add to ``v`` what the dead letters of ``topic`` (as its readers see them) do wrong:
+    every bad source record processed (``expected``: (partition, offset) -> times) must
+    have exactly one letter naming it per time; a missing one is lost, one more is a
+    duplicate (fails exactly-once only), a letter for any other record is unexpected."""
+    import json
+
+    from ..runtime.committed import read_output
+
+    try:
+        letters = since(read_output(transport, topic, job=job), marks)
+    except EosError:   # no topic: no letter was ever written
+        letters = []
+    got: Counter[tuple[int, int]] = Counter()
+    odd: list[str] = []
+    for r in letters:
+        try:
+            d = json.loads(r.value or b"")
+            place = (int(d["partition"]), int(d["offset"]))
+            if d.get("topic") != source:
+                raise ValueError(f"it names topic {d.get('topic')!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            odd.append(f"offset {r.offset}: not a letter for the source ({exc})")
+            continue
+        got[place] += 1
+    lost = expected - got
+    extra = got - expected
+    dup = Counter({k: n for k, n in extra.items() if k in expected})
+    odd += [f"names {topic_place(source, k)}, which is not a bad record"
+            for k in extra if k not in expected]
+    v.dead_letters = {"expected": sum(expected.values()), "committed": len(letters)}
+    if lost or dup or odd:
+        _note(v, "dead letters", {
+            "expected": sum(expected.values()), "committed": len(letters),
+            "lost": sum(lost.values()), "duplicated": sum(dup.values()), "unexpected": len(odd),
+            "examples": {"lost": [topic_place(source, k) for k in list(lost)[:EXAMPLES]],
+                         "duplicated": [topic_place(source, k) for k in list(dup)[:EXAMPLES]],
+                         "unexpected": odd[:EXAMPLES]}})
+    v.lost += sum(lost.values())
+    v.duplicated += sum(dup.values())
+    v.unexpected += len(odd)
+    if lost or odd or (dup and v.guarantee == "exactly-once"):
+        v.passed = False
+
+
+def topic_place(topic: str, place: tuple[int, int]) -> str:
+    return f"{topic}[{place[0]}]@{place[1]}"
+
+
+def merge(verdicts: list[Verdict], guarantee: str) -> Verdict:
+    """One verdict of several parts (the epochs between resets): counts added, bad keys
+    of each part kept, passed only if every part passed."""
+    v = Verdict(guarantee, passed=all(p.passed for p in verdicts))
+    raw: dict[str, Any] = {}
+    for part in verdicts:
+        for name in ("keys", "expected", "committed", "lost", "duplicated", "unexpected",
+                     "out_of_order", "unexpected_keys"):
+            setattr(v, name, getattr(v, name) + getattr(part, name))
+        v.bad_keys += part.bad_keys[:max(0, 20 - len(v.bad_keys))]
+        for k, n in (part.raw or {}).items():
+            raw[k] = raw.get(k, 0) + n
+        if part.dead_letters is not None:
+            v.dead_letters = {k: (v.dead_letters or {}).get(k, 0) + n
+                              for k, n in part.dead_letters.items()}
+    v.raw = raw or None
+    return v

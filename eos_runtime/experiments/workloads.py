@@ -80,6 +80,13 @@ class Workload:
     oracle: Callable[[list[Any]], Expected]            # source values -> expected output
     source_partitions: int = 2
     origin: str = "built in"                           # or the pipeline file's path
+    # which source values must end as dead letters (one each, and none of their output):
+    # (source values) -> one bool per value; None: the workload has no bad records
+    dead_letters: Callable[[list[Any]], list[bool]] | None = None
+    # a chained workload: job B, whose source is this job's sink (``then()``: its
+    # pipeline, reading the sink's topic), and the oracle of B's sink over this job's input
+    then: Callable[[], Pipeline] | None = None
+    then_oracle: Callable[[list[Any]], Expected] | None = None
 
     def input_bytes(self, values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
         return encode_values(values, pipeline)
@@ -236,6 +243,102 @@ def pageviews_pipeline() -> Pipeline:
     return pipeline
 
 
+# --------------------------------------------------------------------------- dead letters
+
+#: Bytes of padding that make a source record big: about 600 KB, under Kafka's default
+#: 1 MB record limit, so the record itself is fine where its dead letter (which keeps
+#: the value) may not be.
+BIG = 600_000
+
+
+def bad_records(n: int, seed: int = 13) -> list[dict[str, Any]]:
+    """``n`` records ``{"id", "words", "bad", "pad"}``: lines of words (as wordcount's), some
+    bad: ``"set"`` (one of its flat_map values holds a set, which msgpack cannot carry
+    across the shuffle, after some good ones), ``"raise"`` (its flat_map raises); two
+    big ones (a ~600 KB ``pad``), one fine and one that raises."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 8))]
+        roll = rng.random()
+        bad = "set" if roll < 0.03 else "raise" if roll < 0.04 else None
+        out.append({"id": i, "words": words, "bad": bad, "pad": ""})
+    if n >= 4:
+        out[n // 3].update(pad="x" * BIG, bad=None)
+        out[2 * n // 3].update(pad="y" * BIG, bad="raise")
+    return out
+
+
+def explode(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each word as a value; a bad record fails part-way, after some values went out."""
+    if record["bad"] == "raise":
+        raise ValueError(f"record {record['id']} is bad")
+    out: list[dict[str, Any]] = [{"w": w} for w in record["words"]]
+    if record["bad"] == "set":
+        out.insert(len(out) // 2 + 1, {"w": "zzz", "s": {1, 2}})   # cannot cross the shuffle
+    return out
+
+
+def _w(value: dict[str, Any]) -> str:
+    return str(value["w"])
+
+
+def count_word(value: dict[str, Any], state: Any) -> str:
+    n = state.get("count", 0) + 1
+    state.set("count", n)
+    return str(n)
+
+
+def dead_letters_pipeline() -> Pipeline:
+    """Wordcount over records some of which are bad, with dead letters on."""
+    pipeline = Pipeline("deadletters", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2, dead_letters=True)
+    (pipeline.source("records", value="json")
+        .flat_map(explode)
+        .key_by(_w)
+        .map(count_word, stateful=True)
+        .sink("counts", key="utf8", value="utf8"))
+    return pipeline
+
+
+def dead_letters_expected(records: Sequence[dict[str, Any]]) -> Expected:
+    """Wordcount over the good records alone: a bad record's output is absent, all of it."""
+    return wordcount_expected([" ".join(r["words"]) for r in records if not r["bad"]])
+
+
+def is_bad(records: list[Any]) -> list[bool]:
+    return [bool(r["bad"]) for r in records]
+
+
+# --------------------------------------------------------------------------- chained jobs
+
+def tally(value: str, state: Any) -> str:
+    n = state.get("n", 0) + 1
+    state.set("n", n)
+    return f"{n}:{value}"
+
+
+def tally_pipeline() -> Pipeline:
+    """Job B of the chained workload: reads job A's sink (word -> count) and numbers the
+    records of each word it reads: "n:count"."""
+    pipeline = Pipeline("tally", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2)
+    (pipeline.source("counts", key="utf8", value="utf8")
+        .map(tally, stateful=True)
+        .sink("tallies", key="utf8", value="utf8"))
+    return pipeline
+
+
+def chained_expected(lines: Sequence[str]) -> Expected:
+    """Job B's sink over job A's input: a word seen n times has "1:1" .. "n:n", in order
+    (A writes the counts 1..n of a word in order, to one partition; B numbers what it
+    reads). A record A wrote twice, or B read twice, breaks the pairing."""
+    seen = Counter(w for line in lines for w in line.split())
+    results: dict[Any, list[Any]] = {w: [f"{i}:{i}" for i in range(1, n + 1)]
+                                     for w, n in seen.items()}
+    return Expected(results, replayed=_count_past(results, lambda v: int(v.split(":")[0])))
+
+
 BUILTIN: dict[str, Workload] = {
     "wordcount": Workload(
         "wordcount", "word count: two stages, state in the second (examples/wordcount.py)",
@@ -244,6 +347,16 @@ BUILTIN: dict[str, Workload] = {
         "pageviews", "page views: three stages, state in two, several producers per channel "
         "(examples/pageviews.py)",
         pageviews_pipeline, lambda seed, n: page_views(n, seed), pageviews_expected),
+    "deadletters": Workload(
+        "deadletters", "word count with dead letters on, over records some of which fail "
+        "part-way through their flat_map (a value msgpack cannot carry, a raise), two of "
+        "~600 KB", dead_letters_pipeline, lambda seed, n: bad_records(n, seed),
+        dead_letters_expected, dead_letters=is_bad),
+    "chained": Workload(
+        "chained", "two jobs in a chain: wordcount (job A), whose exactly-once sink is the "
+        "source of job B, which numbers each word's counts", wordcount_pipeline,
+        lambda seed, n: word_lines(n, seed), wordcount_expected, then=tally_pipeline,
+        then_oracle=chained_expected),
 }
 
 
