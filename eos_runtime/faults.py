@@ -58,7 +58,7 @@ _zombie: list[str] = []     # in a zombie: the point it split at
 # Split hooks, (before, after): ``before`` runs in the process about to split, ``after``
 # in the zombie just after the split, before it stops. A client library whose threads do
 # not survive a fork settles its clients before and makes them anew after
-# (transport/kafka.py).
+# (transport/kafka/zombie.py).
 _split_hooks: list[tuple[Callable[[], None], Callable[[], None]]] = []
 ACTIONS = ("kill", "stop", "lose-state", "zombie")
 SPLIT_WAIT = 60.0   # seconds the dying half waits for the zombie to be ready, at most

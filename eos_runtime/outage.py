@@ -22,7 +22,7 @@ Rules:
         within its budget instead of restarting for ever. A healthy task commits every
         commit interval, idle or not (its source's timer).
 
-Which errors are transient is the transport's to say (Kafka: ``transport/kafka.py``,
+Which errors are transient is the transport's to say (Kafka: ``transport/kafka/errors.py``,
 ``_transient``), carried as ``TransportError.transient``; ``is_transient`` reads it.
 """
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.broker import KafkaBroker, find_running, free_port, stop_running
-from eos_runtime.broker import kafka as broker_mod
+from eos_runtime.broker import KafkaBroker, find_running, free_port, jars, rundir, stop_running
 from eos_runtime.errors import BrokerError, SetupError
 
 ck = pytest.importorskip("confluent_kafka")
@@ -168,7 +167,7 @@ def test_python_api_keep_data_and_restart(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_a_broker_that_dies_while_starting_is_a_broker_error_with_its_log(tmp_path: Path) -> None:
-    run_dir = broker_mod.claim_run_dir(tmp_path / "kafka")
+    run_dir = rundir.claim_run_dir(tmp_path / "kafka")
     (run_dir / "data").mkdir()
     # A kept store of another node: the broker refuses it and exits.
     (run_dir / "data" / "meta.properties").write_text(
@@ -213,21 +212,21 @@ def test_missing_java_is_a_clear_setup_error(tmp_path: Path,
 def test_missing_maven_is_a_clear_setup_error(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))   # empty cache: must fetch
-    monkeypatch.setattr(broker_mod, "find_java", lambda: "java")
-    real_which = broker_mod.shutil.which
-    monkeypatch.setattr(broker_mod.shutil, "which",
+    monkeypatch.setattr(jars, "find_java", lambda: "java")
+    real_which = jars.shutil.which
+    monkeypatch.setattr(jars.shutil, "which",
                         lambda name, *a, **k: None if name == "mvn" else real_which(name, *a, **k))
     with pytest.raises(SetupError, match=r"Maven not found on PATH.*apt-get install maven"):
-        broker_mod.fetch()
-    assert not (tmp_path / "cache" / f"kafka-{broker_mod.KAFKA_VERSION}" / "libs").exists()
+        jars.fetch()
+    assert not (tmp_path / "cache" / f"kafka-{jars.KAFKA_VERSION}" / "libs").exists()
 
 
 def test_cache_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path))
-    assert broker_mod.libs_dir("4.1.1") == tmp_path / "kafka-4.1.1" / "libs"
+    assert jars.libs_dir("4.1.1") == tmp_path / "kafka-4.1.1" / "libs"
     monkeypatch.delenv("EOS_CACHE_DIR")
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert broker_mod.libs_dir("4.1.1") == Path.home() / ".cache/eos_runtime/kafka-4.1.1/libs"
+    assert jars.libs_dir("4.1.1") == Path.home() / ".cache/eos_runtime/kafka-4.1.1/libs"
 
 
 def test_status_of_nothing(tmp_path: Path) -> None:
@@ -377,14 +376,14 @@ def test_up_refuses_a_foreign_non_empty_data_dir_before_starting_java(tmp_path: 
 
 def test_a_run_dir_is_the_brokers_by_its_marker_or_its_own_server_properties(
         tmp_path: Path) -> None:
-    assert not broker_mod.is_run_dir(tmp_path / "missing")
-    assert not broker_mod.is_run_dir(users_dir(tmp_path))
+    assert not rundir.is_run_dir(tmp_path / "missing")
+    assert not rundir.is_run_dir(users_dir(tmp_path))
 
     # Someone else's Kafka config is not ours either.
     theirs = tmp_path / "theirs"
     (theirs / "data").mkdir(parents=True)
     (theirs / "server.properties").write_text("log.dirs=/var/lib/kafka\n")
-    assert not broker_mod.is_run_dir(theirs)
+    assert not rundir.is_run_dir(theirs)
     r = eos("kafka", "down", "--dir", str(theirs), env=cli_env())
     assert (theirs / "data").is_dir() and (theirs / "server.properties").exists(), r.stderr
 
@@ -393,15 +392,15 @@ def test_a_run_dir_is_the_brokers_by_its_marker_or_its_own_server_properties(
     (legacy / "data").mkdir(parents=True)
     (legacy / "data" / "meta.properties").write_text("node.id=1\n")
     (legacy / "server.properties").write_text(f"node.id=1\nlog.dirs={legacy / 'data'}\n")
-    assert broker_mod.is_run_dir(legacy)
+    assert rundir.is_run_dir(legacy)
     r = eos("kafka", "down", "--dir", str(legacy), env=cli_env())
     assert r.returncode == 0, r.stderr
     assert not (legacy / "data").exists() and (legacy / "server.properties").exists()
 
     # The marker the broker writes when it takes a directory.
     ours = tmp_path / "ours"
-    broker_mod.claim_run_dir(ours)
-    assert broker_mod.is_run_dir(ours)
+    rundir.claim_run_dir(ours)
+    assert rundir.is_run_dir(ours)
     (ours / "data").mkdir()
     (ours / "data" / "meta.properties").write_text("node.id=1\n")
     r = eos("kafka", "down", "--dir", str(ours), "--keep-data", env=cli_env())
@@ -413,12 +412,12 @@ def test_a_run_dir_is_the_brokers_by_its_marker_or_its_own_server_properties(
     # A new or empty directory becomes the broker's; a foreign store in it does not.
     empty = tmp_path / "empty"
     empty.mkdir()
-    broker_mod.claim_run_dir(empty)
-    assert broker_mod.is_run_dir(empty)
+    rundir.claim_run_dir(empty)
+    assert rundir.is_run_dir(empty)
     mine = users_dir(tmp_path / "x")
     with pytest.raises(BrokerError, match=f"{mine / 'data'}.*not empty"):
-        broker_mod.claim_run_dir(mine)
-    assert not broker_mod.is_run_dir(mine)
+        rundir.claim_run_dir(mine)
+    assert not rundir.is_run_dir(mine)
 
 
 def test_waiting_for_a_broker_keeps_one_quiet_log_handler_however_many_clients_it_makes() -> None:

@@ -393,7 +393,7 @@ def test_a_schedule_is_checked_against_the_job_and_the_transport():
     for fault, transport, message in cases:
         with pytest.raises(ConfigError, match=message):
             check_schedule(parse_schedule({"fault": [fault]}), roles, transport, "exactly-once")
-    # a zombie on Kafka: its clients are made anew after the split (transport/kafka.py)
+    # a zombie on Kafka: its clients are made anew after the split (transport/kafka/zombie.py)
     check_schedule(parse_schedule({"fault": [{"kind": "zombie", "task": 0,
                                               "point": "task.mid_version"}]}), roles, "kafka",
                    "exactly-once")

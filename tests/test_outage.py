@@ -169,7 +169,7 @@ KE = kafka.KafkaError
     KE._DESTROY_BROKER,
 ])
 def test_kafka_outage_codes_are_transient(code):
-    from eos_runtime.transport.kafka import _map_error, _transient
+    from eos_runtime.transport.kafka.errors import _map_error, _transient
 
     assert _transient(KE(code))
     mapped = _map_error(KE(code), "watermarks of t[0]")
@@ -186,7 +186,7 @@ def test_kafka_outage_codes_are_transient(code):
     (KE.TOPIC_AUTHORIZATION_FAILED, TransportError),
 ])
 def test_kafka_permanent_codes_are_not(code, cls):
-    from eos_runtime.transport.kafka import _map_error, _transient
+    from eos_runtime.transport.kafka.errors import _map_error, _transient
 
     assert not _transient(KE(code))
     mapped = _map_error(KE(code), "ctx")
@@ -194,7 +194,7 @@ def test_kafka_permanent_codes_are_not(code, cls):
 
 
 def test_a_fatal_error_is_never_transient_even_with_an_outage_code():
-    from eos_runtime.transport.kafka import _map_error, _transient
+    from eos_runtime.transport.kafka.errors import _map_error, _transient
 
     fatal = KE(KE._TRANSPORT, fatal=True)
     assert not _transient(fatal)
@@ -202,7 +202,7 @@ def test_a_fatal_error_is_never_transient_even_with_an_outage_code():
 
 
 def test_a_retriable_code_not_in_the_list_is_transient_unless_it_is_a_missing_topic():
-    from eos_runtime.transport.kafka import _transient
+    from eos_runtime.transport.kafka.errors import _transient
 
     assert _transient(KE(KE.UNKNOWN, retriable=True))
     assert not _transient(KE(KE.UNKNOWN_TOPIC_OR_PART, retriable=True))

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.broker import KafkaBroker
-from eos_runtime.broker.kafka import find_running, free_port, stop_running
+from eos_runtime.broker import KafkaBroker, find_running, free_port, stop_running
 from eos_runtime.errors import OutageBudgetExceeded
 from eos_runtime.runner import load_pipeline, start_pipeline, watch_run
 from eos_runtime.runtime.committed import read_output

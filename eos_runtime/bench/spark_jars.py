@@ -42,7 +42,7 @@ def pyspark_jars() -> Path:
 def cache_dir() -> Path:
     import pyspark
 
-    from ..broker.kafka import cache_root
+    from ..broker.jars import cache_root
 
     return cache_root() / f"spark-kafka-{CONNECTOR_VERSION}-pyspark-{pyspark.__version__}"
 
@@ -54,7 +54,7 @@ def _complete(d: Path) -> bool:
 def fetch() -> list[Path]:
     """The jars to add to pyspark's (``spark.jars``), fetching and building them first if
     the cache does not have them. :class:`SetupError` says what failed."""
-    from ..broker.kafka import find_java, find_maven
+    from ..broker.jars import find_java, find_maven
 
     target = cache_dir()
     if not _complete(target):

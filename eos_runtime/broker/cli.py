@@ -12,14 +12,17 @@ from pathlib import Path
 
 import click
 
-from . import kafka as _k
+from .config import DEFAULT_PORT, HOST, check_sasl_plain
+from .jars import KAFKA_VERSION, fetch
+from .kafka import KafkaBroker, port_is_free
+from .rundir import default_run_dir, find_running, is_run_dir, stop_running
 
 _DIR_HELP = ("Run dir of the broker (config, data, logs, state file). "
              "Default: $EOS_KAFKA_DIR, else .eos/kafka under the current directory.")
 
 
 def _run_dir(value: str | None) -> Path:
-    return Path(value).absolute() if value else _k.default_run_dir()
+    return Path(value).absolute() if value else default_run_dir()
 
 
 def _progress_to_stderr() -> None:
@@ -34,7 +37,7 @@ def _progress_to_stderr() -> None:
 
 dir_option = click.option("--dir", "run_dir", type=click.Path(file_okay=False), default=None,
                           help=_DIR_HELP)
-version_option = click.option("--kafka-version", default=_k.KAFKA_VERSION, show_default=True,
+version_option = click.option("--kafka-version", default=KAFKA_VERSION, show_default=True,
                               envvar="EOS_KAFKA_VERSION",
                               help="Kafka release whose jars to use (env EOS_KAFKA_VERSION).")
 
@@ -54,14 +57,14 @@ def fetch_cmd(kafka_version: str, force: bool) -> None:
     Needs Java 17+ and Maven.
     """
     _progress_to_stderr()
-    click.echo(str(_k.fetch(kafka_version, force=force)))
+    click.echo(str(fetch(kafka_version, force=force)))
 
 
 @kafka.command("up")
 @dir_option
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help=f"Port of the PLAINTEXT listener on {_k.HOST}. "
-                   f"Default: {_k.DEFAULT_PORT} if it is free, else any free port.")
+              help=f"Port of the PLAINTEXT listener on {HOST}. "
+                   f"Default: {DEFAULT_PORT} if it is free, else any free port.")
 @version_option
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for the broker to answer.")
@@ -74,7 +77,7 @@ def fetch_cmd(kafka_version: str, force: bool) -> None:
                    "print that listener's address instead (env EOS_KAFKA_SASL_PLAIN keeps the "
                    "password off the command line).")
 @click.option("--sasl-port", type=click.IntRange(1, 65535), default=None, metavar="N",
-              help=f"Port of the --sasl-plain listener on {_k.HOST}. Default: any free port.")
+              help=f"Port of the --sasl-plain listener on {HOST}. Default: any free port.")
 def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: float,
            fresh: bool, sasl_plain: str | None, sasl_port: int | None) -> None:
     """Start the broker detached (it outlives this command); print its bootstrap address.
@@ -86,7 +89,7 @@ def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: f
     credentials = _sasl_pair(sasl_plain) if sasl_plain is not None else None
     if sasl_port is not None and credentials is None:
         raise click.UsageError("--sasl-port goes with --sasl-plain")
-    running = _k.find_running(rd)
+    running = find_running(rd)
     if running is not None:
         if port is not None and running.port != port:
             raise click.UsageError(f"the broker of {rd} runs at {running.bootstrap_servers}, "
@@ -99,11 +102,11 @@ def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: f
         click.echo(running.client_servers)
         return
     if fresh:
-        _k.stop_running(rd)               # nothing runs: only removes the kept data
-    if port is None and _k.port_is_free(_k.DEFAULT_PORT):
-        port = _k.DEFAULT_PORT
-    broker = _k.KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout,
-                            sasl_plain=credentials, sasl_port=sasl_port)
+        stop_running(rd)                  # nothing runs: only removes the kept data
+    if port is None and port_is_free(DEFAULT_PORT):
+        port = DEFAULT_PORT
+    broker = KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout,
+                         sasl_plain=credentials, sasl_port=sasl_port)
     broker.start()
     state = broker.state
     assert state is not None
@@ -120,7 +123,7 @@ def _sasl_pair(value: str) -> tuple[str, str]:
     user, sep, password = value.partition(":")
     if not sep:
         raise click.UsageError("--sasl-plain takes USER:PASSWORD")
-    _k.check_sasl_plain(user, password)
+    check_sasl_plain(user, password)
     return user, password
 
 
@@ -136,12 +139,12 @@ def down_cmd(run_dir: str | None, keep_data: bool, timeout: float) -> None:
     """
     _progress_to_stderr()
     rd = _run_dir(run_dir)
-    if rd.exists() and not _k.is_run_dir(rd):
+    if rd.exists() and not is_run_dir(rd):
         # No broker ever ran from it: nothing in it is the broker's to stop or delete.
         click.echo(f"no Kafka broker runs from {rd}: it is not a broker run dir (`eos kafka up` "
                    f"never ran there), so nothing in it was touched", err=True)
         return
-    if _k.stop_running(rd, timeout=timeout, keep_data=keep_data):
+    if stop_running(rd, timeout=timeout, keep_data=keep_data):
         click.echo(f"stopped the Kafka broker of {rd}", err=True)
     else:
         click.echo(f"no Kafka broker was running from {rd}", err=True)
@@ -152,7 +155,7 @@ def down_cmd(run_dir: str | None, keep_data: bool, timeout: float) -> None:
 def status_cmd(run_dir: str | None) -> None:
     """Print the bootstrap address and exit 0 if the broker runs; else exit 1."""
     rd = _run_dir(run_dir)
-    state = _k.find_running(rd)
+    state = find_running(rd)
     if state is None:
         click.echo(f"not running (run dir {rd})", err=True)
         sys.exit(1)

@@ -40,9 +40,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..errors import SetupError
+from ..errors import EngineError, SetupError
 from ..processes import parent_death_signal_hook
-from .spark import EngineError
 
 __all__ = ["StandaloneCluster", "pyspark_home"]
 
