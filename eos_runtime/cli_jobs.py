@@ -211,8 +211,9 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
               help="Do not ask for confirmation (needed without a terminal).")
 def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
               state_dir: str | None, yes: bool) -> None:
-    """Delete job JOB's change log, control topic, channels and local state, so that its
-    next run starts from scratch (run 0, empty state, the source read from the start).
+    """Delete job JOB's change log, control topic, channels, Startpoints (its metadata
+    topic) and local state, so that its next run starts from scratch (run 0, empty state,
+    the source read from the start).
 
     Asks for confirmation first. Never deletes the source or sink topic, the dead
     letters, or another job's topics; refuses while a driver holds the job's lease or a
@@ -254,8 +255,17 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
         deleted = reset.carry_out(transport, plan)
     gone = ", ".join(deleted) or "no topics"
     dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
-    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}; its next run "
-               f"starts from scratch")
+    cleared = f"; cleared {_startpoints_text(plan)}" if plan.startpoints else ""
+    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}{cleared}; its next "
+               f"run starts from scratch")
+
+
+def _startpoints_text(plan: Any) -> str:
+    """``2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to run 3)``."""
+    each = [f"{k.describe()}: {sp.describe()}"
+            + ("" if sp.run is None else f", given to run {sp.run}")
+            for k, sp in sorted(plan.startpoints.items())]
+    return f"{_n(len(each), 'Startpoint')} ({'; '.join(each)})"
 
 
 def _reset_dirs(plan: Any) -> list[tuple[str, Any]]:
@@ -269,6 +279,8 @@ def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
     parts = [f"topic{'s' * (len(plan.topics) != 1)} {', '.join(plan.topics)}"
              if plan.topics else "no topics"]
     parts += [f"{what} {str(d)!r}" for what, d in _reset_dirs(plan)]
+    if plan.startpoints:
+        parts.append(_startpoints_text(plan))
     kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
         " (the source and sink topics are kept)")
     return f"{' and '.join(parts)} on {_where(opts)}{kept}"

@@ -13,7 +13,12 @@ deletes only what the job made:
 * an at-least-once job's source positions kept outside the change log (its last run's
   layout says where): the checkpoint topic ``__eos_checkpoint_<job>_<job id>``, or the
   files ``<state dir>/checkpoints/<job>/<job id>/task-N.json``. Kept, they would be where
-  the "fresh" run's sources start.
+  the "fresh" run's sources start;
+* its Startpoints, with their store ``<job>.metadata`` (``startpoints.py``): the next run
+  is run 0 again and would apply a pending one, and one fanned out for an old, higher run
+  number also after its own first commit (P1b), reading committed input again. A
+  metadata topic holding records that are no Startpoint's is kept, its Startpoints
+  deleted from it one by one.
 
 It keeps the source and sink topics, the dead letters (output, like the sink), and
 every other job's topics. It keeps the local log's fences too (``<data dir>/fences/
@@ -47,6 +52,7 @@ from .runtime.control import (
     layout_job_id,
     layout_stages,
 )
+from .startpoints import MetadataStore, Startpoint, StartpointKey, metadata_topic
 from .transport import TopicPartition, Transport
 
 __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_run"]
@@ -66,6 +72,9 @@ class ResetPlan:
     state_dir: Path | None = None                          # to delete, None: there is none
     runs: int = 0
     checkpoint_files: Path | None = None                   # file-system positions, to delete
+    startpoints: dict[StartpointKey, Startpoint] = field(default_factory=dict)  # to delete
+    # The Startpoints to delete one by one: their topic holds other records, and is kept.
+    startpoint_keys: list[StartpointKey] = field(default_factory=list)
 
 
 def _own(job: str, topic: str) -> bool:
@@ -87,15 +96,20 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
     store, job_id = layout_checkpoints(layout), layout_job_id(layout)
     if store == "kafka":
         wanted.append(checkpoint_topic(job, job_id))
+    startpoints, foreign = MetadataStore(transport, job).contents()
+    if not foreign:
+        wanted.append(metadata_topic(job))
     topics = [t for t in dict.fromkeys(wanted) if t in existing]
     kept = [t for t in sorted(existing) if _own(job, t) and t not in topics]
     state = Path(state_root).absolute() / job
     files = Path(state_root).absolute() / "checkpoints" / job / job_id
     plan = ResetPlan(job, topics, kept, state if state.is_dir() else None, len(runs),
-                     files if store == "filesystem" and files.is_dir() else None)
+                     files if store == "filesystem" and files.is_dir() else None,
+                     startpoints, sorted(startpoints) if foreign else [])
     _only_made_by_the_job(job, plan.state_dir, _TASK_ENTRY, "state directory")
     _only_made_by_the_job(job, plan.checkpoint_files, _CHECKPOINT_FILE, "checkpoint directory")
-    if not plan.topics and plan.state_dir is None and plan.checkpoint_files is None:
+    if (not plan.topics and plan.state_dir is None and plan.checkpoint_files is None
+            and not plan.startpoint_keys):
         raise ConfigError(f"job {job!r} has nothing to reset: no change log, control topic, "
                           f"channels or state directory {str(state)!r} (is --state-dir the "
                           f"one its runs used?)")
@@ -161,4 +175,5 @@ def carry_out(transport: Transport, plan: ResetPlan) -> list[str]:
         shutil.rmtree(plan.state_dir)
     if plan.checkpoint_files is not None:
         shutil.rmtree(plan.checkpoint_files)
+    MetadataStore(transport, plan.job).write({}, plan.startpoint_keys)
     return transport.delete_topics(plan.topics)

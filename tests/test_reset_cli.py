@@ -11,6 +11,8 @@ import uuid
 
 import pytest
 
+from eos_runtime.transport import open_transport
+
 from test_cli import (
     WORDCOUNT,
     assert_exactly_once,
@@ -163,3 +165,60 @@ def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
     assert line.startswith("error: job 'half' is running (run 0, started ") and \
         "eos reset only while the job is stopped" in line, line
     assert "half.control" in topics(data)
+
+
+def small_layout(job: str) -> tuple[str, ...]:
+    return (f"stage 0: input lines x2, tasks 0,1, stores [], output {job}.shuffle-1 x2",
+            f"stage 1: input {job}.shuffle-1 x2, tasks 2,3, stores [counts], output counts x2",
+            "guarantee exactly-once")
+
+
+def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
+    """Issue 22 case 3, issue 27 item 1: a Startpoint kept by a reset is taken by the next
+    run 0, and one fanned out for an old, higher run (tagged 3) is applied again after
+    the new task's first commit (P1b: its checkpoint's run 0 < 3), so a crash after that
+    commit reads committed input again. A reset deletes them all and says so."""
+    from eos_runtime.startpoints import (
+        MetadataStore,
+        Startpoint,
+        StartpointKey,
+        fan_out_startpoints,
+    )
+
+    data = tmp_path / "data"
+    fake_job(data, "sp", small_layout("sp"))
+    ok("startpoint", "set", "sp", "lines", "0", "--offset", "5990", "--data-dir", str(data))
+    with open_transport(data_dir=str(data)) as t:    # fanned out for run 3, never used up
+        MetadataStore(t, "sp").write({StartpointKey("lines", 1, 1): Startpoint("offset", 7,
+                                                                                run=3)})
+    assert "lines[1] task 1: offset 7 (given to run 3)" in ok(
+        "startpoint", "list", "sp", "--data-dir", str(data)).stdout
+
+    done = ok("reset", "sp", "--yes", "--data-dir", str(data))
+    assert "sp.metadata" in done.stdout, done.stdout
+    assert ("2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to "
+            "run 3)") in done.stdout, done.stdout
+    assert "sp.metadata" not in topics(data)
+    assert ok("startpoint", "list", "sp", "--data-dir", str(data)).stdout.startswith(
+        "no startpoints for job 'sp'")
+    fake_job(data, "sp", small_layout("sp"))               # the next run is run 0 again
+    with open_transport(data_dir=str(data)) as t:
+        assert fan_out_startpoints(t, "sp", "lines", {0: 0, 1: 1}, 0) == {}
+
+
+def test_reset_keeps_a_metadata_topic_with_other_records_and_deletes_its_startpoints(tmp_path):
+    from eos_runtime.startpoints import MetadataStore, Startpoint, StartpointKey
+
+    data = tmp_path / "data"
+    fake_job(data, "mix", small_layout("mix"))
+    with open_transport(data_dir=str(data)) as t:
+        store = MetadataStore(t, "mix")
+        store.write({StartpointKey("lines", 0): Startpoint("offset", 5)})
+        with t.producer() as p:                       # a record no Startpoint's
+            p.produce("mix.metadata", 0, b"mine", key=b"note/1")
+            p.flush()
+    done = ok("reset", "mix", "--yes", "--data-dir", str(data))
+    assert "cleared 1 Startpoint (lines[0]: offset 5)" in done.stdout, done.stdout
+    assert "mix.metadata" in topics(data)
+    with open_transport(data_dir=str(data)) as t:
+        assert MetadataStore(t, "mix").contents() == ({}, ["mix.metadata[0]@1"])
