@@ -1,7 +1,8 @@
 """``eos jobs`` and ``eos topics``: what ran on a transport, and what each topic is for;
 ``eos reset``: start a job from scratch (``reset.py`` says what it deletes and keeps).
 
-Both only read. A job is known by its control topic, ``<job>.control``: its run records
+Both only read. A job is known by its control topic, ``<job>.control``, and by its records,
+not its name alone (``scan_jobs``: a user's topic of that name is no job): its run records
 (``RunStart``) number the runs and keep the job's layout, one line per stage naming its
 input and output topics, and its stop requests say which runs were asked to stop
 (``runtime/control.py``). Each task's last committed version is the newest commit record
@@ -123,15 +124,19 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
     bounded or unbounded, when it started, whether a stop was asked); and each task's last
     committed version, from its change log.
     """
-    from .runtime.control import jobs_on
+    from .runtime.control import scan_jobs
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as transport:
-        infos = [job_info(transport, job, commits=not no_commits) for job in jobs_on(transport)]
+        scan = scan_jobs(transport)
+        infos = [job_info(transport, job, commits=not no_commits) for job in scan.jobs]
     if as_json:
         click.echo(json.dumps(infos, indent=1))
         return
+    for topic, why in scan.not_jobs.items():
+        click.echo(f"note: topic {topic!r} is not a job's control topic ({why}); skipped",
+                   err=True)
     if not infos:
         click.echo(f"no jobs on {_where(opts)}")
         return
@@ -143,7 +148,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from .runtime.control import ControlLog, control_topic, heartbeat_topic, jobs_on, layout_stages
+    from .runtime.control import control_topic, heartbeat_topic, layout_stages, scan_jobs
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -151,8 +156,7 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         if topic in uses and {"job": job, "role": role} not in uses[topic]:
             uses[topic].append({"job": job, "role": role})
 
-    for job in jobs_on(transport):
-        last = ControlLog(transport, job).last_run()
+    for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
         if stages:
             use(stages[0].input_topic, job, "source")

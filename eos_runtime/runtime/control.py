@@ -34,15 +34,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError
+from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
 from ..plan import JobPlan
 from ..protocol import wire
 from ..protocol.lease import EXPIRED, HELD, LeaseState, fold_lease
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
 
-__all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
-           "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+__all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout",
+           "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+           "scan_jobs",
            "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
            "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
 
@@ -150,18 +151,49 @@ def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
     return stages
 
 
-def jobs_on(transport: Transport) -> list[str]:
-    """The jobs that ever ran on ``transport``: those with a control topic, by name."""
+@dataclass(frozen=True)
+class JobScan:
+    """What ``scan_jobs`` found: each job with its last run (None: its control topic
+    holds only lease records, a driver that stopped before its run's start record), and
+    each topic named like a control topic that is no job's, with why."""
+
+    jobs: dict[str, RunInfo | None]
+    not_jobs: dict[str, str]
+
+
+def scan_jobs(transport: Transport) -> JobScan:
+    """The jobs on ``transport``, known by their records: a topic ``<job>.control`` is a
+    job's control topic when it holds records and those read back to its last run's start
+    (all of them, without a run) are control records. A user's topic that only shares the
+    name (text, JSON, nothing at all) is skipped, never an error."""
     suffix = control_topic("")
-    return sorted(t[:-len(suffix)] for t in transport.list_topics()
-                  if t.endswith(suffix) and len(t) > len(suffix))
+    jobs: dict[str, RunInfo | None] = {}
+    not_jobs: dict[str, str] = {}
+    for topic in sorted(transport.list_topics()):
+        if not topic.endswith(suffix) or len(topic) == len(suffix):
+            continue
+        log = ControlLog(transport, topic[:-len(suffix)])
+        try:
+            last = log.last_run()
+        except WireFormatError as exc:
+            not_jobs[topic] = f"it holds other records ({exc})"
+            continue
+        if last is None and log.records_read == 0:
+            not_jobs[topic] = "it holds no records"
+            continue
+        jobs[log.job] = last
+    return JobScan(jobs, not_jobs)
+
+
+def jobs_on(transport: Transport) -> list[str]:
+    """The jobs on ``transport`` (``scan_jobs``), by name."""
+    return sorted(scan_jobs(transport).jobs)
 
 
 def jobs_with_sink(transport: Transport, topic: str) -> list[str]:
     """The jobs whose last run's layout has ``topic`` as its sink (the last stage's output)."""
     found = []
-    for job in jobs_on(transport):
-        last = ControlLog(transport, job).last_run()
+    for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
         if stages and stages[-1].output_topic == topic:
             found.append(job)
