@@ -232,15 +232,17 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     _check_writable(opts)
     with open_transport(**opts) as transport:
         plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
-        # A run on other machines holds no store lock here, but it holds the job's lease.
-        ControlLog(transport, job).refuse_if_running("eos reset")
+        # A run on other machines holds no store lock here, but it holds the job's lease
+        # (in a control topic that is the job's: a user's topic of that name holds none).
+        if plan.control:
+            ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)
         if held:
             raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "
                               f"{'holds' if len(held) == 1 else 'hold'} state in "
                               f"{str(plan.state_dir)!r}; stop it first (eos stop {job}) and "
                               f"reset once it ended")
-        unfinished = reset.unfinished_run(transport, job)
+        unfinished = reset.unfinished_run(transport, plan)
         what = _reset_text(plan, opts)
         caution = (f"run {unfinished} of job {job!r} did not end with final checkpoints (it "
                    f"failed, was cancelled or killed, or still runs on other machines): "
@@ -260,8 +262,18 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     gone = ", ".join(deleted) or "no topics"
     dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
     cleared = f"; cleared {_startpoints_text(plan)}" if plan.startpoints else ""
-    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}{cleared}; its next "
-               f"run starts from scratch")
+    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}{cleared}"
+               f"{_unproven_text(plan)}; its next run "
+               + ("uses the kept topics as they are" if plan.unproven else "starts from scratch"))
+
+
+def _unproven_text(plan: Any) -> str:
+    """``; kept T (why), which ...``: topics a run of the job uses that its records do not
+    prove it made."""
+    if not plan.unproven:
+        return ""
+    each = ", ".join(f"{t} ({why})" for t, why in plan.unproven.items())
+    return f"; kept {each}, which no record of the job's proves it made"
 
 
 def _startpoints_text(plan: Any) -> str:
@@ -287,4 +299,4 @@ def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
         parts.append(_startpoints_text(plan))
     kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
         " (the source and sink topics are kept)")
-    return f"{' and '.join(parts)} on {_where(opts)}{kept}"
+    return f"{' and '.join(parts)} on {_where(opts)}{kept}{_unproven_text(plan)}"

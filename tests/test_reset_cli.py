@@ -51,8 +51,8 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert topics(data) == before and state.is_dir()
 
     done = ok("reset", "wordcount", "--yes", "--data-dir", str(data))
-    assert ("deleted wordcount.changelog, wordcount.control, wordcount.heartbeats, "
-            "wordcount.shuffle-1") in done.stdout
+    assert ("deleted wordcount.heartbeats, wordcount.changelog, wordcount.shuffle-1, "
+            "wordcount.control and state directory") in done.stdout, done.stdout
     after = topics(data)
     assert not set(JOB_TOPICS) & set(after)
     assert {"lines", "counts", "other.control"} <= set(after)
@@ -146,7 +146,7 @@ def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(t
     p = ok("reset", "half", "--yes", "--data-dir", str(data))
     assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
                                "checkpoints"), p.stderr
-    assert "deleted half.control" in p.stdout
+    assert "deleted half.heartbeats, half.control;" in p.stdout
 
 
 def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
@@ -222,3 +222,54 @@ def test_reset_keeps_a_metadata_topic_with_other_records_and_deletes_its_startpo
     assert "mix.metadata" in topics(data)
     with open_transport(data_dir=str(data)) as t:
         assert MetadataStore(t, "mix").contents() == ({}, ["mix.metadata[0]@1"])
+
+
+def test_reset_of_a_job_that_never_ran_deletes_nothing_of_topics_named_like_its(tmp_path):
+    """Issue 22 case 6: topics named like a job's are deleted only when the job's records
+    prove it made them. ``orders`` never ran: its name's topics are a user's own, with a
+    control topic or without, empty or not."""
+    data = tmp_path / "data"
+    names = ["orders.changelog", "orders.heartbeats", "orders.metadata", "orders.shuffle-1"]
+    for control in (None, "", "mine\n"):
+        if control == "":
+            with open_transport(data_dir=str(data)) as t:
+                from eos_runtime.transport import TopicSpec
+
+                t.create_topics([TopicSpec("orders.control", 1)])
+            names = sorted(names + ["orders.control"])
+        for name in names:
+            if control is None or name == "orders.control" and control:
+                ok("produce", name, "--lines-from", "-", "--data-dir", str(data),
+                   stdin="mine\n")
+        line = error_line(eos("reset", "orders", "--yes", "--data-dir", str(data)))
+        assert line.startswith("error: job 'orders' has nothing to reset"), line
+        assert "left alone: " + ", ".join(names) in line, line
+        assert set(names) <= set(topics(data))
+        for name in names:
+            assert ok("consume", name, "--all", "--data-dir", str(data)).stdout == \
+                ("\tmine\n" if name != "orders.control" or control else "")
+
+
+def test_reset_deletes_only_the_topics_whose_records_are_the_jobs(tmp_path):
+    """A job that ran (its control topic records a run) whose change log is a user's topic
+    it came upon (its first record is no change-log record): the rest goes, that stays,
+    and the output says why. The control topic goes last: a reset cut short can be run
+    again."""
+    data = tmp_path / "data"
+    fake_job(data, "adopted", small_layout("adopted"))
+    ok("produce", "adopted.changelog", "--lines-from", "-", "--data-dir", str(data),
+       stdin="mine\n")
+    with open_transport(data_dir=str(data)) as t:
+        from eos_runtime.protocol import wire
+        from eos_runtime.transport import TopicSpec
+
+        t.create_topics([TopicSpec("adopted.shuffle-1", 2)])
+        with t.producer() as p:
+            p.produce("adopted.shuffle-1", 1, wire.encode(wire.Restore(0, 1, 5)))
+            p.flush()
+    done = ok("reset", "adopted", "--yes", "--data-dir", str(data))
+    assert "deleted adopted.heartbeats, adopted.shuffle-1, adopted.control" in done.stdout, \
+        done.stdout
+    assert "kept adopted.changelog (adopted.changelog[0]@0 is no change-log record" in \
+        done.stdout, done.stdout
+    assert {"adopted.changelog"} == {t for t in topics(data) if t.startswith("adopted.")}
