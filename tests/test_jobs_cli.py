@@ -155,7 +155,10 @@ def test_run_and_stop_under_another_name_source_and_sink(wordcount, tmp_path):
     assert (jobs["wordcount"]["source"], jobs["wordcount"]["sink"]) == ("lines", "counts")
     counts = ok("consume", "counts2", "--data-dir", str(data))   # found: wc2's sink
     assert "'wc2'" in counts.stderr and counts.stdout
-    # eos stop with the same overrides asks the renamed job
+    # eos stop with the same overrides asks the renamed job (a driver of it holds its lease)
+    from test_lease_cli import other_driver
+
+    other_driver({"data_dir": str(data)}, "wc2")
     stop = ok("stop", WORDCOUNT, "--name", "wc2", "--source", "lines2", "--sink", "counts2",
               "--data-dir", str(data))
     assert "job 'wc2'" in stop.stdout
