@@ -43,7 +43,7 @@ from .protocol.recovery import next_generation
 from .transport import TopicPartition, TopicSpec, Transport
 
 __all__ = ["Checkpoint", "CheckpointManager", "ChangeLogCheckpoints", "TopicCheckpoints",
-           "FileSystemCheckpoints", "checkpoint_topic"]
+           "FileSystemCheckpoints", "checkpoint_topic", "parse_checkpoint"]
 
 StreamPartition = tuple[str, int]
 
@@ -223,7 +223,7 @@ class TopicCheckpoints(CheckpointManager):
         for r in read_topic(self.t, self.topic):
             if r.partition == task and r.value is not None:
                 last = r.value
-        return None if last is None else _decode(last, f"{self.topic}[{task}]")
+        return None if last is None else parse_checkpoint(last, f"{self.topic}[{task}]")
 
 
 class FileSystemCheckpoints(CheckpointManager):
@@ -254,7 +254,7 @@ class FileSystemCheckpoints(CheckpointManager):
             raw = self._path(task).read_bytes()
         except FileNotFoundError:
             return None
-        return _decode(raw, str(self._path(task)))
+        return parse_checkpoint(raw, str(self._path(task)))
 
 
 def _encode(checkpoint: Checkpoint) -> bytes:
@@ -262,7 +262,8 @@ def _encode(checkpoint: Checkpoint) -> bytes:
                       separators=(",", ":")).encode()
 
 
-def _decode(raw: bytes, where: str) -> Checkpoint:
+def parse_checkpoint(raw: bytes, where: str) -> Checkpoint:
+    """A checkpoint record or file's value; ``ConfigError`` naming ``where`` if unreadable."""
     try:
         doc = json.loads(raw)
         return Checkpoint({(s, p): o for s, p, o in doc["offsets"]})

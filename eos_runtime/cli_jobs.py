@@ -1,7 +1,8 @@
 """``eos jobs`` and ``eos topics``: what ran on a transport, and what each topic is for;
 ``eos reset``: start a job from scratch (``reset.py`` says what it deletes and keeps).
 
-Both only read. A job is known by its control topic, ``<job>.control``: its run records
+Both only read. A job is known by its control topic, ``<job>.control``, and by its records,
+not its name alone (``scan_jobs``: a user's topic of that name is no job): its run records
 (``RunStart``) number the runs and keep the job's layout, one line per stage naming its
 input and output topics, and its stop requests say which runs were asked to stop
 (``runtime/control.py``). Each task's last committed version is the newest commit record
@@ -123,15 +124,19 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
     bounded or unbounded, when it started, whether a stop was asked); and each task's last
     committed version, from its change log.
     """
-    from .runtime.control import jobs_on
+    from .runtime.control import scan_jobs
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as transport:
-        infos = [job_info(transport, job, commits=not no_commits) for job in jobs_on(transport)]
+        scan = scan_jobs(transport)
+        infos = [job_info(transport, job, commits=not no_commits) for job in scan.jobs]
     if as_json:
         click.echo(json.dumps(infos, indent=1))
         return
+    for topic, why in scan.not_jobs.items():
+        click.echo(f"note: topic {topic!r} is not a job's control topic ({why}); skipped",
+                   err=True)
     if not infos:
         click.echo(f"no jobs on {_where(opts)}")
         return
@@ -143,7 +148,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from .runtime.control import ControlLog, control_topic, heartbeat_topic, jobs_on, layout_stages
+    from .runtime.control import control_topic, heartbeat_topic, layout_stages, scan_jobs
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -151,8 +156,7 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         if topic in uses and {"job": job, "role": role} not in uses[topic]:
             uses[topic].append({"job": job, "role": role})
 
-    for job in jobs_on(transport):
-        last = ControlLog(transport, job).last_run()
+    for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
         if stages:
             use(stages[0].input_topic, job, "source")
@@ -211,8 +215,9 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
               help="Do not ask for confirmation (needed without a terminal).")
 def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
               state_dir: str | None, yes: bool) -> None:
-    """Delete job JOB's change log, control topic, channels and local state, so that its
-    next run starts from scratch (run 0, empty state, the source read from the start).
+    """Delete job JOB's change log, control topic, channels, Startpoints (its metadata
+    topic) and local state, so that its next run starts from scratch (run 0, empty state,
+    the source read from the start).
 
     Asks for confirmation first. Never deletes the source or sink topic, the dead
     letters, or another job's topics; refuses while a driver holds the job's lease or a
@@ -227,15 +232,17 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     _check_writable(opts)
     with open_transport(**opts) as transport:
         plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
-        # A run on other machines holds no store lock here, but it holds the job's lease.
-        ControlLog(transport, job).refuse_if_running("eos reset")
+        # A run on other machines holds no store lock here, but it holds the job's lease
+        # (in a control topic that is the job's: a user's topic of that name holds none).
+        if plan.control:
+            ControlLog(transport, job).refuse_if_running("eos reset")
         held = reset.running_tasks(plan.state_dir)
         if held:
             raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "
                               f"{'holds' if len(held) == 1 else 'hold'} state in "
                               f"{str(plan.state_dir)!r}; stop it first (eos stop {job}) and "
                               f"reset once it ended")
-        unfinished = reset.unfinished_run(transport, job)
+        unfinished = reset.unfinished_run(transport, plan)
         what = _reset_text(plan, opts)
         caution = (f"run {unfinished} of job {job!r} did not end with final checkpoints (it "
                    f"failed, was cancelled or killed, or still runs on other machines): "
@@ -254,8 +261,27 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
         deleted = reset.carry_out(transport, plan)
     gone = ", ".join(deleted) or "no topics"
     dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
-    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}; its next run "
-               f"starts from scratch")
+    cleared = f"; cleared {_startpoints_text(plan)}" if plan.startpoints else ""
+    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}{cleared}"
+               f"{_unproven_text(plan)}; its next run "
+               + ("uses the kept topics as they are" if plan.unproven else "starts from scratch"))
+
+
+def _unproven_text(plan: Any) -> str:
+    """``; kept T (why), which ...``: topics a run of the job uses that its records do not
+    prove it made."""
+    if not plan.unproven:
+        return ""
+    each = ", ".join(f"{t} ({why})" for t, why in plan.unproven.items())
+    return f"; kept {each}, which no record of the job's proves it made"
+
+
+def _startpoints_text(plan: Any) -> str:
+    """``2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to run 3)``."""
+    each = [f"{k.describe()}: {sp.describe()}"
+            + ("" if sp.run is None else f", given to run {sp.run}")
+            for k, sp in sorted(plan.startpoints.items())]
+    return f"{_n(len(each), 'Startpoint')} ({'; '.join(each)})"
 
 
 def _reset_dirs(plan: Any) -> list[tuple[str, Any]]:
@@ -269,6 +295,8 @@ def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
     parts = [f"topic{'s' * (len(plan.topics) != 1)} {', '.join(plan.topics)}"
              if plan.topics else "no topics"]
     parts += [f"{what} {str(d)!r}" for what, d in _reset_dirs(plan)]
+    if plan.startpoints:
+        parts.append(_startpoints_text(plan))
     kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
         " (the source and sink topics are kept)")
-    return f"{' and '.join(parts)} on {_where(opts)}{kept}"
+    return f"{' and '.join(parts)} on {_where(opts)}{kept}{_unproven_text(plan)}"

@@ -691,12 +691,13 @@ class _RunView:
 def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None,
              name_override: str | None, source_override: str | None,
              sink_override: str | None) -> None:
-    """Ask the latest run of a job to stop gracefully.
+    """Ask the live run of a job (the one holding its lease) to stop gracefully.
 
     JOB is the pipeline's name, or a pipeline file (with eos run's --name, --source and
     --sink if it ran with them). The run's sources take a final checkpoint and end the
     run; every task follows once it has aligned on their end-of-run markers, and `eos
-    run` prints its summary. The next run continues from there.
+    run` prints its summary. The next run continues from there. With no live run,
+    says so and exits 1 (nothing is asked).
     """
     from .runtime.control import ControlLog
     from .transport import open_transport

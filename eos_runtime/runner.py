@@ -353,7 +353,7 @@ class PipelineRun:
     def stop(self, reason: str = "requested") -> None:
         """Ask the run to stop gracefully: every task takes a final checkpoint and ends."""
         if self.stop_requested is None:
-            ControlLog(self.t, self.plan.name).request_stop(reason)
+            ControlLog(self.t, self.plan.name).request_stop(reason, self.info.start.run)
             self.stop_requested = reason
 
     def cancel(self) -> None:

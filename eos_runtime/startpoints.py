@@ -165,22 +165,40 @@ class MetadataStore:
         self.t.create_topics([TopicSpec(self.topic, 1, compacted=True, keep_forever=True)])
 
     def startpoints(self) -> dict[StartpointKey, Startpoint]:
+        """The Startpoints in force; ``ConfigError`` for one that is not readable."""
+        return self._fold(strict=True)[0]
+
+    def contents(self) -> tuple[dict[StartpointKey, Startpoint], list[str]]:
+        """The Startpoints in force, and where the topic holds records that are no
+        Startpoint's (``topic[p]@offset``: other keys, unreadable values); both empty
+        without the topic. What ``eos reset`` needs to know whether the topic is all the
+        store's."""
+        return self._fold(strict=False)
+
+    def _fold(self, strict: bool) -> tuple[dict[StartpointKey, Startpoint], list[str]]:
         from .runtime.committed import read_topic
 
         try:
             records = read_topic(self.t, self.topic, read_committed=False)
         except TopicNotFound:
-            return {}
+            return {}, []
         out: dict[StartpointKey, Startpoint] = {}
+        foreign = []
         for r in records:
+            where = f"{self.topic}[{r.partition}]@{r.offset}"
             key = StartpointKey.decode(r.key) if r.key is not None else None
             if key is None:
-                continue
-            if r.value is None or not r.value:
+                foreign.append(where)
+            elif r.value is None or not r.value:
                 out.pop(key, None)
             else:
-                out[key] = Startpoint.from_json(r.value, f"{self.topic}[{r.partition}]@{r.offset}")
-        return out
+                try:
+                    out[key] = Startpoint.from_json(r.value, where)
+                except ConfigError:
+                    if strict:
+                        raise
+                    foreign.append(where)
+        return out, foreign
 
     def write(self, puts: Mapping[StartpointKey, Startpoint],
               deletes: Iterable[StartpointKey] = ()) -> None:

@@ -155,7 +155,10 @@ def test_run_and_stop_under_another_name_source_and_sink(wordcount, tmp_path):
     assert (jobs["wordcount"]["source"], jobs["wordcount"]["sink"]) == ("lines", "counts")
     counts = ok("consume", "counts2", "--data-dir", str(data))   # found: wc2's sink
     assert "'wc2'" in counts.stderr and counts.stdout
-    # eos stop with the same overrides asks the renamed job
+    # eos stop with the same overrides asks the renamed job (a driver of it holds its lease)
+    from test_lease_cli import other_driver
+
+    other_driver({"data_dir": str(data)}, "wc2")
     stop = ok("stop", WORDCOUNT, "--name", "wc2", "--source", "lines2", "--sink", "counts2",
               "--data-dir", str(data))
     assert "job 'wc2'" in stop.stdout
@@ -171,3 +174,32 @@ def test_override_errors_are_one_line(tmp_path):
     assert "never-ran" in line
     p = eos("stop", "wordcount", "--sink", "x", "--data-dir", str(tmp_path))
     assert p.returncode == 2 and "PIPELINE.py" in p.stderr
+
+
+# --------------------------------------------------------------------------- topics named *.control
+
+def test_a_user_topic_named_like_a_control_topic_is_not_a_job(wordcount, tmp_path):
+    """Issue 22 case 9: a job is known by its control records, not by a name. A user's
+    ``orders.control`` (lines of text) and an empty ``idle.control`` are no jobs: eos jobs,
+    topics and consume skip them (jobs says so on stderr) instead of failing on them."""
+    data = copy_log(wordcount, tmp_path / "data")
+    ok("produce", "orders.control", "--lines-from", "-", "--data-dir", str(data),
+       stdin="open\nclosed\n")
+    with open_transport(data_dir=str(data)) as t:
+        from eos_runtime.transport import TopicSpec
+
+        t.create_topics([TopicSpec("idle.control", 1)])
+    jobs = ok("jobs", "--json", "--data-dir", str(data))
+    assert [j["job"] for j in json.loads(jobs.stdout)] == ["wordcount"]
+    text = ok("jobs", "--data-dir", str(data))
+    assert text.stdout.startswith("wordcount (exactly-once)"), text.stdout
+    assert "note: topic 'orders.control' is not a job's control topic" in text.stderr
+    assert "note: topic 'idle.control' is not a job's control topic" in text.stderr
+    by = {t["topic"]: t for t in json.loads(ok("topics", "--json", "--data-dir",
+                                                str(data)).stdout)}
+    assert by["orders.control"]["uses"] == [] and by["idle.control"]["uses"] == []
+    assert by["counts"]["uses"] == [{"job": "wordcount", "role": "sink"}]
+    counts = ok("consume", "counts", "--data-dir", str(data))
+    assert "'wordcount'" in counts.stderr and counts.stdout
+    assert ok("consume", "orders.control", "--all", "--data-dir", str(data)).stdout == \
+        "\topen\n\tclosed\n"

@@ -311,3 +311,76 @@ def test_a_holder_without_heartbeats_is_found_without_reading_older_ones(tmp_pat
         status, holder, _ = q.lease()
         assert status == "held" and holder is not None and holder.owner == lease.owner
         assert q.records_read <= 100, q.records_read
+
+
+# --------------------------------------------------------------------------- eos stop: which run
+
+def _upper(opts, job: str):
+    """A one-stage job's plan, its input topic made."""
+    from eos_runtime import Pipeline
+    from eos_runtime.plan import plan_job
+    from eos_runtime.transport import TopicSpec
+
+    p = Pipeline(job)
+    p.source("in").map(str.upper).sink("out")
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec("in", 1)])
+        return plan_job(p, t)
+
+
+def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_run(tmp_path):
+    """Issue 22, found by reading: `eos stop` between a new run's lease acquire and its
+    start record named the previous run (the latest start record), and the new run went
+    on. A stop names the run holding the lease; that run's sources see it although it
+    came before their start record. With no live run, stop says so and appends nothing."""
+    from eos_runtime.runtime.control import LeaseRequest, StopWatcher
+
+    data = tmp_path / "data"
+    opts = {"data_dir": str(data)}
+    plan = _upper(opts, "st")
+    with open_transport(**opts) as t:
+        ControlLog(t, "st").start_run(plan, bounded=True)          # run 0, over
+        before = ControlLog(t, "st").records()
+    line = error_line(eos("stop", "st", "--data-dir", str(data)))
+    assert line.startswith("error: job 'st' has no live run"), line
+    with open_transport(**opts) as t:
+        assert ControlLog(t, "st").records() == before              # nothing appended
+
+    said = []
+
+    class Racing(ControlLog):
+        def _acquire(self, lease, run):
+            acquired = super()._acquire(lease, run)
+            said.append(ok("stop", "st", "--data-dir", str(data)).stdout)   # lands here
+            return acquired
+
+    with open_transport(**opts) as t:
+        info = Racing(t, "st").start_run(plan, bounded=False, lease=LeaseRequest())
+        assert info.start.run == 1
+        assert said == [f"asked run 1 of job 'st' on the local log in {data} to stop\n"]
+        watcher = StopWatcher(t, "st", 1, info.offset)    # where its sources watch from
+        try:
+            assert watcher.requested()
+        finally:
+            watcher.close()
+        runs = ControlLog(t, "st").runs()
+    assert [(r.start.run, r.stopped is not None) for r in runs] == [(0, False), (1, True)]
+
+
+def test_a_drivers_own_stop_names_its_run_after_a_take_over(tmp_path):
+    """Ctrl-C on a driver whose run was taken over must not stop the run that took it."""
+    from eos_runtime.runner import PipelineRun
+    from eos_runtime.runtime.control import LeaseRequest
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    plan = _upper(opts, "to")
+    with open_transport(**opts) as t:
+        old = ControlLog(t, "to").start_run(plan, bounded=False, lease=LeaseRequest())
+        ControlLog(t, "to").start_run(plan, bounded=False,
+                                      lease=LeaseRequest(take_over=True))       # run 1
+        run = PipelineRun.__new__(PipelineRun)    # only what stop() uses of a run
+        run.t, run.plan, run.info, run.stop_requested = t, plan, old, None
+        run.stop("interrupted (Ctrl-C)")
+        runs = ControlLog(t, "to").runs()
+    assert runs[1].stopped is None, runs[1].stopped
+    assert runs[0].stopped is not None

@@ -11,6 +11,8 @@ import uuid
 
 import pytest
 
+from eos_runtime.transport import open_transport
+
 from test_cli import (
     WORDCOUNT,
     assert_exactly_once,
@@ -49,8 +51,8 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert topics(data) == before and state.is_dir()
 
     done = ok("reset", "wordcount", "--yes", "--data-dir", str(data))
-    assert ("deleted wordcount.changelog, wordcount.control, wordcount.heartbeats, "
-            "wordcount.shuffle-1") in done.stdout
+    assert ("deleted wordcount.heartbeats, wordcount.changelog, wordcount.shuffle-1, "
+            "wordcount.control and state directory") in done.stdout, done.stdout
     after = topics(data)
     assert not set(JOB_TOPICS) & set(after)
     assert {"lines", "counts", "other.control"} <= set(after)
@@ -144,7 +146,7 @@ def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(t
     p = ok("reset", "half", "--yes", "--data-dir", str(data))
     assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
                                "checkpoints"), p.stderr
-    assert "deleted half.control" in p.stdout
+    assert "deleted half.heartbeats, half.control;" in p.stdout
 
 
 def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
@@ -163,3 +165,111 @@ def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
     assert line.startswith("error: job 'half' is running (run 0, started ") and \
         "eos reset only while the job is stopped" in line, line
     assert "half.control" in topics(data)
+
+
+def small_layout(job: str) -> tuple[str, ...]:
+    return (f"stage 0: input lines x2, tasks 0,1, stores [], output {job}.shuffle-1 x2",
+            f"stage 1: input {job}.shuffle-1 x2, tasks 2,3, stores [counts], output counts x2",
+            "guarantee exactly-once")
+
+
+def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
+    """Issue 22 case 3, issue 27 item 1: a Startpoint kept by a reset is taken by the next
+    run 0, and one fanned out for an old, higher run (tagged 3) is applied again after
+    the new task's first commit (P1b: its checkpoint's run 0 < 3), so a crash after that
+    commit reads committed input again. A reset deletes them all and says so."""
+    from eos_runtime.startpoints import (
+        MetadataStore,
+        Startpoint,
+        StartpointKey,
+        fan_out_startpoints,
+    )
+
+    data = tmp_path / "data"
+    fake_job(data, "sp", small_layout("sp"))
+    ok("startpoint", "set", "sp", "lines", "0", "--offset", "5990", "--data-dir", str(data))
+    with open_transport(data_dir=str(data)) as t:    # fanned out for run 3, never used up
+        MetadataStore(t, "sp").write({StartpointKey("lines", 1, 1): Startpoint("offset", 7,
+                                                                                run=3)})
+    assert "lines[1] task 1: offset 7 (given to run 3)" in ok(
+        "startpoint", "list", "sp", "--data-dir", str(data)).stdout
+
+    done = ok("reset", "sp", "--yes", "--data-dir", str(data))
+    assert "sp.metadata" in done.stdout, done.stdout
+    assert ("2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to "
+            "run 3)") in done.stdout, done.stdout
+    assert "sp.metadata" not in topics(data)
+    assert ok("startpoint", "list", "sp", "--data-dir", str(data)).stdout.startswith(
+        "no startpoints for job 'sp'")
+    fake_job(data, "sp", small_layout("sp"))               # the next run is run 0 again
+    with open_transport(data_dir=str(data)) as t:
+        assert fan_out_startpoints(t, "sp", "lines", {0: 0, 1: 1}, 0) == {}
+
+
+def test_reset_keeps_a_metadata_topic_with_other_records_and_deletes_its_startpoints(tmp_path):
+    from eos_runtime.startpoints import MetadataStore, Startpoint, StartpointKey
+
+    data = tmp_path / "data"
+    fake_job(data, "mix", small_layout("mix"))
+    with open_transport(data_dir=str(data)) as t:
+        store = MetadataStore(t, "mix")
+        store.write({StartpointKey("lines", 0): Startpoint("offset", 5)})
+        with t.producer() as p:                       # a record no Startpoint's
+            p.produce("mix.metadata", 0, b"mine", key=b"note/1")
+            p.flush()
+    done = ok("reset", "mix", "--yes", "--data-dir", str(data))
+    assert "cleared 1 Startpoint (lines[0]: offset 5)" in done.stdout, done.stdout
+    assert "mix.metadata" in topics(data)
+    with open_transport(data_dir=str(data)) as t:
+        assert MetadataStore(t, "mix").contents() == ({}, ["mix.metadata[0]@1"])
+
+
+def test_reset_of_a_job_that_never_ran_deletes_nothing_of_topics_named_like_its(tmp_path):
+    """Issue 22 case 6: topics named like a job's are deleted only when the job's records
+    prove it made them. ``orders`` never ran: its name's topics are a user's own, with a
+    control topic or without, empty or not."""
+    data = tmp_path / "data"
+    names = ["orders.changelog", "orders.heartbeats", "orders.metadata", "orders.shuffle-1"]
+    for control in (None, "", "mine\n"):
+        if control == "":
+            with open_transport(data_dir=str(data)) as t:
+                from eos_runtime.transport import TopicSpec
+
+                t.create_topics([TopicSpec("orders.control", 1)])
+            names = sorted(names + ["orders.control"])
+        for name in names:
+            if control is None or name == "orders.control" and control:
+                ok("produce", name, "--lines-from", "-", "--data-dir", str(data),
+                   stdin="mine\n")
+        line = error_line(eos("reset", "orders", "--yes", "--data-dir", str(data)))
+        assert line.startswith("error: job 'orders' has nothing to reset"), line
+        assert "left alone: " + ", ".join(names) in line, line
+        assert set(names) <= set(topics(data))
+        for name in names:
+            assert ok("consume", name, "--all", "--data-dir", str(data)).stdout == \
+                ("\tmine\n" if name != "orders.control" or control else "")
+
+
+def test_reset_deletes_only_the_topics_whose_records_are_the_jobs(tmp_path):
+    """A job that ran (its control topic records a run) whose change log is a user's topic
+    it came upon (its first record is no change-log record): the rest goes, that stays,
+    and the output says why. The control topic goes last: a reset cut short can be run
+    again."""
+    data = tmp_path / "data"
+    fake_job(data, "adopted", small_layout("adopted"))
+    ok("produce", "adopted.changelog", "--lines-from", "-", "--data-dir", str(data),
+       stdin="mine\n")
+    with open_transport(data_dir=str(data)) as t:
+        from eos_runtime.protocol import wire
+        from eos_runtime.transport import TopicSpec
+
+        t.create_topics([TopicSpec("adopted.shuffle-1", 2)])
+        with t.producer() as p:
+            p.produce("adopted.shuffle-1", 1, wire.encode(wire.Restore(0, 1, 5)))
+            p.flush()
+    done = ok("reset", "adopted", "--yes", "--data-dir", str(data))
+    assert "deleted adopted.heartbeats, adopted.shuffle-1, adopted.control" in done.stdout, \
+        done.stdout
+    assert "kept adopted.changelog (adopted.changelog[0]@0 is no change-log record" in \
+        done.stdout, done.stdout
+    assert {"adopted.changelog"} == {t for t in topics(data) if t.startswith("adopted.")}

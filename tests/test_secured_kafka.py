@@ -69,7 +69,9 @@ def test_a_job_runs_on_a_sasl_broker_and_the_password_shows_nowhere(sasl_broker,
     assert json.loads(control)
     run("jobs", "--json", *kafka)
     run("topics", *kafka)
-    run("stop", "wordcount", *kafka)
+    stop = eos("stop", "wordcount", *kafka, timeout=300)    # over: no live run to stop
+    said.append(stop.stdout + stop.stderr)
+    assert "error: job 'wordcount' has no live run" in error_line(stop)
 
     # The same settings as a pipeline's kafka_config (the password from the environment),
     # under another job name: every task reaches the SASL listener with them.

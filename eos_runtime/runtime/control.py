@@ -4,7 +4,9 @@ The driver appends a ``RunStart`` when it starts a run: the record numbers the r
 (``protocol/runs.py``) and stores the job's layout, so a later run of a changed job is
 refused before anything starts. ``eos stop``, or Ctrl-C on the driver, appends a
 ``StopRequest``; source tasks watch the topic from their run's start record and end the
-run with a final checkpoint when one names their run.
+run with a final checkpoint when one names their run. ``eos stop`` names the run holding
+the lease (none: it refuses), which may not have recorded its start yet: its driver then
+repeats the request after its start record (``start_run``).
 
 One driver per job: before its ``RunStart`` a driver appends a ``Lease`` acquire and reads
 the log back to learn whether it won (``protocol/lease.py`` decides); ``LeaseKeeper``
@@ -34,15 +36,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError
+from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
 from ..plan import JobPlan
 from ..protocol import wire
-from ..protocol.lease import EXPIRED, HELD, LeaseState, fold_lease
+from ..protocol.lease import EXPIRED, FREE, HELD, LeaseState, fold_lease
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
 
-__all__ = ["ControlLog", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout", "StopWatcher",
-           "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+__all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout",
+           "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
+           "scan_jobs",
            "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
            "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
 
@@ -150,18 +153,49 @@ def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
     return stages
 
 
-def jobs_on(transport: Transport) -> list[str]:
-    """The jobs that ever ran on ``transport``: those with a control topic, by name."""
+@dataclass(frozen=True)
+class JobScan:
+    """What ``scan_jobs`` found: each job with its last run (None: its control topic
+    holds only lease records, a driver that stopped before its run's start record), and
+    each topic named like a control topic that is no job's, with why."""
+
+    jobs: dict[str, RunInfo | None]
+    not_jobs: dict[str, str]
+
+
+def scan_jobs(transport: Transport) -> JobScan:
+    """The jobs on ``transport``, known by their records: a topic ``<job>.control`` is a
+    job's control topic when it holds records and those read back to its last run's start
+    (all of them, without a run) are control records. A user's topic that only shares the
+    name (text, JSON, nothing at all) is skipped, never an error."""
     suffix = control_topic("")
-    return sorted(t[:-len(suffix)] for t in transport.list_topics()
-                  if t.endswith(suffix) and len(t) > len(suffix))
+    jobs: dict[str, RunInfo | None] = {}
+    not_jobs: dict[str, str] = {}
+    for topic in sorted(transport.list_topics()):
+        if not topic.endswith(suffix) or len(topic) == len(suffix):
+            continue
+        log = ControlLog(transport, topic[:-len(suffix)])
+        try:
+            last = log.last_run()
+        except WireFormatError as exc:
+            not_jobs[topic] = f"it holds other records ({exc})"
+            continue
+        if last is None and log.records_read == 0:
+            not_jobs[topic] = "it holds no records"
+            continue
+        jobs[log.job] = last
+    return JobScan(jobs, not_jobs)
+
+
+def jobs_on(transport: Transport) -> list[str]:
+    """The jobs on ``transport`` (``scan_jobs``), by name."""
+    return sorted(scan_jobs(transport).jobs)
 
 
 def jobs_with_sink(transport: Transport, topic: str) -> list[str]:
     """The jobs whose last run's layout has ``topic`` as its sink (the last stage's output)."""
     found = []
-    for job in jobs_on(transport):
-        last = ControlLog(transport, job).last_run()
+    for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
         if stages and stages[-1].output_topic == topic:
             found.append(job)
@@ -356,12 +390,30 @@ class ControlLog:
         run = 0 if last is None else last.start.run + 1
         if run > MAX_RUN:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
-        if lease is not None:
-            self._acquire(lease, run)
+        acquired = self._acquire(lease, run) if lease is not None else None
         start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
-        return RunInfo(start, self._append(start))
+        offset = self._append(start)
+        early = None if acquired is None else self._early_stop(run, *acquired, offset)
+        if early is not None:
+            # `eos stop` named this run from its lease, before its start record; the
+            # sources watch from the start record on, so the request is made again there.
+            self._append(early)
+        return RunInfo(start, offset, early)
 
-    def _acquire(self, lease: LeaseRequest, run: int) -> None:
+    def _early_stop(self, run: int, acquire: int, own: int | None,
+                    start: int) -> wire.StopRequest | None:
+        """A stop request naming ``run`` between its lease acquire and its start record,
+        other than this driver's own (``own``: its take-over's, which may name the same
+        number when the holder it took over had not recorded its start)."""
+        for r in self._read(self.tp, acquire + 1, start):
+            rec = self._decode(r)
+            if isinstance(rec, wire.StopRequest) and rec.run == run and r.offset != own:
+                return rec
+        return None
+
+    def _acquire(self, lease: LeaseRequest, run: int) -> tuple[int, int | None]:
+        """Take the lease for ``run``: the offsets of the acquire and of the stop request
+        asking the holder it took over to stop (None: none)."""
         now = int(time.time() * 1000)
         status, holder, last_ms = self.lease(now)
         if status == HELD and holder is not None and not lease.take_over:
@@ -369,7 +421,7 @@ class ControlLog:
                              f"`eos stop {self.job}`, or take it over with --take-over")
         mine = wire.Lease(run, "acquire", lease.owner, os.getpid(), socket.gethostname(), now,
                           int(lease.timeout * 1000), lease.take_over)
-        self._append(mine)
+        acquired = self._append(mine)
         # Two drivers may both have seen the lease free: the first acquire in the log wins (L1).
         _, won, won_ms = self.lease()
         if won != mine:
@@ -379,12 +431,13 @@ class ControlLog:
         if holder is not None and status == HELD:
             log.warning("took job %r over from run %d (pid %d on host %s); asked that run to "
                         "stop", self.job, holder.run, holder.pid, holder.host)
-            self._append(wire.StopRequest(holder.run, now, f"taken over by run {run} "
-                                                             f"(pid {os.getpid()})"))
-        elif holder is not None and status == EXPIRED:
+            return acquired, self._append(wire.StopRequest(
+                holder.run, now, f"taken over by run {run} (pid {os.getpid()})"))
+        if holder is not None and status == EXPIRED:
             log.warning("job %r: run %d's driver (pid %d on host %s) was last heard from %.0f s "
                         "ago, longer than its lease timeout; this run takes the job over",
                         self.job, holder.run, holder.pid, holder.host, (now - last_ms) / 1000)
+        return acquired, None
 
     def append_lease(self, record: wire.Lease) -> None:
         if record.action == "renew":
@@ -395,15 +448,46 @@ class ControlLog:
         else:
             self._append(record)
 
-    def request_stop(self, reason: str) -> tuple[wire.StopRequest, wire.StopRequest | None]:
-        """Ask the latest run to stop gracefully; returns the request and the run's earlier
-        one, if it had been asked before."""
-        last = self.last_run()
-        if last is None:
-            raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
-        stop = wire.StopRequest(last.start.run, int(time.time() * 1000), reason)
+    def request_stop(self, reason: str, run: int | None = None,
+                     ) -> tuple[wire.StopRequest, wire.StopRequest | None]:
+        """Ask run ``run`` to stop gracefully (None: the live run, the one holding the
+        job's lease, which may not have recorded its start yet); returns the request and
+        the run's earlier one, if it had been asked before. ``ConfigError`` when no run
+        is live: a stop must never wait in the log for a run that starts later, nor go
+        to a run that is over."""
+        records = self.records()
+        target = self.live_run(records) if run is None else run
+        # This run's records begin at its lease acquire (an earlier attempt at the same
+        # run number, a driver that failed before its start, has its own).
+        begin = max((o for o, rec in records if isinstance(rec, wire.Lease)
+                     and rec.action == "acquire" and rec.run == target), default=-1)
+        earlier = next((rec for o, rec in records if o > begin
+                        and isinstance(rec, wire.StopRequest) and rec.run == target), None)
+        stop = wire.StopRequest(target, int(time.time() * 1000), reason)
         self._append(stop)
-        return stop, last.stopped
+        return stop, earlier
+
+    def live_run(self, records: list[tuple[int, wire.ControlRecord]] | None = None) -> int:
+        """The number of the run holding the job's lease; ``ConfigError`` saying why there
+        is none (the job never ran, its last run's driver ended, or it stopped renewing)."""
+        try:
+            records = self.records() if records is None else records
+        except WireFormatError:     # a user's topic of that name: no job
+            records = []
+        runs = fold_runs(records)
+        status, holder, last_ms = self.lease() if records else (FREE, None, 0)
+        if status == HELD and holder is not None:
+            return holder.run
+        if not runs and holder is None:
+            raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
+        if status == EXPIRED and holder is not None:
+            why = (f"run {holder.run}'s driver (pid {holder.pid} on host {holder.host}) was "
+                   f"last heard from {max(time.time() * 1000 - last_ms, 0) / 1000:.0f} s ago, "
+                   f"longer than its lease timeout")
+        else:
+            why = (f"no driver holds its lease; its last run was run {runs[-1].start.run}"
+                   if runs else "no driver holds its lease")
+        raise ConfigError(f"job {self.job!r} has no live run ({why}): nothing to stop")
 
     def _append(self, record: wire.ControlRecord) -> int:
         with self.t.producer() as p:
