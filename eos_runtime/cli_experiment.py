@@ -204,6 +204,11 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     fault_kinds = _kinds(kinds, transport_name, guarantee) if schedule_file is None else []
     roles = task_roles(w, guarantee)
     then_roles = task_roles(w, guarantee, then=True) if w.then is not None else None
+    if w.then is not None and transport_name == "local":
+        raise ConfigError(f"workload {w.name!r} needs Kafka (--bootstrap-servers): its second "
+                          f"job reads the first's exactly-once sink, and the local log has no "
+                          f"transactions to hide the first job's uncommitted output (eos run "
+                          f"refuses such a source there)")
     if w.then is not None and (duration is not None
                                or any(k in OPERATOR for k in fault_kinds)):
         raise ConfigError(f"workload {w.name!r} runs each of its two jobs once, bounded: "

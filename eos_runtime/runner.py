@@ -460,6 +460,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         sink_partitions=sink_partitions, dead_letters=dead_letters,
                         checkpoints=checkpoints, reset_offset=reset_offset,
                         offset_default=offset_default, job_id=job_id)
+        check_topics(transport, plan)
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters);
         # so does a task whose run was taken over (JobRunning: a retry would fence the
@@ -686,3 +687,28 @@ def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     except TopicNotFound:
         specs.append(TopicSpec(sink.output_topic, sink.output_partitions))
     transport.create_topics(specs)
+
+
+def check_topics(transport: Transport, plan: JobPlan) -> None:
+    """Before a run is recorded: ``ConfigError`` for a sink that is the job's own source
+    (its output would be its input, for good), and, on a log without transactions (the
+    local log), for a source that is the sink of an exactly-once job: its uncommitted
+    output (of crashed or fenced attempts) lies in the topic beside the committed, and
+    only that job's commit records tell them apart, which a source does not read."""
+    from .runtime.control import ControlLog, jobs_with_sink
+
+    source, sink = plan.stages[0].input_topic, plan.stages[-1].output_topic
+    if source == sink:
+        raise ConfigError(f"sink {sink!r} is the job's own source: its output would be "
+                          f"appended to its input for good; give the sink another topic "
+                          f"(eos run --sink TOPIC)")
+    if transport.supports_transactions:
+        return
+    for job in jobs_with_sink(transport, source):
+        if job != plan.name and ControlLog(transport, job).guarantee() == "exactly-once":
+            raise ConfigError(
+                f"source {source!r} is the sink of exactly-once job {job!r}, and the local "
+                f"log has no transactions: this job would read {job}'s uncommitted output "
+                f"too (of crashed attempts), which {job}'s committed readers never see; "
+                f"run both jobs on Kafka (--bootstrap-servers), whose read_committed "
+                f"consumers read only committed output")

@@ -523,6 +523,8 @@ BAD_INPUT = [
     (["wordcount", "--duration", "30s", "--lines", "100"],
      "error: --lines sizes a bounded run; a soak (--duration) is fed at --rate"),
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
+    (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
+                  "job reads the first's exactly-once sink, and the local log has no"),
 ]
 
 

@@ -1,0 +1,54 @@
+"""Runs refused before they are recorded, for what the pipeline's topics would do to
+the job or to another one (no Spark: the refusals come first)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.errors import ConfigError
+from eos_runtime.plan import plan_job
+from eos_runtime.runner import check_topics, start_pipeline
+from eos_runtime.runtime.control import ControlLog
+from eos_runtime.transport import TopicSpec, open_transport
+
+
+def passthrough(name, source, sink, guarantee="exactly-once"):
+    p = Pipeline(name, processing_guarantee=guarantee)
+    p.source(source, value="utf8").map(str.upper).sink(sink, value="utf8")
+    return p
+
+
+def test_a_sink_that_is_the_jobs_own_source_is_refused(tmp_path):
+    """Issue 27: `eos run p.py --sink clicks` where clicks is the source appended the
+    job's output to its own input, for good."""
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"in-{tag}", 1)])
+    with pytest.raises(ConfigError, match=rf"sink 'in-{tag}' is the job's own source"):
+        start_pipeline(passthrough(f"loop-{tag}", f"in-{tag}", f"in-{tag}"),
+                       data_dir=str(tmp_path / "data"))
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        assert f"loop-{tag}.control" not in t.list_topics(), "refused after it was recorded"
+
+
+def test_on_the_local_log_another_exactly_once_jobs_sink_is_no_source(tmp_path):
+    """The local log has no transactions: a job reading another exactly-once job's sink
+    would read output of that job's crashed attempts, which its committed readers never
+    see. Refused, naming both jobs; an at-least-once job's sink is what its readers see
+    anyway, and is a source like any topic."""
+    tag = uuid.uuid4().hex[:6]
+    data = str(tmp_path / "data")
+    with open_transport(data_dir=data) as t:
+        t.create_topics([TopicSpec(n, 1) for n in (f"in-{tag}", f"a-{tag}-out", f"c-{tag}-out")])
+        for name, guarantee in ((f"a-{tag}", "exactly-once"), (f"c-{tag}", "at-least-once")):
+            plan = plan_job(passthrough(name, f"in-{tag}", f"{name}-out", guarantee), t)
+            ControlLog(t, name).start_run(plan, bounded=True)
+        check_topics(t, plan_job(passthrough(f"d-{tag}", f"c-{tag}-out", f"d-out-{tag}"), t))
+        with pytest.raises(ConfigError, match=(
+                rf"source 'a-{tag}-out' is the sink of exactly-once job 'a-{tag}'.*"
+                rf"local log has no transactions.*Kafka")):
+            check_topics(t, plan_job(passthrough(f"b-{tag}", f"a-{tag}-out", f"b-out-{tag}",
+                                                 "at-least-once"), t))
