@@ -375,7 +375,7 @@ class Pipeline:
         ``reset_offset=True`` a run ignores the checkpoint an earlier run left (a retry
         inside the run still resumes from its own) and starts at ``offset_default``, which
         also applies when there is no checkpoint: ``"oldest"`` (the default: what the
-        topic holds), ``"upcoming"`` (only what arrives after the start) or ``"none"`` (no
+        topic holds), ``"upcoming"`` (only what arrives after the run's start) or ``"none"`` (no
         fallback: a run refuses to start while a partition has neither a checkpoint nor a
         Startpoint, naming it). Under exactly-once a reset moves the input positions and
         keeps the job's state.

@@ -177,7 +177,8 @@ def _timestamp(text: str) -> int:
                    "or an ISO date-time (2026-11-22T07:00:00Z; without a zone, local time).")
 @click.option("--oldest", is_flag=True, help="Start at the oldest offset the partition holds.")
 @click.option("--upcoming", is_flag=True,
-              help="Start at the end: only records that arrive after the task starts.")
+              help="Start at the end the partition had when the run started: only records "
+                   "that arrive after it (every attempt of the run starts there).")
 @click.option("--task", type=click.IntRange(0), default=None, metavar="N",
               help="Key it by partition and task N (which must read the partition). Default: "
                    "keyed by the partition, given to the task reading it when the next run "

@@ -383,7 +383,8 @@ def _summary_lines(summary: Any) -> list[str]:
 @click.option("--offset-default", type=click.Choice(["oldest", "upcoming", "none"]),
               default=None,
               help="Where a source partition without a checkpoint (or reset) starts: oldest "
-                   "(all the topic holds), upcoming (only what arrives after the start) or "
+                   "(all the topic holds), upcoming (only what arrives after the run's start, "
+                   "the same for every attempt of the run) or "
                    "none (no fallback: the run is refused, naming the partition, unless every "
                    "partition has a checkpoint or a Startpoint). Default: the source's (oldest "
                    "unless it says otherwise).")
