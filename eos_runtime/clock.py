@@ -15,10 +15,12 @@ record's time, a run's start).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "SYSTEM", "monotonic", "offset", "reset", "step", "wall"]
+__all__ = ["Clock", "SYSTEM", "Stamps", "monotonic", "offset", "reset", "stamp_ms", "step",
+           "wall"]
 
 _offset = 0.0
 
@@ -74,3 +76,35 @@ class _System:
 
 
 SYSTEM: Clock = _System()
+
+
+class Stamps:
+    """Times a process writes into records that other processes compare with their own
+    clocks (a lease's acquire and heartbeats, ``protocol/lease.py``): never below the last
+    one. Each stamp is the wall clock's time, or,
+    where the wall clock stepped back, the last stamp plus the monotonic time since. A
+    step back on a lease holder's host would otherwise make its heartbeats look as old
+    as the step to every other host, and a live lease lapse. A step forward is followed:
+    stamps from the future only make a lease look alive longer (by the step)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._last: tuple[int, float] | None = None   # (stamp ms, monotonic s)
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        with self._lock:
+            wall_now, mono = int(self.clock.wall() * 1000), self.clock.monotonic()
+            if self._last is not None:
+                last, then = self._last
+                wall_now = max(wall_now, last + int((mono - then) * 1000))
+            self._last = (wall_now, mono)
+            return wall_now
+
+
+_STAMPS = Stamps(SYSTEM)
+
+
+def stamp_ms() -> int:
+    """This process's next stamp (``Stamps``): the wall clock's ms, never going back."""
+    return _STAMPS.now_ms()

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import clock
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError
 from ..plan import JobPlan
 from ..protocol import wire
@@ -310,11 +311,11 @@ class ControlLog:
             beat = self._last_heartbeat(state.holder)
             if beat is not None and beat > state.last_ms:
                 state = LeaseState(state.holder, beat, False)
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.stamp_ms() if now_ms is None else now_ms
         return state.status(now), state.holder, state.last_ms
 
     def running_text(self, holder: wire.Lease, last_ms: int, now_ms: int | None = None) -> str:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.stamp_ms() if now_ms is None else now_ms
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.at_ms / 1000))
         return (f"job {self.job!r} is running (run {holder.run}, started {started} by pid "
                 f"{holder.pid} on host {holder.host}, last heard from "
@@ -358,11 +359,11 @@ class ControlLog:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
         if lease is not None:
             self._acquire(lease, run)
-        start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
+        start = wire.RunStart(run, clock.stamp_ms(), bounded, layout)
         return RunInfo(start, self._append(start))
 
     def _acquire(self, lease: LeaseRequest, run: int) -> None:
-        now = int(time.time() * 1000)
+        now = clock.stamp_ms()
         status, holder, last_ms = self.lease(now)
         if status == HELD and holder is not None and not lease.take_over:
             raise JobRunning(f"{self.running_text(holder, last_ms, now)}; wait for it, "
@@ -401,7 +402,7 @@ class ControlLog:
         last = self.last_run()
         if last is None:
             raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
-        stop = wire.StopRequest(last.start.run, int(time.time() * 1000), reason)
+        stop = wire.StopRequest(last.start.run, clock.stamp_ms(), reason)
         self._append(stop)
         return stop, last.stopped
 
@@ -455,7 +456,7 @@ class LeaseKeeper:
 
     def _record(self, action: str) -> wire.Lease:
         return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
-                          int(time.time() * 1000), int(self.lease.timeout * 1000))
+                          clock.stamp_ms(), int(self.lease.timeout * 1000))
 
     def renew(self, transport: Transport) -> None:
         """One heartbeat: the lease holds ``timeout`` seconds from now."""
