@@ -40,6 +40,7 @@ import msgpack
 
 from .errors import ConfigError, UserFunctionError
 from .kafka_settings import check_settings
+from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
 
 __all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
@@ -230,8 +231,8 @@ class Stream:
         name = _name(key_fn, "key_by")
         self._check_open(f".key_by({name})")
         for what, n in (("parallelism", parallelism), ("partitions", partitions)):
-            if n is not None and (type(n) is not int or n < 1):
-                raise ConfigError(f"key_by: {what} must be a positive integer, not {n!r}")
+            if n is not None:
+                check(what, n, what=f"key_by {what}")
         _check_arity(key_fn, f"key_by({name})", name, False, role="a key function")
         shuffle = Shuffle(key_fn, parallelism, partitions)
         self._segment.end = shuffle
@@ -316,12 +317,10 @@ class Pipeline:
         if processing_guarantee not in GUARANTEES:
             raise ConfigError(f"processing_guarantee {processing_guarantee!r}: use one of "
                               f"{', '.join(GUARANTEES)}")
-        if not commit_interval > 0:
-            raise ConfigError(f"commit_interval must be > 0 seconds, not {commit_interval!r}")
-        if type(commit_every) is not int or commit_every < 0:
-            raise ConfigError(f"commit_every must be an integer >= 0, not {commit_every!r}")
-        if type(parallelism) is not int or parallelism < 1:
-            raise ConfigError(f"parallelism must be a positive integer, not {parallelism!r}")
+        check("commit_interval", commit_interval)
+        check("commit_every", commit_every)
+        check("parallelism", parallelism)
+        check("outage_budget", outage_budget)
         if not (type(dead_letters) is bool or (isinstance(dead_letters, str) and dead_letters)):
             raise ConfigError(f"dead_letters must be True, False or a topic name, not "
                               f"{dead_letters!r}")

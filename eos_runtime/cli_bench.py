@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from .errors import ConfigError
+from .limits import option as in_range
 
 __all__ = ["bench_cmd"]
 
@@ -108,32 +109,32 @@ WARM_UP_RECORDS = 20_000
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
                    "that is not installed is skipped with the reason. Default: all of them.")
-@click.option("--records", type=click.IntRange(1), default=100_000, show_default=True,
+@click.option("--records", type=in_range("records"), default=100_000, show_default=True,
               metavar="N", help="Input records in each run's burst (lines for wordcount).")
 @click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
               help="Rounds; each runs every system once, in turn, so drift hits all alike. "
                    "Per measure too: 5,memory=1 runs 5 rounds of each measure but memory, "
                    "which gets 1 (a measure given no number gets 3).")
-@click.option("--partitions", type=click.IntRange(1), default=2, show_default=True,
+@click.option("--partitions", type=in_range("partitions"), default=2, show_default=True,
               metavar="N", help="Partitions of every topic; tasks or processes per stage.")
-@click.option("--commit-interval", type=click.FloatRange(min=0.05), default=1.0,
+@click.option("--commit-interval", type=in_range("bench_commit_interval"), default=1.0,
               show_default=True, metavar="S", help="Seconds between checkpoints (commits).")
-@click.option("--rate", type=click.FloatRange(min=1), default=2000.0, show_default=True,
+@click.option("--rate", type=in_range("bench_rate"), default=2000.0, show_default=True,
               metavar="N", help="Latency and recovery runs: input records per second, "
                                 "steadily.")
-@click.option("--probe-every", type=click.FloatRange(min=1), default=100.0, show_default=True,
+@click.option("--probe-every", type=in_range("probe_every"), default=100.0, show_default=True,
               metavar="MS", help="Latency and recovery runs: a probe record every MS ms "
                                  "among the steady input.")
-@click.option("--steady-seconds", type=click.FloatRange(min=1), default=20.0,
+@click.option("--steady-seconds", type=in_range("steady_seconds"), default=20.0,
               show_default=True, metavar="S",
               help="Latency and recovery runs: seconds of steady input (recovery kills a "
                    "task a third into it).")
-@click.option("--state-keys", type=click.IntRange(1), default=100_000, show_default=True,
+@click.option("--state-keys", type=in_range("state_keys"), default=100_000, show_default=True,
               metavar="N", help="Memory runs: the aggregate workload with N keys in state, "
                                 "then 10×N (two input records per key).")
 @click.option("--seed", type=click.IntRange(0), default=1, show_default=True, metavar="S",
               help="Seed of the generated input.")
-@click.option("--idle-timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--idle-timeout", type=in_range("idle_timeout"), default=60.0, show_default=True,
               metavar="S", help="Give a run up (marked failed) after S seconds without new "
                                 "output while results are missing.")
 @click.option("--bootstrap-servers", envvar="EOS_BOOTSTRAP_SERVERS", default=None,

@@ -22,6 +22,7 @@ import click
 
 from .cli_pipeline import kafka_client_config, kafka_settings_options
 from .errors import ConfigError
+from .limits import option as in_range
 from .redact import redact
 
 __all__ = ["experiment_cmd"]
@@ -125,7 +126,7 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
 @click.option("--seed", type=click.IntRange(0), default=None, metavar="S",
               help="Seed of the input and of a random schedule (the first of --runs seeds). "
                    "Default: a random one, printed.")
-@click.option("--faults", "n_faults", type=click.IntRange(0), default=None, metavar="N",
+@click.option("--faults", "n_faults", type=in_range("faults"), default=None, metavar="N",
               help="Faults per run in a random schedule. Default: 3; a soak: one per 15 s "
                    "of --duration.")
 @click.option("--kinds", default=None, metavar="K1,K2",
@@ -136,16 +137,16 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
                    "the operator's and clock, which are drawn only when named.")
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="An explicit schedule (TOML or JSON) instead of a random one.")
-@click.option("--runs", type=click.IntRange(1), default=1, show_default=True, metavar="N",
+@click.option("--runs", type=in_range("runs"), default=1, show_default=True, metavar="N",
               help="Runs, with seeds S, S+1, ..., S+N-1; a table at the end.")
-@click.option("--lines", type=click.IntRange(1), default=None, metavar="N",
+@click.option("--lines", type=in_range("lines"), default=None, metavar="N",
               help="Input records generated per run (a bounded run). Default: 10000.")
 @click.option("--duration", "duration_text", default=None, metavar="TIME",
               help="A soak: an unbounded run this long (seconds, or 30s, 10m, 1h), fed by "
                    "the generator at --rate all along, faults spread over it (default: one "
                    "every ~15 s), then a graceful stop and the verification of every record "
                    "fed.")
-@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None, metavar="N",
+@click.option("--rate", type=in_range("rate"), default=None, metavar="N",
               help="A soak's input records per second. Default: 100.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Where the runs' local logs go (each run in a new directory of its own, "

@@ -30,6 +30,7 @@ import click
 from click.core import ParameterSource
 
 from .errors import ConfigError, DeliveryFailed, TopicNotFound
+from .limits import option as in_range
 
 __all__ = ["run_cmd", "produce_cmd", "consume_cmd", "generate_words", "WORDS",
            "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
@@ -332,28 +333,28 @@ def _summary_lines(summary: Any) -> list[str]:
                    ".eos/state on Kafka.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]), default=None,
               help="Processing guarantee. Default: the pipeline's.")
-@click.option("--commit-interval", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--commit-interval", type=in_range("commit_interval"), default=None,
               metavar="SECONDS", help="Checkpoint every SECONDS (> 0). Default: the pipeline's.")
-@click.option("--commit-every", type=click.IntRange(0), default=None, metavar="N",
+@click.option("--commit-every", type=in_range("commit_every"), default=None, metavar="N",
               help="Also checkpoint after N records of a task; 0 turns that off (the commit "
                    "interval alone). Default: the pipeline's.")
-@click.option("--parallelism", type=click.IntRange(1), default=None, metavar="N",
+@click.option("--parallelism", type=in_range("parallelism"), default=None, metavar="N",
               help="Tasks per stage: of every stage after a key_by that sets no parallelism, "
                    "and of the source stage if its source() sets none (at most the source "
                    "topic's partitions). Default: the pipeline's for the stages after a key_by, "
                    "the source topic's partition count for the source stage.")
-@click.option("--sink-partitions", type=click.IntRange(1), default=None, metavar="N",
+@click.option("--sink-partitions", type=in_range("sink_partitions"), default=None, metavar="N",
               help="Partitions of the sink topic when the run creates it (ignored if it exists). "
                    "Default: 1.")
 @click.option("--master", default=None, metavar="MASTER",
               help="Spark master: local[...], spark://..., yarn or k8s://...; local[N,F] runs N "
                    "tasks at once, F attempts each. Default: local[N,F] with N = the plan's "
                    "tasks, F = --max-attempts.")
-@click.option("--max-attempts", type=click.IntRange(1), default=4, show_default=True,
+@click.option("--max-attempts", type=in_range("max_attempts"), default=4, show_default=True,
               metavar="N",
               help="Attempts per task before the run fails (a user function's error is not "
                    "retried: it ends the run at once).")
-@click.option("--no-progress-timeout", type=click.FloatRange(0), default=300.0,
+@click.option("--no-progress-timeout", type=in_range("no_progress_timeout"), default=300.0,
               show_default=True, metavar="SECONDS",
               help="Fail the run when some task has had no running attempt for SECONDS (a "
                    "cluster that lost its workers, or has fewer free slots than tasks: Spark "
@@ -366,7 +367,7 @@ def _summary_lines(summary: Any) -> list[str]:
 @click.option("--unbounded", is_flag=True,
               help="Run until eos stop or Ctrl-C instead of to the end of the input present at "
                    "the start.")
-@click.option("--outage-budget", type=click.FloatRange(0), default=None, metavar="SECONDS",
+@click.option("--outage-budget", type=in_range("outage_budget"), default=None, metavar="SECONDS",
               help="Ride through a broker outage of up to SECONDS: the driver and every task "
                    "wait for the broker and go on (tasks restart in place and recover); past "
                    "it the run fails, naming the broker and how long it was gone. 0: fail at "
@@ -404,7 +405,7 @@ def _summary_lines(summary: Any) -> list[str]:
               help="Run even though another driver holds the job's lease (a run in progress, "
                    "or a driver that died less than its lease timeout ago): that run is asked "
                    "to stop, and this one takes the job.")
-@click.option("--lease-timeout", type=click.FloatRange(0, min_open=True), default=60.0,
+@click.option("--lease-timeout", type=in_range("lease_timeout"), default=60.0,
               show_default=True, metavar="SECONDS",
               help="Seconds without a heartbeat from this driver before its lease on the job "
                    "lapses and another run may start (it renews every third of it, at most "

@@ -13,13 +13,16 @@ Besides ``kill`` and ``stop``, an armed point can ``lose-state`` (delete a direc
 the task's RocksDB store, then SIGKILL: the retry finds no local state, as on a new
 host) or become a ``zombie`` (fork; the parent dies as a killed worker does, the child
 stops itself and, once continued with SIGCONT, goes on as the old instance beside its
-successor). ``record_to(path, ...)`` makes a firing point append one JSON line to
-``path`` first, so an experiment knows when and where its faults fired.
+successor). An armed point can also step this process's wall clock (``clock``, with
+``step`` seconds, negative: back; ``eos_runtime/clock.py``) and go on: the process lives,
+as a host whose clock NTP stepped. ``record_to(path, ...)`` makes a firing point append
+one JSON line to ``path`` first, so an experiment knows when and where its faults fired.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shutil
@@ -29,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import clock
 from .errors import ConfigError
 
 __all__ = ["CRASH_POINTS", "ACTIONS", "arm", "disarm", "is_armed", "crash_point", "record_to",
@@ -52,6 +56,7 @@ CRASH_POINTS: dict[str, str] = {
 _armed: dict[str, int] = {}
 _actions: dict[str, str] = {}
 _paths: dict[str, str] = {}
+_steps: dict[str, float] = {}      # action "clock": seconds the wall clock steps
 _not_before: dict[str, float] = {}   # epoch seconds before which a point's hits do not count
 _record: dict[str, Any] = {}
 _zombie: list[str] = []     # in a zombie: the point it split at
@@ -60,17 +65,19 @@ _zombie: list[str] = []     # in a zombie: the point it split at
 # not survive a fork settles its clients before and makes them anew after
 # (transport/kafka/zombie.py).
 _split_hooks: list[tuple[Callable[[], None], Callable[[], None]]] = []
-ACTIONS = ("kill", "stop", "lose-state", "zombie")
+ACTIONS = ("kill", "stop", "lose-state", "zombie", "clock")
 SPLIT_WAIT = 60.0   # seconds the dying half waits for the zombie to be ready, at most
 
 
 def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = None,
-        not_before: float | None = None) -> None:
+        not_before: float | None = None, step: float | None = None) -> None:
     """At the ``hit``-th time ``name`` is reached, SIGKILL this process (``kill``),
     SIGSTOP it (``stop``: it goes on after SIGCONT, as a zombie would), delete the
-    directory ``path`` and SIGKILL (``lose-state``), or split into a dead parent and a
-    stopped child that lives on (``zombie``). With ``not_before`` (epoch seconds) only
-    the hits from that moment on count: a soak spreads its faults over its duration."""
+    directory ``path`` and SIGKILL (``lose-state``), split into a dead parent and a
+    stopped child that lives on (``zombie``), or step this process's wall clock by
+    ``step`` seconds and go on (``clock``). With ``not_before`` (epoch seconds, the true
+    clock) only the hits from that moment on count: a soak spreads its faults over its
+    duration."""
     if name not in CRASH_POINTS:
         raise ConfigError(f"unknown crash point {name!r}; known: {', '.join(sorted(CRASH_POINTS))}")
     if hit < 1:
@@ -80,10 +87,19 @@ def arm(name: str, hit: int = 1, action: str = "kill", *, path: str | None = Non
     if (action == "lose-state") != (path is not None):
         raise ConfigError(f"crash point {name!r}: a path goes with action 'lose-state', and only "
                           f"with it")
+    if (action == "clock") != (step is not None):
+        raise ConfigError(f"crash point {name!r}: a step goes with action 'clock', and only "
+                          f"with it")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))
+                             or not math.isfinite(step) or step == 0):
+        raise ConfigError(f"crash point {name!r}: clock step {step!r}: give seconds, a finite "
+                          f"number other than 0 (negative: back)")
     _armed[name] = hit
     _actions[name] = action
     if path is not None:
         _paths[name] = path
+    if step is not None:
+        _steps[name] = float(step)
     if not_before is not None:
         _not_before[name] = not_before
 
@@ -99,6 +115,7 @@ def disarm() -> None:
     _armed.clear()
     _actions.clear()
     _paths.clear()
+    _steps.clear()
     _not_before.clear()
     _record.clear()
 
@@ -119,10 +136,16 @@ def crash_point(name: str) -> None:
     left = _armed.get(name)
     if left is None:
         return
+    # The true clock: a step this process took must not hold back its other faults.
     if _not_before and time.time() < _not_before.get(name, 0.0):
         return
     if left <= 1:
         action = _actions.get(name, "kill")
+        if action == "clock":
+            del _armed[name]
+            _note(name, action, step=_steps[name])
+            clock.step(_steps[name])
+            return
         if action == "zombie":
             _split_zombie(name)   # returns in the child only, after SIGCONT
             del _armed[name]

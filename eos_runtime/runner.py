@@ -439,6 +439,17 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
     driver that dies stops holding it ``lease_timeout`` seconds after its last renewal."""
     from .engine import EngineConfig, check_slots, start_tasks
+    from .limits import check
+
+    for setting, value in (("commit_interval", commit_interval),
+                           ("commit_every", commit_every), ("parallelism", parallelism),
+                           ("sink_partitions", sink_partitions), ("channel_batch", channel_batch),
+                           ("outage_budget", outage_budget),
+                           ("no_progress_timeout", no_progress_timeout),
+                           ("max_attempts", max_attempts), ("buffer_max_bytes", buffer_max_bytes),
+                           ("poll_records", poll_records), ("lease_timeout", lease_timeout)):
+        if value is not None:   # None: the pipeline's, or the default
+            check(setting, value)
     from .kafka_settings import merge
 
     transport_opts: dict[str, Any]
@@ -529,6 +540,9 @@ def run_pipeline(pipeline: Pipeline, *,
 
     Ctrl-C once asks for a graceful stop (final checkpoints, then the summary); a second
     Ctrl-C cancels the tasks where they are."""
+    from .limits import check
+
+    check("progress_interval", progress_interval)
     return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
                      progress_interval=progress_interval)
 

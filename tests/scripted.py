@@ -94,7 +94,8 @@ def _limit_files(n: int) -> None:
 class ScriptedJob:
     def __init__(self, tmp_path: Path, transport: dict[str, Any], *, name: str = "scripted",
                  guarantee: str = "exactly-once", producers: int = 2, channels: int = 1,
-                 buffer_max_bytes: int = 64 << 20, commit_every: int = 0) -> None:
+                 buffer_max_bytes: int = 64 << 20, commit_every: int = 0,
+                 commit_interval: float = 1e9) -> None:
         self.tmp = tmp_path
         # Unique on a broker shared by a whole session (id() of a collected job is reused).
         self.name = f"{name}-{uuid.uuid4().hex[:10]}"
@@ -102,8 +103,10 @@ class ScriptedJob:
         self.t = open_transport(**transport)
         self.t.create_topics([TopicSpec(f"{self.name}.in", producers),
                               TopicSpec(f"{self.name}.out", 1)])
-        # No timer checkpoint ever: the commit grid's lines of 1e9 s are in 2001 and 2033.
-        pipeline = Pipeline(self.name, processing_guarantee=guarantee, commit_interval=1e9,
+        # By default no timer checkpoint ever: the commit grid's lines of 1e9 s are in 2001
+        # and 2033.
+        pipeline = Pipeline(self.name, processing_guarantee=guarantee,
+                            commit_interval=commit_interval,
                             commit_every=commit_every)
         (pipeline.source(f"{self.name}.in", value="utf8")
          .key_by(identity_key, partitions=channels, parallelism=1)
@@ -137,7 +140,8 @@ class ScriptedJob:
                 read_topic(self.t, self.channel_topic, read_committed=False)
                 if r.partition == channel]
 
-    def run_task(self, *, task_id: int | None = None, fault: dict[str, Any] | None = None,
+    def run_task(self, *, task_id: int | None = None,
+                 fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                  timeout: float = 120.0, max_open_files: int | None = None,
                  **config: Any) -> dict[str, Any] | None:
         """Run a task (default: the one under test) as its next attempt, in a child process;
@@ -148,7 +152,8 @@ class ScriptedJob:
         cfg = task_configs(self.plan, self.t, self.transport_opts, str(self.tmp / "state"))[task_id]
         cfg = replace(cfg, buffer_max_bytes=self.buffer_max_bytes, **config)
         if fault is not None:
-            cfg = replace(cfg, fault={"task": task_id, "attempt": attempt, **fault})
+            cfg = replace(cfg, fault=[{"task": task_id, "attempt": attempt, **f}
+                                      for f in (fault if isinstance(fault, list) else [fault])])
         cfg_path = self.tmp / f"config-{task_id}-{attempt}.pkl"
         out_path = self.tmp / f"stats-{task_id}-{attempt}.pkl"
         cfg_path.write_bytes(cloudpickle.dumps(cfg))

@@ -99,3 +99,42 @@ def test_the_holder_is_always_the_last_acquire_that_could_take_it(recs, now):
         assert not acquires and status == FREE
     if acquires and acquires[-1].take_over:
         assert state.holder == acquires[-1]
+
+
+def test_a_step_back_on_the_holders_host_does_not_make_its_live_lease_lapse():
+    """Expiry compares the holder's stamps with another host's clock. A holder whose
+    clock stepped 600 s back stamped its heartbeats 600 s in the past, and to a driver on
+    a host whose clock did not step its live lease lapsed within a timeout: a second run
+    took the job. The holder's stamps never go back (``clock.Stamps``)."""
+    from fake_clock import FakeClock
+
+    from eos_runtime.clock import Stamps
+
+    start = 1_700_000_000.0
+    holder = FakeClock(start)
+    stamps = Stamps(holder)
+    records = [acq("a", stamps.now_ms())]
+    for beat in range(20):                  # a heartbeat every 10 s for 200 s
+        holder.advance(10.0)
+        if beat == 1:
+            holder.step(-600.0)
+        records.append(renew("a", stamps.now_ms()))
+    now = int((start + 205) * 1000)         # another host's true clock, 5 s after the last
+    assert lease_state(records, now)[0] == HELD
+    assert [r.at_ms for r in records] == sorted(r.at_ms for r in records)
+
+
+def test_a_drivers_lease_records_do_not_go_back_with_its_clock():
+    """The wiring: ``LeaseKeeper`` stamps its heartbeats with ``clock.stamp_ms``."""
+    from eos_runtime import clock
+    from eos_runtime.runtime.control import LeaseKeeper, LeaseRequest
+
+    keeper = object.__new__(LeaseKeeper)
+    keeper.run, keeper.lease = 0, LeaseRequest()
+    first = keeper._record("renew").at_ms
+    clock.step(-600.0)
+    try:
+        second = keeper._record("renew").at_ms
+    finally:
+        clock.reset()
+    assert second >= first

@@ -415,3 +415,59 @@ def test_a_partition_whose_files_fail_to_open_halfway_leaves_no_descriptor_open(
             with pytest.raises(TransportError, match=r"0\.idx"):
                 t.watermarks(TP)
     assert sorted(os.listdir("/proc/self/fd")) == fds
+
+
+MANY_PARTITIONS = textwrap.dedent("""
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
+    t = open_transport(data_dir=sys.argv[1])
+    t.create_topics([TopicSpec("wide", 400)])
+    with t.producer() as p:
+        for rnd in range(2):
+            for part in range(400):
+                p.produce("wide", part, f"{part}-{rnd}".encode())
+            p.flush()
+    c = t.consumer()
+    c.assign({TopicPartition("wide", part): 0 for part in range(400)})
+    seen = []
+    for _ in range(100):
+        seen += c.poll(10_000, 0.1)
+        if len(seen) >= 800:
+            break
+    assert sorted(r.value.decode() for r in seen) == sorted(
+        f"{part}-{rnd}" for part in range(400) for rnd in range(2)), len(seen)
+    assert all(t.watermarks(TopicPartition("wide", part)) == (0, 2) for part in range(400))
+    t.delete_records(TopicPartition("wide", 7), 1)
+    assert t.watermarks(TopicPartition("wide", 7)) == (1, 2)
+    print("ok")
+""")
+
+
+def test_a_process_with_a_low_open_file_limit_writes_and_reads_400_partitions(log_dir):
+    """Found by reading (issue 22): the log kept 3 open files per partition a process ever
+    touched and never closed them, so about 300 partitions exhausted a limit of 1024 (here
+    256, the limit of the child process: 400 partitions, 1200 files)."""
+    proc = subprocess.run([sys.executable, "-c", MANY_PARTITIONS, str(log_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_a_partition_dropped_from_the_open_ones_stays_open_while_in_use(tmp_path):
+    """The transport keeps the files of the partitions used last; one it drops while an
+    append or a read still holds it is closed only when that user lets go, so its
+    descriptors never become another file's under it."""
+    from eos_runtime.transport import locallog
+
+    with open_transport(data_dir=str(tmp_path / "log")) as t:
+        t.create_topics([TopicSpec("wide", locallog.OPEN_PARTITIONS + 1)])
+        held = t._partition(TopicPartition("wide", 0))
+        for part in range(1, locallog.OPEN_PARTITIONS + 1):
+            t.watermarks(TopicPartition("wide", part))
+        assert TopicPartition("wide", 0) not in t._files
+        assert held.pointer().next_offset == 0          # still open for its user
+        fd = held.log
+        del held
+        with pytest.raises(OSError) as closed:
+            os.fstat(fd)
+        assert closed.value.errno == errno.EBADF

@@ -217,7 +217,7 @@ def test_the_budget_is_a_pipeline_setting_and_a_run_option():
 
     assert Pipeline("p").outage_budget == 60.0
     assert Pipeline("p", outage_budget=5).outage_budget == 5.0
-    with pytest.raises(ConfigError, match="outage budget must be a number of seconds >= 0"):
+    with pytest.raises(ConfigError, match="outage_budget -1: give a number of seconds >= 0"):
         Pipeline("p", outage_budget=-1)
     assert plan_budget(None) == 60.0 and plan_budget(0) == 0.0
     with pytest.raises(ConfigError, match="not inf"):

@@ -32,8 +32,8 @@ close *equal* versions, and no producer's messages wait for another's next marke
 from __future__ import annotations
 
 __all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "finished_run",
-           "first_version", "grid_line", "run_end", "run_of", "source_start_version",
-           "time_version"]
+           "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
+           "source_start_version", "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
 RUN_BITS = 40
@@ -96,6 +96,14 @@ def grid_line(now_ms: int, interval_ms: int) -> int:
     return now_ms - now_ms % interval_ms
 
 
+def grid_ceiling(version: int, run: int, started_ms: int, interval_ms: int) -> int:
+    """S5: the time version of the commit grid's first line at or after ``version``'s own
+    time (``time_version`` read backwards): the version a timer checkpoint of a source
+    whose open version is ``version`` takes at least."""
+    at_ms = started_ms + version - first_version(run)
+    return time_version(run, started_ms, -(-at_ms // interval_ms) * interval_ms)
+
+
 def announcement(exactly_once: bool, restored: int, run: int) -> tuple[tuple[str, int], ...]:
     """What a task with channels sends downstream when it (re)starts, in order.
 
@@ -132,6 +140,14 @@ class SourceVersions:
     S3  After checkpoint V the open version is V + 1.
     S4  A timer checkpoint's ``now_ms`` is the commit grid's line it is due for
         (``grid_line``), so that every source closes the same version at a line.
+    S5  A timer checkpoint takes at least the grid's first line at or above its open
+        version (``grid_ceiling``): one line further than the last, whatever the wall
+        clock says. A wall clock stepped back names lines already passed, and S2 alone
+        then counted up by one per checkpoint, while sources whose clocks did not step
+        went on a line (interval_ms versions) at a time: a channel task held their data
+        back (R1) until the stepped clock caught up. With S5 a source whose clock stepped
+        back closes the versions of the lines it would have seen, the same as its peers.
+        A step forward names the lines ahead at once (S2): versions only ever grow.
     """
 
     def __init__(self, restored: int, run: int, started_ms: int | None) -> None:
@@ -140,12 +156,16 @@ class SourceVersions:
         self.open = source_start_version(restored, run)   # S1
         self.end = run_end(run)
 
-    def for_checkpoint(self, now_ms: int) -> int:
-        """S2: the version of a checkpoint taken now; raises once the run's versions are
-        used up (2**40 of them: a millisecond each for 34 years, or a bug)."""
+    def for_checkpoint(self, now_ms: int, grid_ms: int | None = None) -> int:
+        """S2: the version of a checkpoint taken now; ``grid_ms``: the commit interval, for
+        a timer checkpoint (S5). Raises once the run's versions are used up (2**40 of
+        them: a millisecond each for 34 years, or a bug)."""
         version = self.open
         if self.started_ms is not None:
             version = max(version, time_version(self.run, self.started_ms, now_ms))
+            if grid_ms is not None:
+                version = max(version, grid_ceiling(self.open, self.run, self.started_ms,
+                                                    grid_ms))
         if version >= self.end:
             raise ValueError(f"the versions of run {self.run} are used up")
         return version

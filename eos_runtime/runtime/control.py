@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import clock
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
 from ..plan import JobPlan
 from ..protocol import wire
@@ -344,11 +345,11 @@ class ControlLog:
             beat = self._last_heartbeat(state.holder)
             if beat is not None and beat > state.last_ms:
                 state = LeaseState(state.holder, beat, False)
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.stamp_ms() if now_ms is None else now_ms
         return state.status(now), state.holder, state.last_ms
 
     def running_text(self, holder: wire.Lease, last_ms: int, now_ms: int | None = None) -> str:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.stamp_ms() if now_ms is None else now_ms
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.at_ms / 1000))
         return (f"job {self.job!r} is running (run {holder.run}, started {started} by pid "
                 f"{holder.pid} on host {holder.host}, last heard from "
@@ -391,7 +392,7 @@ class ControlLog:
         if run > MAX_RUN:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
         acquired = self._acquire(lease, run) if lease is not None else None
-        start = wire.RunStart(run, int(time.time() * 1000), bounded, layout)
+        start = wire.RunStart(run, clock.stamp_ms(), bounded, layout)
         offset = self._append(start)
         early = None if acquired is None else self._early_stop(run, *acquired, offset)
         if early is not None:
@@ -414,7 +415,7 @@ class ControlLog:
     def _acquire(self, lease: LeaseRequest, run: int) -> tuple[int, int | None]:
         """Take the lease for ``run``: the offsets of the acquire and of the stop request
         asking the holder it took over to stop (None: none)."""
-        now = int(time.time() * 1000)
+        now = clock.stamp_ms()
         status, holder, last_ms = self.lease(now)
         if status == HELD and holder is not None and not lease.take_over:
             raise JobRunning(f"{self.running_text(holder, last_ms, now)}; wait for it, "
@@ -463,7 +464,7 @@ class ControlLog:
                      and rec.action == "acquire" and rec.run == target), default=-1)
         earlier = next((rec for o, rec in records if o > begin
                         and isinstance(rec, wire.StopRequest) and rec.run == target), None)
-        stop = wire.StopRequest(target, int(time.time() * 1000), reason)
+        stop = wire.StopRequest(target, clock.stamp_ms(), reason)
         self._append(stop)
         return stop, earlier
 
@@ -482,7 +483,7 @@ class ControlLog:
             raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
         if status == EXPIRED and holder is not None:
             why = (f"run {holder.run}'s driver (pid {holder.pid} on host {holder.host}) was "
-                   f"last heard from {max(time.time() * 1000 - last_ms, 0) / 1000:.0f} s ago, "
+                   f"last heard from {max(clock.stamp_ms() - last_ms, 0) / 1000:.0f} s ago, "
                    f"longer than its lease timeout")
         else:
             why = (f"no driver holds its lease; its last run was run {runs[-1].start.run}"
@@ -539,7 +540,7 @@ class LeaseKeeper:
 
     def _record(self, action: str) -> wire.Lease:
         return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
-                          int(time.time() * 1000), int(self.lease.timeout * 1000))
+                          clock.stamp_ms(), int(self.lease.timeout * 1000))
 
     def renew(self, transport: Transport) -> None:
         """One heartbeat: the lease holds ``timeout`` seconds from now."""

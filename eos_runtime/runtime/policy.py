@@ -28,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from .. import clock
+from ..clock import SYSTEM, Clock
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
 from ..protocol.runs import grid_line
@@ -56,38 +58,60 @@ class CommitTimer:
 
     On a grid, not an interval after the last checkpoint: every task of a job keeps the
     same schedule, so the markers of one version leave all sources at about the same
-    moment, and how long a checkpoint takes does not push the next one back. A clock
-    step (NTP) makes one checkpoint early or late, which only moves where a version
-    ends. ``now``: wall-clock seconds, read when not given (tests give it)."""
+    moment, and how long a checkpoint takes does not push the next one back.
 
-    def __init__(self, interval: float, every: int, *, now: float | None = None) -> None:
+    The grid gives the *phase*; *when* is timed on the monotonic clock: at each reset the
+    time to the grid's next line is read off the wall clock and the deadline set that far
+    ahead on the monotonic one. A step of the wall clock (NTP) after a reset therefore
+    moves no deadline, and at the next reset it moves the phase by less than an interval:
+    one checkpoint comes early or late. Timed on the wall clock, a step back of 600 s
+    left the next line 600 s away (issue 22). ``clock``: the clocks read
+    (``eos_runtime.clock``; tests pass their own)."""
+
+    def __init__(self, interval: float, every: int, *, clock: Clock = SYSTEM) -> None:
         self.every = every
         self.interval_ms = max(1, round(interval * 1000))
+        self.clock = clock
         self.since = 0
-        self.next_ms = 0
-        self.reset(now)
+        self.line = 0           # the grid's line (wall-clock ms) the timer is due for
+        self.deadline = 0       # when, on the monotonic clock (ms, as the grid)
+        self.reset()
 
     def count(self, n: int) -> None:
         self.since += n
 
-    def due(self, now: float | None = None) -> bool:
+    def fired(self) -> bool:
+        """The timer (not the count) made a checkpoint due."""
+        return _ms(self.clock.monotonic()) >= self.deadline
+
+    def due(self) -> bool:
         if self.every and self.since >= self.every:
             return True
-        return _ms(now) >= self.next_ms
+        return self.fired()
 
-    def line_ms(self, now: float | None = None) -> int:
-        """The grid's latest line at ``now``: where a timer checkpoint takes its version's
-        time from (S4)."""
-        return grid_line(_ms(now), self.interval_ms)
+    def line_ms(self) -> int:
+        """The grid's line a checkpoint taken now takes its version's time from (S4): the
+        wall clock's latest line, or the line the timer was due for once the monotonic
+        clock reached it, if the wall clock is not there yet (NTP slewing it, or a step
+        back: S5 in ``protocol/runs.SourceVersions`` then keeps the version on course)."""
+        line = grid_line(_ms(self.clock.wall()), self.interval_ms)
+        return max(line, self.line) if self.fired() else line
 
-    def reset(self, now: float | None = None) -> None:
-        """A checkpoint was taken: the next is due at the grid's next line after ``now``."""
+    def reset(self) -> None:
+        """A checkpoint was taken: the next is due at the grid's next line after now."""
+        wall, mono = _ms(self.clock.wall()), _ms(self.clock.monotonic())
+        line = grid_line(wall, self.interval_ms) + self.interval_ms
+        if line == self.line and mono >= self.deadline:
+            # the monotonic clock reached this line before the wall clock did: it is the
+            # line just checkpointed, not the next one
+            line += self.interval_ms
         self.since = 0
-        self.next_ms = self.line_ms(now) + self.interval_ms
+        self.line = line
+        self.deadline = mono + line - wall
 
 
-def _ms(now: float | None) -> int:
-    return round((time.time() if now is None else now) * 1000)
+def _ms(now: float) -> int:
+    return round(now * 1000)
 
 
 class Aligned:
@@ -128,7 +152,8 @@ class Aligned:
                               msg.seq, raw)
         if type(msg) is wire.Marker:
             if self._first_marker is None:
-                late = max(0.0, time.time() * 1000 - timestamp) if timestamp > 0 else None
+                late = (max(0.0, clock.wall() * 1000 - timestamp) if timestamp > 0
+                        else None)
                 self._first_marker = (time.monotonic(), late)
             if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version):
                 return Step.CHECKPOINT

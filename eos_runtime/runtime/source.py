@@ -8,7 +8,6 @@ until a stop request names the run (``runtime/control.py``). Its open version is
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -226,11 +225,12 @@ class SourceSide:
                 self.consumer.pause([self.tps[p]])
 
     def checkpoint_due(self) -> int | None:
-        """The version of the checkpoint due now, or None (runs S2)."""
-        now = time.time()
-        if not self.timer.due(now):
+        """The version of the checkpoint due now, or None (runs S2, S4, S5)."""
+        timer = self.timer
+        if not timer.due():
             return None
-        return self.versions.for_checkpoint(self.timer.line_ms(now))   # S4
+        return self.versions.for_checkpoint(timer.line_ms(),
+                                            timer.interval_ms if timer.fired() else None)
 
     def committed(self, version: int) -> None:
         self.versions.committed(version)

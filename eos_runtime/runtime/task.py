@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import cloudpickle
 
-from .. import faults
+from .. import clock, faults
 from ..api import Sink
 from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
@@ -66,7 +66,8 @@ class TaskConfig:
     buffer_max_bytes: int = 64 << 20
     # fault injection: {"point", "task", "attempt", "hit", "action", "log"} or a list of them
     # (action: faults.ACTIONS; log: a file each firing fault appends a JSON line to;
-    # "not_before": epoch seconds before which hits do not count)
+    # "not_before": epoch seconds before which hits do not count; action "clock" takes
+    # "step": seconds the attempt's wall clock steps, negative: back, and goes on)
     fault: dict[str, Any] | list[dict[str, Any]] | None = None
     poll_records: int = 5_000
     # most messages in one channel record (a data batch); 1 sends each on its own
@@ -121,6 +122,7 @@ def run_task_payload(payload: bytes, attempt: int) -> bytes:
 
 def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
     faults.disarm()  # a reused worker must not carry another task's faults
+    clock.reset()    # nor its clock step (a step lasts for the attempt it fired in)
     wanted = (config.fault if isinstance(config.fault, list)
               else [config.fault] if config.fault else [])
     for f in wanted:
@@ -132,7 +134,8 @@ def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
             store = (str(Path(config.state_dir) / config.plan.name / f"task-{config.task_id}")
                      if action == "lose-state" else None)
             faults.arm(f["point"], f.get("hit", 1), action, path=store,
-                       not_before=f.get("not_before"))
+                       not_before=f.get("not_before"),
+                       step=f.get("step") if action == "clock" else None)
             if f.get("log"):   # experiments learn when and where their faults fired
                 faults.record_to(f["log"], task=config.task_id, attempt=attempt)
     try:

@@ -60,6 +60,7 @@ import struct
 import time
 import uuid
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -88,6 +89,10 @@ _INDEX = struct.Struct("<qqq")
 # low watermark: offset | position | crc32
 _LOW = struct.Struct("<qqI")
 INDEX_INTERVAL = 64 * 1024
+#: Partitions whose files a transport keeps open (3 descriptors each), the ones used
+#: last: a process touching more reopens the others when it uses them again (three
+#: opens). Kept open for good, 300 partitions used up a limit of 1024 files.
+OPEN_PARTITIONS = 64
 _NO_TS = -(2**63)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _READ_CHUNK = 1 << 20
@@ -142,11 +147,16 @@ class _PartitionFiles:
 
     Opened read-write; where that is not allowed (``_READ_ONLY_ERRNOS``), read-only, with
     the reason in ``read_only``: such a partition can be read but not appended to.
+
+    Closed by ``close()`` or, once the transport let go of it (``OPEN_PARTITIONS``), when
+    the last user drops it: an append or a read holding it keeps its descriptors (and
+    its lock) until it is done, never a number the system may give to another file.
     """
 
     def __init__(self, directory: Path, partition: int) -> None:
         base = directory / str(partition)
         self.name = str(base)
+        self.closed = True
         #: why the files are open read-only (None: they are open read-write)
         self.read_only: str | None = None
         try:
@@ -156,6 +166,7 @@ class _PartitionFiles:
                 raise
             self.read_only = f"{exc.strerror}: {exc.filename}"
             self.log, self.end, self.idx = self._open(os.O_RDONLY)
+        self.closed = False
 
     def _open(self, flags: int) -> tuple[int, int, int]:
         """The .log, .end and .idx files opened with ``flags``: all three or none."""
@@ -170,8 +181,17 @@ class _PartitionFiles:
         return fds[0], fds[1], fds[2]
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         for fd in (self.log, self.end, self.idx):
             os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:   # at interpreter exit, or the descriptors went with a fork
+            pass
 
     def low(self) -> tuple[int, int]:
         """(low watermark, its file position): (0, 0) until records were deleted."""
@@ -240,7 +260,8 @@ class LocalLogTransport(Transport):
             # creating one is an error naming it (create_topics).
         self.fsync = fsync
         self._specs: dict[str, TopicSpec] = {}
-        self._files: dict[TopicPartition, _PartitionFiles] = {}
+        # The partitions used last, most recent last (OPEN_PARTITIONS at most).
+        self._files: OrderedDict[TopicPartition, _PartitionFiles] = OrderedDict()
 
     # ------------------------------------------------------------------ topics
 
@@ -330,7 +351,9 @@ class LocalLogTransport(Transport):
 
     def _partition(self, tp: TopicPartition) -> _PartitionFiles:
         files = self._files.get(tp)
-        if files is None:
+        if files is not None:
+            self._files.move_to_end(tp)
+        else:
             spec = self.describe(tp.topic)
             if not 0 <= tp.partition < spec.partitions:
                 raise TopicNotFound(f"topic {tp.topic!r} has no partition {tp.partition} "
@@ -345,6 +368,9 @@ class LocalLogTransport(Transport):
                                      f"{tp.topic}[{tp.partition}] ({exc.strerror}: "
                                      f"{exc.filename})") from None
             self._files[tp] = files
+            if len(self._files) > OPEN_PARTITIONS:
+                # Dropped, not closed: a user still holding it closes it when done.
+                self._files.popitem(last=False)
         return files
 
     def _not_writable(self, what: str, exc: OSError | str) -> TransportError:
