@@ -135,8 +135,10 @@ def test_a_versions_time_is_its_line_not_the_moment_it_was_taken():
 def _side(c: FakeClock, interval: float = 1.0):
     from types import SimpleNamespace
 
+    # an exactly-once source: it checkpoints at every line, read or not (S6)
     return SimpleNamespace(timer=CommitTimer(interval, 0, clock=c),
-                           versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS))
+                           versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS),
+                           exactly_once=True, inputs=lambda: (), _recorded=())
 
 
 def test_a_source_task_closes_the_version_of_the_line_whenever_its_loop_looks():
@@ -272,3 +274,29 @@ def test_a_source_task_goes_on_checkpointing_after_its_clock_steps_back_600_s(tm
     assert stats is not None
     assert stats["processed"] == 12
     assert stats["checkpoints"] >= 12 + 1      # one after each record, and the run's end
+
+
+def test_an_idle_at_least_once_channel_task_takes_no_timer_checkpoint():
+    """S6 (issue 22, idle jobs): a timer checkpoint that would record the positions the
+    last one did is skipped at least once; one after data, or after a marker (an ended
+    lane is recorded), is taken."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.runs import run_end
+    from eos_runtime.runtime.policy import Unaligned
+
+    c = FakeClock(1_000_000.0)
+    chan = ("job.shuffle-1", 0)
+    commit = wire.ChangeLogCommit(1, 7, inputs=(wire.InputPosition(*chan, 40),))
+    policy = Unaligned([chan], (0, 1), run_end(0), commit, CommitTimer(1.0, 0, clock=c), 8)
+
+    def taken() -> list[int]:
+        c.advance(1.0)
+        return [version for version, _, _ in policy.checkpoints()]
+
+    assert taken() == [], "nothing read since version 7"
+    policy.on_record(chan, 40, wire.Envelope(0, 1, 8, 1, None, b"x", 0), b"")
+    assert taken() == [8]
+    assert taken() == [], "nothing read since version 8"
+    policy.on_record(chan, 41, wire.Marker(1, 1, run_end(0), 2), b"")
+    assert taken() == [9], "producer 1's lane ended: recorded"
+    assert taken() == []

@@ -30,6 +30,15 @@ def source_job(t, tag, partitions=1, **source_options):
     return plan_job(p, t), source
 
 
+def fill(t, topic: str, partitions: int, records: int) -> None:
+    """``topic`` made, with ``records`` values v0, v1, ... round robin."""
+    t.create_topics([TopicSpec(topic, partitions)])
+    with t.producer() as p:
+        for i in range(records):
+            p.produce(topic, i % partitions, f"v{i}".encode())
+        p.flush()
+
+
 def read_all(side: SourceSide, polls: int = 200) -> list[bytes]:
     """Poll until the side says its input is over; a side that never says so after
     ``polls`` empty polls is a hang."""
@@ -126,11 +135,7 @@ def test_a_zombies_positions_in_the_store_never_start_a_source_past_its_state(
     tag = uuid.uuid4().hex[:6]
     with open_transport(**opts) as t:
         name, source = f"src-{tag}", f"src-in-{tag}"
-        t.create_topics([TopicSpec(source, 2)])
-        with t.producer() as p:
-            for i in range(20):
-                p.produce(source, i % 2, f"v{i}".encode())
-            p.flush()
+        fill(t, source, 2, 20)
         pipe = Pipeline(name, processing_guarantee="at-least-once", checkpoints=checkpoints)
         pipe.source(source, value="utf8").sink(f"src-out-{tag}", value="utf8")
         plan = plan_job(pipe, t)
@@ -145,3 +150,52 @@ def test_a_zombies_positions_in_the_store_never_start_a_source_past_its_state(
                                                     wire.InputPosition(source, 1, 6)))
         got = start_positions(t, plan.stages[0], (0, 1), commit, 1, None, kept, job=name)
         assert got == {0: (4, "checkpoint"), 1: (2, "checkpoint")}
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_an_idle_at_least_once_source_takes_no_timer_checkpoint(guarantee, tmp_path):
+    """Issue 22, idle jobs: a source that read nothing since its last checkpoint would
+    record what that one did. At-least-once skips it (no channel task waits for its
+    markers mid-run); exactly-once takes it (R2: a channel task commits a version once
+    every producer's marker came). A start that moved (upcoming, a Startpoint) is
+    recorded even with nothing read."""
+    from fake_clock import FakeClock
+
+    from eos_runtime.protocol import wire
+    from eos_runtime.runtime.policy import CommitTimer
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        name, source = f"idle-{tag}", f"idle-in-{tag}"
+        fill(t, source, 1, 5)
+
+        def side(commit, **source_options):
+            pipe = Pipeline(name, processing_guarantee=guarantee)
+            pipe.source(source, value="utf8", **source_options).sink(f"o-{tag}", value="utf8")
+            plan = plan_job(pipe, t)
+            config = task_configs(plan, t, opts, str(tmp_path / "state"), bounded=False,
+                                  run=1)[0]
+            s = SourceSide(t, t.consumer(), plan, plan.stages[0], 0, config, commit, 0)
+            clock = FakeClock(1_000_000.0)
+            s.timer = CommitTimer(1.0, 0, clock=clock)
+            return s, clock
+
+        def checkpoints(s, clock):
+            clock.advance(1.0)
+            return s.checkpoint_due() is not None
+
+        eo = guarantee == "exactly-once"
+        commit = wire.ChangeLogCommit(1, 7, inputs=(wire.InputPosition(source, 0, 3),))
+        s, clock = side(commit)
+        assert checkpoints(s, clock) is eo, "nothing read: the last checkpoint says it all"
+        s.poll(10, 5.0)
+        assert s.positions == {0: 5}
+        assert checkpoints(s, clock), "two records read"
+        s.committed(8)
+        assert checkpoints(s, clock) is eo, "nothing read since version 8"
+        s.close()
+        s, clock = side(commit, offset_default="upcoming", reset_offset=True)
+        assert s.positions == {0: 5}
+        assert checkpoints(s, clock), "the start moved from 3 to 5: recorded"
+        s.close()

@@ -31,7 +31,8 @@ close *equal* versions, and no producer's messages wait for another's next marke
 
 from __future__ import annotations
 
-__all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "finished_run",
+__all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "checkpoint_needed",
+           "finished_run",
            "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
            "source_start_version", "time_version"]
 
@@ -102,6 +103,22 @@ def grid_ceiling(version: int, run: int, started_ms: int, interval_ms: int) -> i
     whose open version is ``version`` takes at least."""
     at_ms = started_ms + version - first_version(run)
     return time_version(run, started_ms, -(-at_ms // interval_ms) * interval_ms)
+
+
+def checkpoint_needed(exactly_once: bool, inputs: object, recorded: object) -> bool:
+    """S6: whether a task takes a timer checkpoint whose input positions are ``inputs``
+    when its last checkpoint recorded ``recorded``.
+
+    At-least-once skips a checkpoint that moved no input: nothing was read, so its state
+    and output are those the last one recorded, and no task waits for an at-least-once
+    marker before the run's end. An idle job then writes nothing (before, one commit
+    record per task per interval, which nothing trims: issue 22). A start that moved
+    (``upcoming``, a Startpoint, a reset) is a moved input and is recorded. Exactly-once
+    takes it: a channel task commits version V only once every producer's marker of V or
+    later came (R2), and a marker says its producer committed V (R7), so a source that
+    skipped would hold back every channel task its peers feed (docs/protocol.md, "Idle
+    jobs")."""
+    return exactly_once or inputs != recorded
 
 
 def announcement(exactly_once: bool, restored: int, run: int) -> tuple[tuple[str, int], ...]:

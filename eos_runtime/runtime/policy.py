@@ -32,7 +32,7 @@ from .. import clock
 from ..clock import SYSTEM, Clock
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
-from ..protocol.runs import grid_line
+from ..protocol.runs import checkpoint_needed, grid_line
 from ..protocol.tracker import Tracker
 from .buffer import EarlyArrivalBuffer
 
@@ -82,7 +82,14 @@ class CommitTimer:
 
     def fired(self) -> bool:
         """The timer (not the count) made a checkpoint due."""
-        return _ms(self.clock.monotonic()) >= self.deadline
+        return self._reached(_ms(self.clock.monotonic()))
+
+    def _reached(self, mono_ms: int) -> bool:
+        # A millisecond early counts: the deadline is the wall clock's and the monotonic
+        # clock's readings each rounded to whole ms, which can put it one ms past the
+        # line (a hypothesis example: a loop looking exactly at the line found nothing
+        # due).
+        return mono_ms >= self.deadline - 1
 
     def due(self) -> bool:
         if self.every and self.since >= self.every:
@@ -101,7 +108,7 @@ class CommitTimer:
         """A checkpoint was taken: the next is due at the grid's next line after now."""
         wall, mono = _ms(self.clock.wall()), _ms(self.clock.monotonic())
         line = grid_line(wall, self.interval_ms) + self.interval_ms
-        if line == self.line and mono >= self.deadline:
+        if line == self.line and self._reached(mono):
             # the monotonic clock reached this line before the wall clock did: it is the
             # line just checkpointed, not the next one
             line += self.interval_ms
@@ -246,6 +253,7 @@ class Unaligned:
                                inputs=commit.inputs if commit is not None else ())
         self.timer = timer
         self.version = first_version
+        self._recorded = commit.inputs if commit is not None else None   # S6
 
     def resume_offsets(self) -> dict[Channel, int | None]:
         return dict(self.tracker.resume_offsets())
@@ -268,10 +276,14 @@ class Unaligned:
 
     def checkpoints(self) -> Iterator[Checkpoint]:
         if self.timer.due() and not self.tracker.finished():
-            version = self.version
             self.timer.reset()
-            yield version, self.tracker.inputs(), ()
+            inputs = self.tracker.inputs()
+            if not checkpoint_needed(False, inputs, self._recorded):
+                return
+            version = self.version
+            yield version, inputs, ()
             self.version = version + 1
+            self._recorded = inputs
 
     def alignment(self, now: float) -> dict[str, float | None]:
         return {}   # no alignment: a timer checkpoint waits for nothing

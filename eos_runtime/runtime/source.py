@@ -22,7 +22,7 @@ from ..protocol.positions import (
     startpoint_applies,
     store_positions,
 )
-from ..protocol.runs import SourceVersions, run_of
+from ..protocol.runs import SourceVersions, checkpoint_needed, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .control import StopWatcher
 from .policy import CommitTimer
@@ -183,6 +183,10 @@ class SourceSide:
         if config.control_offset is not None:
             self.stop = StopWatcher(transport, plan.name, config.run, config.control_offset)
         self.versions = SourceVersions(restored_version, config.run, config.run_started_ms)
+        self.exactly_once = plan.exactly_once
+        # the positions the last commit recorded (S6), as ``inputs`` gives them
+        self._recorded = (tuple(pos for pos in commit.inputs if pos.topic == self.topic)
+                          if commit is not None else None)
         self.timer = CommitTimer(plan.commit_interval, plan.commit_every)
         self.stopped = False
 
@@ -225,9 +229,12 @@ class SourceSide:
                 self.consumer.pause([self.tps[p]])
 
     def checkpoint_due(self) -> int | None:
-        """The version of the checkpoint due now, or None (runs S2, S4, S5)."""
+        """The version of the checkpoint due now, or None (runs S2, S4, S5, S6)."""
         timer = self.timer
         if not timer.due():
+            return None
+        if not checkpoint_needed(self.exactly_once, self.inputs(), self._recorded):
+            timer.reset()
             return None
         return self.versions.for_checkpoint(timer.line_ms(),
                                             timer.interval_ms if timer.fired() else None)
@@ -235,6 +242,7 @@ class SourceSide:
     def committed(self, version: int) -> None:
         self.versions.committed(version)
         self.timer.reset()
+        self._recorded = self.inputs()
 
     def recorded(self) -> None:
         """A commit recorded this task's positions (the committer calls this after the
