@@ -39,7 +39,13 @@ from .errors import (
 )
 from .outage import OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
-from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
+from .runtime.control import (
+    DEFAULT_LEASE_TIMEOUT,
+    ControlLog,
+    LeaseKeeper,
+    LeaseRequest,
+    jobs_with_sink,
+)
 from .runtime.progress import read_task_progress
 from .runtime.source import check_fallback
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
@@ -709,8 +715,6 @@ def check_topics(transport: Transport, plan: JobPlan) -> None:
     local log), for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
     only that job's commit records tell them apart, which a source does not read."""
-    from .runtime.control import ControlLog, jobs_with_sink
-
     source, sink = plan.stages[0].input_topic, plan.stages[-1].output_topic
     if source == sink:
         raise ConfigError(f"sink {sink!r} is the job's own source: its output would be "
