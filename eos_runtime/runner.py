@@ -561,22 +561,31 @@ def watch_run(run: PipelineRun, *,
 
     ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is
     looked at even without ``on_progress``: that look is what notices a broker outage
-    that outlasts the run's budget while every task waits quietly. A first Ctrl-C
+    that outlasts the run's budget while every task waits quietly. A SIGTERM is a first
+    Ctrl-C. A first Ctrl-C
     asks the run to stop gracefully (``on_interrupt("stop")``, at once); a second cancels
     it (``on_interrupt("cancel")``, at once), waits until its tasks are gone and raises
     ``KeyboardInterrupt``."""
     # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
     # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
     # the run failed ("Answer from Java side is empty") instead of stopping.
-    presses: list[None] = []   # one entry per Ctrl-C
+    # SIGTERM (kill, timeout, systemd, a container's stop) is a first Ctrl-C: a graceful
+    # stop, the final checkpoints and the lease released; a second signal of either kind
+    # cancels.
+    presses: list[str] = []   # one entry per Ctrl-C or SIGTERM: what it was
     own = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda *_: presses.append(None)) if own else None
+    previous: dict[int, Any] = {}
+    if own:
+        for sig, what in ((signal.SIGINT, "interrupted (Ctrl-C)"),
+                          (signal.SIGTERM, "terminated (SIGTERM)")):
+            previous[sig] = signal.signal(sig, lambda *_, what=what: presses.append(what))
 
     def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
         nonlocal own
         if own:
             own = False
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
     try:
         taken = 0
@@ -587,7 +596,7 @@ def watch_run(run: PipelineRun, *,
                     if on_interrupt is not None:
                         on_interrupt("cancel")
                     raise KeyboardInterrupt
-                run.stop("interrupted (Ctrl-C)")
+                run.stop(presses[0])
                 if on_interrupt is not None:
                     on_interrupt("stop")
                 continue   # a second press may have come meanwhile

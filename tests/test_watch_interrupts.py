@@ -17,8 +17,9 @@ class FakeRun:
     """A run whose progress look is a call that must not be cut: Ctrl-C is pressed in
     the middle of it (as a person may at any moment)."""
 
-    def __init__(self, presses_at: set[int]) -> None:
+    def __init__(self, presses_at: set[int], sig: int = signal.SIGINT) -> None:
         self.presses_at = presses_at
+        self.sig = sig
         self.looks = 0
         self.whole_looks = 0
         self.stopped: list[str] = []
@@ -31,7 +32,10 @@ class FakeRun:
     def progress(self) -> dict:
         self.looks += 1
         if self.looks in self.presses_at:
-            os.kill(os.getpid(), signal.SIGINT)   # the handler runs at once, in this thread
+            # SIGTERM's default would end the test process: nobody took it, then
+            assert signal.getsignal(self.sig) not in (signal.SIG_DFL, None), \
+                f"nobody handles signal {self.sig} while the run is watched"
+            os.kill(os.getpid(), self.sig)   # the handler runs at once, in this thread
         self.whole_looks += 1                     # the rest of the call
         return {}
 
@@ -72,3 +76,17 @@ def test_the_callers_sigint_handler_is_back_afterwards():
     before = signal.getsignal(signal.SIGINT)
     watch_run(FakeRun({2}), progress_interval=0.0)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_sigterm_stops_the_run_gracefully_as_the_first_ctrl_c_does():
+    """Issue 27: SIGTERM (kill, timeout, systemd, containers) ended the driver with no
+    final checkpoint and the lease held. It is the first Ctrl-C now: a graceful stop;
+    the caller's handler is back afterwards."""
+    before = signal.getsignal(signal.SIGTERM)
+    run = FakeRun({2}, signal.SIGTERM)
+    told: list[str] = []
+    assert watch_run(run, on_interrupt=told.append, progress_interval=0.0) == "summary"
+    assert run.whole_looks == run.looks
+    assert run.stopped == ["terminated (SIGTERM)"] and told == ["stop"]
+    assert not run.cancelled and run.closed
+    assert signal.getsignal(signal.SIGTERM) is before
