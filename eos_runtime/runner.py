@@ -500,7 +500,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         create_job_topics(transport, plan)
         startpoints = _fan_out(transport, plan, info.start.run)
         ends0 = run_start_ends(transport, plan)   # before any task reads: P5
-        begin = _source_positions(transport, plan, startpoints, ends0)
+        begin = run_begin(transport, plan, info.start.run, state_dir, startpoints, ends0)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
                                startpoints=startpoints, ends=ends0,
                                run=info.start.run, run_started_ms=info.start.started_ms,
@@ -637,40 +637,68 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
     return found
 
 
-def _source_positions(transport: Transport, plan: JobPlan,
-                      startpoints: dict[int, dict[int, Any]] | None = None,
-                      ends: dict[int, int] | None = None) -> dict[TopicPartition, int]:
+def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
     """Where each source partition's last committed checkpoint resumes (low watermark if
-    none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
-    from .protocol.positions import Start, resolve, startpoint_applies
-    from .protocol.runs import run_of
-    from .runtime.changelog import last_commit
-
+    none)."""
     src = plan.stages[0]
     out = {}
     for t in plan.tasks:
         if t.stage != 0:
             continue
-        commit = None
-        try:
-            commit = last_commit(transport, TopicPartition(plan.changelog_topic, t.task_id))
-        except TopicNotFound:
-            pass
+        commit = _last_commit(transport, plan, t.task_id)
         committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
         for p in t.partitions:
             tp = TopicPartition(src.input_topic, p)
             out[tp] = committed.get((tp.topic, p), transport.watermarks(tp)[0])
-            sp = (startpoints or {}).get(t.task_id, {}).get(p)
-            if sp is not None and sp.kind != "custom" and startpoint_applies(
-                    sp.run, None if commit is None else run_of(commit.version)):
-                low, high = transport.watermarks(tp)
-                at = (transport.offset_for_timestamp(tp, sp.value)
-                      if sp.kind == "timestamp" else None)
-                try:
-                    out[tp] = resolve(Start(sp.kind, sp.value, "startpoint"), low, high, at,
-                                      upcoming=(ends or {}).get(p))
-                except ValueError:
-                    pass   # the task refuses it, naming the partition
+    return out
+
+
+def _last_commit(transport: Transport, plan: JobPlan, task: int) -> Any:
+    from .runtime.changelog import last_commit
+
+    try:
+        return last_commit(transport, TopicPartition(plan.changelog_topic, task))
+    except TopicNotFound:
+        return None
+
+
+def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
+              startpoints: dict[int, dict[int, Any]], ends: dict[int, int],
+              ) -> dict[TopicPartition, int]:
+    """Where each source partition starts in run ``run``: the tasks' own rule
+    (``start_positions``: Startpoints, reset, checkpoint, default, the run's ends), so the
+    summary counts the input from there. A custom Startpoint's resolver runs in its task,
+    so its partition counts from the checkpoint; a position its task will refuse counts
+    from there too (the run fails, naming it)."""
+    from .runtime.source import position_store, start_positions
+
+    stage = plan.stages[0]
+    fallback = _source_positions(transport, plan)
+    out = dict(fallback)
+    store = position_store(transport, plan, state_dir, create=False)
+    try:
+        for t in plan.tasks:
+            if t.stage != 0:
+                continue
+            kept = None
+            if store is not None:
+                store.register(t.task_id)
+                cp = store.read_last_checkpoint(t.task_id)
+                kept = ({p: off for (topic, p), off in cp.offsets.items()
+                         if topic == stage.input_topic} if cp is not None else {})
+            given = {p: sp for p, sp in startpoints.get(t.task_id, {}).items()
+                     if sp.kind != "custom"}
+            try:
+                starts = start_positions(transport, stage, t.partitions,
+                                         _last_commit(transport, plan, t.task_id), run, given,
+                                         kept, job=plan.name, run_start_ends=ends)
+            except EosError:
+                continue
+            for p, (offset, _) in starts.items():
+                out[TopicPartition(stage.input_topic, p)] = offset
+    finally:
+        if store is not None:
+            store.stop()
     return out
 
 

@@ -199,3 +199,35 @@ def test_an_idle_at_least_once_source_takes_no_timer_checkpoint(guarantee, tmp_p
         assert s.positions == {0: 5}
         assert checkpoints(s, clock), "the start moved from 3 to 5: recorded"
         s.close()
+
+
+@pytest.mark.parametrize("how,begin", [("oldest", 0), ("upcoming", 6), ("reset", 0),
+                                       ("reset-upcoming", 6), ("checkpoint", 4)])
+def test_the_driver_counts_a_runs_input_from_where_its_sources_start(how, begin, tmp_path):
+    """Issue 27 item 18: the run summary counted input from the last checkpoint (or the
+    oldest offset), not from where the run started: a --reset-offset run that read 200
+    records said 'input 0', a fresh upcoming run that read none said 200. The driver's
+    start positions are the tasks' own (start_positions), with the run's ends (P5)."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.runner import run_begin, run_start_ends
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        source = f"b-in-{tag}"
+        fill(t, source, 1, 6)
+        options = {"upcoming": {"offset_default": "upcoming"},
+                   "reset": {"reset_offset": True},
+                   "reset-upcoming": {"reset_offset": True, "offset_default": "upcoming"},
+                   }.get(how, {})
+        pipe = Pipeline(f"b-{tag}")
+        pipe.source(source, value="utf8", **options).sink(f"b-out-{tag}", value="utf8")
+        plan = plan_job(pipe, t)
+        if how in ("reset", "reset-upcoming", "checkpoint"):   # run 0 committed offset 4
+            t.create_topics(plan.topics_to_create())
+            with t.producer() as p:
+                p.produce(plan.changelog_topic, 0, wire.encode(wire.ChangeLogCommit(
+                    1, 5, inputs=(wire.InputPosition(source, 0, 4),))))
+                p.flush()
+        got = run_begin(t, plan, 1, str(tmp_path / "state"), {}, run_start_ends(t, plan))
+        assert got == {TopicPartition(source, 0): begin}
