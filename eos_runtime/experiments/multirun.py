@@ -220,6 +220,8 @@ class _Scene:
         self.tasks: list[dict[str, Any]] = []
         self.runs: list[dict[str, Any]] = []
         self.verdicts: list[Verdict] = []
+        # why the epoch cannot be judged if a reset comes before a run that drains it
+        self.cancelled: str | None = None
         self.verdict: Verdict | None = None
         self.error: str | None = None
         self.marks: dict[int, int] = {}          # sink offsets where the epoch's output begins
@@ -298,10 +300,13 @@ class _Scene:
                 rec["note"] = f"run {k} is started with {options}"
                 continue
             if f.kind == "reset":
+                if self.cancelled is not None:   # only a reset cuts the drain short
+                    self.model.unjudged(self.cancelled)
                 self.finish_epoch()
                 self.cli("reset", self.job, "--yes", *self.cli.where(),
                          "--state-dir", str(self.state))
                 self.model.reset()
+                self.cancelled = None
                 with open_transport(**self.opts) as t:
                     self.marks = _ends(t, self.sink)
                     if self.pipeline.dead_letter_topic:
@@ -421,6 +426,8 @@ class _Scene:
     def account(self, k: int, info: dict[str, Any], job_run: int, starts: list[int],
                 ends: list[int], ctx: dict[str, Any]) -> None:
         """What the run read, into the model."""
+        if ctx["ended"] != "cancel":
+            self.cancelled = None   # it drained what a cancelled run left downstream
         if ctx["driver"] is not None:
             # the take-over run went on from whatever the first one committed, to its ends
             self.model.ran(k, starts, info["take_over"]["ends"])
@@ -432,8 +439,8 @@ class _Scene:
         info["committed"] = reached
         self.model.ran(k, starts, reached)
         if ctx["ended"] == "cancel":
-            self.model.unjudged(f"run {k} was cancelled: output of input its sources committed "
-                                f"may be downstream still, which a reset would delete")
+            self.cancelled = (f"run {k} was cancelled: output of input its sources committed "
+                              f"may be downstream still, which a reset would delete")
 
     def committed_positions(self, job_run: int) -> list[int | None]:
         """Per source partition, where its task's last commit of job run ``job_run`` left
