@@ -138,14 +138,17 @@ def load_pipeline(path: str | Path) -> Pipeline:
         raise PipelineFileError(f"{path}{f', line {line}' if line else ''}: {_one_line(exc)} "
                                 f"(raised while loading the pipeline file)",
                                 path=str(path), line=line) from exc
-    found = [v for v in namespace.values() if isinstance(v, Pipeline)]
+    found = {name: v for name, v in namespace.items() if isinstance(v, Pipeline)}
     chosen = namespace.get("pipeline")
     if isinstance(chosen, Pipeline):
         return chosen
     if len(found) == 1:
-        return found[0]
-    raise ConfigError(f"{path} defines {len(found)} Pipeline objects; name the one to run "
-                      f"`pipeline`")
+        return next(iter(found.values()))
+    if not found:
+        raise ConfigError(f'{path} defines no Pipeline object: make one, e.g. pipeline = '
+                          f'Pipeline("my-job")')
+    raise ConfigError(f"{path} defines {len(found)} Pipeline objects ({', '.join(found)}); "
+                      f"name the one to run `pipeline`")
 
 
 def _line_in(path: Path, tb: TracebackType | None) -> int | None:

@@ -114,6 +114,25 @@ def test_a_broken_pipeline_file_is_one_error_line(tmp_path, command, source, lin
     assert f"{path}, line {line}: " in err and what in err, err
 
 
+
+@pytest.mark.parametrize("defines, says", [
+    ("", "defines no Pipeline object: make one, e.g. pipeline = Pipeline(\"my-job\")"),
+    ("a = Pipeline('a')\nb = Pipeline('b')\n",
+     "defines 2 Pipeline objects (a, b); name the one to run `pipeline`"),
+])
+def test_a_pipeline_file_without_one_pipeline_says_what_to_write(tmp_path, defines, says):
+    """Issue 27 item 13: '0 Pipeline objects; name the one to run' was wrong advice when
+    there are none."""
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.runner import load_pipeline
+
+    path = tmp_path / "p.py"
+    path.write_text("from eos_runtime import Pipeline\n" + defines)
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(path)
+    assert str(err.value) == f"{path} {says}"
+
+
 # --------------------------------------------------------------------------- read-only directories
 
 WORDCOUNT = str(ROOT / "examples" / "wordcount.py")
