@@ -298,6 +298,24 @@ OFFSET_DEFAULTS = ("oldest", "upcoming", "none")
 CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
 
 
+class _FunctionListener:
+    def __init__(self, fn: Callable[[int, Mapping[tuple[str, int], int]], Any]) -> None:
+        self.fn = fn
+
+    def on_checkpoint(self, task: int, offsets: Mapping[tuple[str, int], int]) -> None:
+        self.fn(task, offsets)
+
+
+def as_listener(listener: Any) -> Any:
+    """A checkpoint listener object from a function or an object with ``on_checkpoint``."""
+    if hasattr(listener, "on_checkpoint"):
+        return listener
+    if callable(listener):
+        return _FunctionListener(listener)
+    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
+                      f"on_checkpoint(task, offsets), got {listener!r}")
+
+
 class Pipeline:
     """A job: one source, steps, key shuffles and one sink."""
 
@@ -358,8 +376,6 @@ class Pipeline:
         the task dies right after its commit (docs/operations.md). Returns ``listener``,
         so it also works as a decorator. ``eos_runtime.listeners.DeleteConsumedInput()``
         is the retention helper."""
-        from .listeners import as_listener
-
         self.listeners.append(as_listener(listener))
         return listener
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from .errors import TopicNotFound
 from .protocol.retention import retention_cuts
 from .transport import TopicPartition, Transport
 
-__all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners", "as_listener"]
+__all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners"]
 
 log = logging.getLogger(__name__)
 
@@ -48,26 +48,6 @@ class ListenerContext:
     task: int
     plan: Any
     transport: Transport
-
-
-class _FunctionListener:
-    def __init__(self, fn: Callable[[int, Offsets], Any]) -> None:
-        self.fn = fn
-
-    def on_checkpoint(self, task: int, offsets: Offsets) -> None:
-        self.fn(task, offsets)
-
-
-def as_listener(listener: Any) -> Any:
-    """A listener object from a function or an object with ``on_checkpoint``."""
-    if hasattr(listener, "on_checkpoint"):
-        return listener
-    if callable(listener):
-        return _FunctionListener(listener)
-    from .errors import ConfigError
-
-    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
-                      f"on_checkpoint(task, offsets), got {listener!r}")
 
 
 def _name(listener: Any) -> str:
