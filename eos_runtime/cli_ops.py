@@ -1,7 +1,7 @@
 """``eos checkpoint show|write`` and ``eos startpoint set|list|clear``: see and move where a
 job's source tasks start (docs/operations.md).
 
-Both write only through Startpoints (``startpoints.py``): a position an operator gives is
+Both write only through Startpoints (``joblog/startpoints.py``): a position an operator gives is
 applied at each task's next start and recorded by its next commit, never written behind a
 running task's back, and both are refused while a driver holds the job's lease.
 """
@@ -31,7 +31,7 @@ __all__ = ["checkpoint_group", "startpoint_group"]
 
 def _job_plan(transport: Any, job: str, opts: dict[str, str]) -> Any:
     from .checkpoint_tool import plan_from_layout
-    from .runtime.control import ControlLog
+    from .joblog.control import ControlLog
 
     last = ControlLog(transport, job).last_run()
     if last is None:
@@ -60,11 +60,11 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     the positions of internal channels as comments. Edit an offset, then `eos checkpoint
     write JOB FILE`. Refused while a run holds the job."""
     from .checkpoint_tool import render
-    from .checkpoints import ChangeLogCheckpoints
+    from .joblog.checkpoints import ChangeLogCheckpoints
+    from .joblog.control import ControlLog
+    from .joblog.startpoints import list_startpoints
     from .runner import state_root
-    from .runtime.control import ControlLog
     from .runtime.source import position_store
-    from .startpoints import list_startpoints
     from .transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
@@ -116,8 +116,8 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
     as Startpoints: each task applies them at its next start and records them with its
     next commit; under exactly-once the job keeps its state."""
     from .checkpoint_tool import parse
-    from .runtime.control import ControlLog
-    from .startpoints import MetadataStore, Startpoint, StartpointKey
+    from .joblog.control import ControlLog
+    from .joblog.startpoints import MetadataStore, Startpoint, StartpointKey
     from .transport import TopicPartition, open_transport
 
     text = file.read()
@@ -191,7 +191,7 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
     ahead of the checkpoint (one of --offset, --timestamp, --oldest, --upcoming). It is
     applied at the task's start and deleted after its next commit. Refused while a run
     holds the job, and for internal channels."""
-    from .startpoints import Startpoint, set_startpoint
+    from .joblog.startpoints import Startpoint, set_startpoint
 
     chosen = [name for name, on in (("--offset", offset is not None),
                                     ("--timestamp", timestamp is not None),
@@ -224,7 +224,7 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
                     as_json: bool) -> None:
     """List JOB's Startpoints: those set and not yet used up (a task deletes its own after
     the commit that recorded where it led)."""
-    from .startpoints import list_startpoints
+    from .joblog.startpoints import list_startpoints
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     from .transport import open_transport
@@ -256,7 +256,7 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
                      bootstrap_servers: str | None, data_dir: str | None) -> None:
     """Delete JOB's Startpoints (all, or those of --stream and --partition) before its next
     run uses them. Refused while a run holds the job."""
-    from .startpoints import clear_startpoints
+    from .joblog.startpoints import clear_startpoints
 
     if partition is not None and stream is None:
         raise click.UsageError("--partition goes with --stream")

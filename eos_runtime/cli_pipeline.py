@@ -701,7 +701,7 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     run` prints its summary. The next run continues from there. With no live run,
     says so and exits 1 (nothing is asked).
     """
-    from .runtime.control import ControlLog
+    from .joblog.control import ControlLog
     from .transport import open_transport
 
     job = job_or_pipeline
@@ -932,7 +932,7 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
 def _sink_job(transport: Any, topic: str, opts: dict[str, Any]) -> str:
     """The one job whose sink is ``topic``, from the jobs' control topics; an error naming
     them when there are several, or saying what to pass when there is none."""
-    from .runtime.control import jobs_with_sink
+    from .joblog.control import jobs_with_sink
 
     jobs = jobs_with_sink(transport, topic)
     if len(jobs) == 1:

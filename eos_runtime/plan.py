@@ -69,9 +69,9 @@ class JobPlan:
     changelog_topic: str
     dead_letter_topic: str | None = None   # None: a raising function stops its task
     dead_letter_partitions: int = 1
-    checkpoints: str = "changelog"         # where source positions are kept (checkpoints.py)
+    checkpoints: str = "changelog"         # where source positions are kept (joblog/checkpoints.py)
     job_id: str = "1"                      # with the name, the job (Samza's job.id)
-    # checkpoint listeners (listeners.py): each task gets its own copy
+    # checkpoint listeners (joblog/listeners.py): each task gets its own copy
     listeners: tuple[Any, ...] = field(default=(), compare=False)
 
     @property

@@ -37,9 +37,9 @@ from .errors import (
     TopicNotFound,
     TransportError,
 )
+from .joblog.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .outage import OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
-from .runtime.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
 from .runtime.progress import read_task_progress
 from .runtime.source import check_fallback
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
@@ -603,9 +603,9 @@ def watch_run(run: PipelineRun, *,
 
 def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
              write: bool = True) -> dict[int, dict[int, Any]]:
-    """The job's Startpoints for this run, per source task (``startpoints.py``); a custom
+    """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
-    from .startpoints import fan_out_startpoints
+    from .joblog.startpoints import fan_out_startpoints
 
     src = plan.stages[0]
     readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
@@ -627,9 +627,9 @@ def _source_positions(transport: Transport, plan: JobPlan,
                       ends: dict[int, int] | None = None) -> dict[TopicPartition, int]:
     """Where each source partition's last committed checkpoint resumes (low watermark if
     none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
+    from .joblog.changelog import last_commit
     from .protocol.positions import Start, resolve, startpoint_applies
     from .protocol.runs import run_of
-    from .runtime.changelog import last_commit
 
     src = plan.stages[0]
     out = {}
@@ -691,7 +691,7 @@ def run_start_ends(transport: Transport, plan: JobPlan) -> dict[int, int]:
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
     if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
-        from .checkpoints import checkpoint_topic
+        from .joblog.checkpoints import checkpoint_topic
 
         specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
                                compacted=True, keep_forever=True))
@@ -709,7 +709,7 @@ def check_topics(transport: Transport, plan: JobPlan) -> None:
     local log), for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
     only that job's commit records tell them apart, which a source does not read."""
-    from .runtime.control import ControlLog, jobs_with_sink
+    from .joblog.control import ControlLog, jobs_with_sink
 
     source, sink = plan.stages[0].input_topic, plan.stages[-1].output_topic
     if source == sink:

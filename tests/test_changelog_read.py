@@ -9,7 +9,7 @@ counted, not timed, so a busy machine cannot fail the test."""
 
 from __future__ import annotations
 
-from eos_runtime.runtime import changelog
+from eos_runtime.joblog import changelog
 from eos_runtime.transport import Record, TopicPartition
 
 TP = TopicPartition("job.changelog", 0)

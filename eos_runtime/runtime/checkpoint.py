@@ -28,14 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import faults
-from ..listeners import Listeners
+from ..joblog.changelog import ChangeLogWriter, Recovered, catch_up, recover
+from ..joblog.listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
 from ..protocol.runs import announcement, run_end
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
-from .changelog import ChangeLogWriter, Recovered, catch_up, recover
 from .metrics import CheckpointMetrics
 from .outputs import ChannelWriter, SinkWriter
 

@@ -29,6 +29,7 @@ import cloudpickle
 from .. import clock, faults
 from ..api import Sink
 from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
+from ..joblog.control import ControlLog
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
@@ -36,7 +37,6 @@ from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
-from .control import ControlLog
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned

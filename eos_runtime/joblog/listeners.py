@@ -29,9 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TopicNotFound
-from .protocol.retention import retention_cuts
-from .transport import TopicPartition, Transport
+from ..errors import TopicNotFound
+from ..protocol.retention import retention_cuts
+from ..transport import TopicPartition, Transport
+from .changelog import last_commit
+from .checkpoints import TopicCheckpoints
+from .control import ControlLog, job_layout, jobs_on, layout_job_id, layout_stages
 
 __all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners"]
 
@@ -133,8 +136,6 @@ class DeleteConsumedInput:
 
 
 def _layout_lines(plan: Any) -> tuple[str, ...]:
-    from .runtime.control import job_layout
-
     return job_layout(plan)
 
 
@@ -150,9 +151,6 @@ def _store_positions(transport: Transport, job: str, layout: Any, task: int,
         return []
     if store != "kafka":
         return [None]
-    from .checkpoints import TopicCheckpoints
-    from .runtime.control import layout_job_id
-
     manager = TopicCheckpoints(transport, job, tasks, layout_job_id(layout))
     try:
         manager.start()
@@ -166,9 +164,6 @@ def _store_positions(transport: Transport, job: str, layout: Any, task: int,
 def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[int | None]:
     """Where every other job whose source is ``sp``'s topic restarts reading it (None: the
     reading task has no checkpoint of it, or one out of sight)."""
-    from .runtime.changelog import last_commit
-    from .runtime.control import ControlLog, jobs_on, layout_stages
-
     topic, partition = sp
     found: list[int | None] = []
     for other in jobs_on(transport):

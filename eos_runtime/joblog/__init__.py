@@ -1,0 +1,4 @@
+"""What a job keeps on its logs, below the task runtime: the control topic (runs, lease,
+stop requests; ``control.py``), the change log (``changelog.py``), checkpoint stores
+(``checkpoints.py``), Startpoints in the metadata topic (``startpoints.py``) and the
+checkpoint listeners that read them (``listeners.py``)."""
