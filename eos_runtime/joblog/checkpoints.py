@@ -41,7 +41,7 @@ from ..errors import ConfigError, TopicNotFound, TransportError
 from ..protocol import wire
 from ..protocol.recovery import next_generation
 from ..transport import TopicPartition, TopicSpec, Transport
-from .changelog import ChangeLogWriter, fold_log, last_commit
+from .changelog import ChangeLogWriter, fence_id, fold_log, last_commit
 from .control import ControlLog
 
 __all__ = ["Checkpoint", "CheckpointManager", "ChangeLogCheckpoints", "TopicCheckpoints",
@@ -133,7 +133,6 @@ class ChangeLogCheckpoints(CheckpointManager):
                           commit.version, commit.generation)
 
     def _write(self, task: int, checkpoint: Checkpoint) -> None:
-        from ..runtime.checkpoint import fence_id
         # A running task would be fenced mid-run by this write: refuse as the tool does.
         ControlLog(self.t, self.job).refuse_if_running("checkpoints can be written")
         tp = TopicPartition(self.topic, task)

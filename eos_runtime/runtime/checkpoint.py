@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import faults
-from ..joblog.changelog import ChangeLogWriter, Recovered, catch_up, recover
+from ..joblog.changelog import ChangeLogWriter, Recovered, catch_up, fence_id, recover
 from ..joblog.listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
@@ -51,11 +51,6 @@ __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"
 #: transaction, those reasons are gone until its commit, and what follows joins it as it
 #: is made: a burst's output is not held in memory, nor sent all at the checkpoint.
 TRANSACTION_CHUNK = 32_768
-
-
-def fence_id(job: str, task_id: int) -> str:
-    """What fences a task's zombies: one id per task, every generation alike."""
-    return f"{job}.task-{task_id}"
 
 
 def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:
