@@ -896,7 +896,7 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     local log without --job, the one job whose sink is TOPIC is read; with several, pass
     --job (or --all).
     """
-    from .runtime.committed import read_output
+    from .joblog.committed import read_output
     from .transport import open_transport
 
     if job is not None and read_all:

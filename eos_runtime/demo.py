@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, DemoFailed
+from .joblog.committed import read_output
 from .runner import RunSummary, load_pipeline, run_pipeline
-from .runtime.committed import read_output
 from .transport import TopicSpec, open_transport
 
 __all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MARKER",

@@ -176,10 +176,10 @@ def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kaf
     from collections import Counter
 
     from eos_runtime import Pipeline
+    from eos_runtime.joblog.committed import read_output
     from eos_runtime.joblog.control import ControlLog
     from eos_runtime.plan import plan_job
     from eos_runtime.runner import run_pipeline
-    from eos_runtime.runtime.committed import read_output
 
     from pipeline_oracles import produce as produce_values
 

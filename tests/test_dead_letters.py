@@ -11,9 +11,9 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.api import FORMATS
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import run_pipeline
 from eos_runtime.runtime import letters
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.runtime.letters import exact_bytes
 from eos_runtime.transport import TopicSpec, open_transport
 

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from eos_runtime import Pipeline
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import produce

@@ -15,6 +15,7 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError, JobRunning, TopicNotFound
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.joblog.control import ControlLog
 from eos_runtime.joblog.startpoints import (
     Startpoint,
@@ -26,7 +27,6 @@ from eos_runtime.joblog.startpoints import (
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.positions import choose_start, fan_out, startpoint_applies
 from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import TopicSpec, open_transport
 
 KINDS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
@@ -193,8 +193,8 @@ def assert_kept_in_the_metadata_store(opts, job):
     """Startpoints live in <job>.metadata: one partition, compacted (on Kafka: its
     cleanup.policy), holding Startpoint records only; the change log and the checkpoint
     topic hold none."""
+    from eos_runtime.joblog.committed import read_topic
     from eos_runtime.joblog.startpoints import metadata_topic
-    from eos_runtime.runtime.committed import read_topic
 
     with open_transport(**opts) as t:
         meta = t.describe(metadata_topic(job))

@@ -208,7 +208,7 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
     record the topic holds; with ``marks`` only the records at or past them (the output
     after an ``eos reset``)."""
-    from ..runtime.committed import read_output
+    from ..joblog.committed import read_output
 
     committed = since(read_output(transport, topic, job=job), marks)
     verdict = compare(expected, committed, guarantee, key_decode=key_decode,
@@ -238,7 +238,7 @@ def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, s
     duplicate (fails exactly-once only), a letter for any other record is unexpected."""
     import json
 
-    from ..runtime.committed import read_output
+    from ..joblog.committed import read_output
 
     try:
         letters = since(read_output(transport, topic, job=job), marks)

@@ -42,6 +42,7 @@ from ..protocol import wire
 from ..protocol.recovery import next_generation
 from ..transport import TopicPartition, TopicSpec, Transport
 from .changelog import ChangeLogWriter, fence_id, fold_log, last_commit
+from .committed import read_topic
 from .control import ControlLog
 
 __all__ = ["Checkpoint", "CheckpointManager", "ChangeLogCheckpoints", "TopicCheckpoints",
@@ -211,7 +212,6 @@ class TopicCheckpoints(CheckpointManager):
             producer.flush()
 
     def _read(self, task: int) -> Checkpoint | None:
-        from ..runtime.committed import read_topic
 
         if self._missing:
             return None

@@ -43,6 +43,7 @@ from typing import Any
 from ..errors import ConfigError, TopicNotFound
 from ..protocol.positions import fan_out
 from ..transport import TopicPartition, TopicSpec, Transport, open_transport
+from .committed import read_topic
 from .control import ControlLog, layout_stages
 
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
@@ -177,7 +178,6 @@ class MetadataStore:
         return self._fold(strict=False)
 
     def _fold(self, strict: bool) -> tuple[dict[StartpointKey, Startpoint], list[str]]:
-        from ..runtime.committed import read_topic
 
         try:
             records = read_topic(self.t, self.topic, read_committed=False)

@@ -15,9 +15,9 @@ import bisect
 import time
 
 from ..errors import EosError
-from ..joblog.control import ControlLog
 from ..protocol import wire
 from ..transport import OLDEST, Record, TopicPartition, Transport
+from .control import ControlLog
 
 __all__ = ["read_topic", "committed_ranges", "read_output"]
 
