@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
-from .errors import ConfigError
+from .errors import ConfigError, TopicNotFound
 from .transport import TopicSpec, Transport
 
 __all__ = ["StagePlan", "TaskPlan", "JobPlan", "plan_job"]
@@ -129,7 +129,6 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         source = replace(source, reset_offset=source.reset_offset if reset_offset is None
                          else reset_offset,
                          offset_default=offset_default or source.offset_default)
-    from .errors import TopicNotFound
     try:
         src_spec = transport.describe(source.topic)
     except TopicNotFound:

@@ -25,6 +25,7 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
+from .engine import EngineConfig, check_slots, start_tasks
 from .engine.stall import DEFAULT_NO_PROGRESS_TIMEOUT
 from .errors import (
     ConfigError,
@@ -37,11 +38,25 @@ from .errors import (
     TopicNotFound,
     TransportError,
 )
-from .joblog.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseKeeper, LeaseRequest
-from .outage import OutageClock, check_budget, gone_too_long, is_transient
+from .joblog.changelog import last_commit
+from .joblog.checkpoints import checkpoint_topic
+from .joblog.control import (
+    DEFAULT_LEASE_TIMEOUT,
+    ControlLog,
+    LeaseKeeper,
+    LeaseRequest,
+    jobs_with_sink,
+)
+from .joblog.startpoints import fan_out_startpoints
+from .kafka_settings import merge
+from .limits import check
+from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient
 from .plan import JobPlan, describe_plan, plan_job
+from .protocol.positions import Start, resolve, startpoint_applies
+from .protocol.runs import run_of
 from .runtime.progress import read_task_progress
 from .runtime.source import check_fallback
+from .runtime.task import TaskConfig, run_task_payload
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
@@ -206,7 +221,6 @@ def _check_run_dirs(pipeline: Pipeline, transport_opts: dict[str, Any], state_di
 
 
 def _task_entry(attempt) -> bytes:  # runs on a Spark worker
-    from .runtime.task import run_task_payload
     return run_task_payload(attempt.payload, attempt.attempt)
 
 
@@ -438,9 +452,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
     driver that dies stops holding it ``lease_timeout`` seconds after its last renewal."""
-    from .engine import EngineConfig, check_slots, start_tasks
-    from .limits import check
-
     for setting, value in (("commit_interval", commit_interval),
                            ("commit_every", commit_every), ("parallelism", parallelism),
                            ("sink_partitions", sink_partitions), ("channel_batch", channel_batch),
@@ -450,8 +461,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                            ("poll_records", poll_records), ("lease_timeout", lease_timeout)):
         if value is not None:   # None: the pipeline's, or the default
             check(setting, value)
-    from .kafka_settings import merge
-
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
@@ -516,8 +525,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
 
 def plan_budget(budget: float | None) -> float:
     """The outage budget of a run (None: the default); ``ConfigError`` for a bad one."""
-    from .outage import DEFAULT_BUDGET
-
     try:
         return check_budget(DEFAULT_BUDGET if budget is None else budget)
     except ValueError as exc:
@@ -540,8 +547,6 @@ def run_pipeline(pipeline: Pipeline, *,
 
     Ctrl-C once asks for a graceful stop (final checkpoints, then the summary); a second
     Ctrl-C cancels the tasks where they are."""
-    from .limits import check
-
     check("progress_interval", progress_interval)
     return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
                      progress_interval=progress_interval)
@@ -605,8 +610,6 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
              write: bool = True) -> dict[int, dict[int, Any]]:
     """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
-    from .joblog.startpoints import fan_out_startpoints
-
     src = plan.stages[0]
     readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
     found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run, write=write)
@@ -627,10 +630,6 @@ def _source_positions(transport: Transport, plan: JobPlan,
                       ends: dict[int, int] | None = None) -> dict[TopicPartition, int]:
     """Where each source partition's last committed checkpoint resumes (low watermark if
     none), or where a Startpoint in force moves it (custom ones: where the task will say)."""
-    from .joblog.changelog import last_commit
-    from .protocol.positions import Start, resolve, startpoint_applies
-    from .protocol.runs import run_of
-
     src = plan.stages[0]
     out = {}
     for t in plan.tasks:
@@ -666,8 +665,6 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
     """One ``TaskConfig`` per task. Sources get the end offsets the run started with
     (``ends``, or now), the same in every attempt of the run: where ``upcoming`` starts
     (P5) and, in a bounded run, where the input ends."""
-    from .runtime.task import TaskConfig
-
     if ends is None:
         ends = run_start_ends(transport, plan)
     found = startpoints or {}
@@ -691,8 +688,6 @@ def run_start_ends(transport: Transport, plan: JobPlan) -> dict[int, int]:
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
     if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
-        from .joblog.checkpoints import checkpoint_topic
-
         specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
                                compacted=True, keep_forever=True))
     sink = plan.stages[-1]
@@ -709,8 +704,6 @@ def check_topics(transport: Transport, plan: JobPlan) -> None:
     local log), for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
     only that job's commit records tell them apart, which a source does not read."""
-    from .joblog.control import ControlLog, jobs_with_sink
-
     source, sink = plan.stages[0].input_topic, plan.stages[-1].output_topic
     if source == sink:
         raise ConfigError(f"sink {sink!r} is the job's own source: its output would be "
