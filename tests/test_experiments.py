@@ -709,7 +709,7 @@ def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_
 # --------------------------------------------------------------------------- soaks
 
 def test_durations_and_the_soak_s_fault_count():
-    from eos_runtime.cli_experiment import parse_duration, soak_faults
+    from eos_runtime.cli.experiment import parse_duration, soak_faults
 
     assert [parse_duration(t) for t in ("90", "30s", "10m", "1.5h", " 2M ")] == [
         90.0, 30.0, 600.0, 5400.0, 120.0]
