@@ -1,4 +1,4 @@
-"""Reading a task's change log on recovery (``runtime/changelog._read``).
+"""Reading a task's change log on recovery (``joblog/changelog._read``).
 
 A change log on Kafka ends in a transaction marker after every commit: an offset that
 holds no record a reader ever sees. Recovery reads up to the end offset, so the last

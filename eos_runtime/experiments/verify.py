@@ -16,7 +16,7 @@ replay can write it (``Expected.replayed``): a replayed input that reaches a sta
 again is counted again there (wordcount's "n+1" for a word seen n times), which is what
 at-least-once does, not a failure of it. Any other value ("0", a word) is unexpected.
 
-Reading is what a reader of the sink sees (``runtime/committed.read_output``: Kafka
+Reading is what a reader of the sink sees (``joblog/committed.read_output``: Kafka
 read_committed, the local log's commit records). Then the raw topic, every record the
 sink ever wrote, is read too: every committed record must be one of them, unchanged
 (``phantom`` otherwise, a failure), and the raw records the committed view leaves out
