@@ -22,9 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
-from eos_runtime.cli_pipeline import generate_words
+from eos_runtime.demo import generate_words
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import load_pipeline, run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import TopicSpec, open_transport
 
 ROOT = Path(__file__).resolve().parent

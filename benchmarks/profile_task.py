@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from eos_runtime.experiments.workloads import word_lines
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
 from eos_runtime.runner import create_job_topics, load_pipeline, task_configs
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.runtime.task import run_task
 from eos_runtime.transport import TopicSpec, open_transport
 

@@ -23,9 +23,9 @@ import time
 import uuid
 from pathlib import Path
 
+from eos_runtime.joblog.changelog import fold_log
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.runs import first_version
-from eos_runtime.runtime.changelog import fold_log
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 
 HOURS = (1, 6, 24, 72, 168)

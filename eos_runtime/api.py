@@ -129,7 +129,7 @@ class Source:
     reset_offset: bool = False       # ignore an earlier run's checkpoint (protocol/positions.py)
     # where to start without a checkpoint: oldest | upcoming | none (no fallback: fail)
     offset_default: str = "oldest"
-    # custom Startpoints' resolvers by name (eos_runtime/startpoints.py)
+    # custom Startpoints' resolvers by name (eos_runtime/joblog/startpoints.py)
     startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
                                                                    compare=False)
 
@@ -298,6 +298,24 @@ OFFSET_DEFAULTS = ("oldest", "upcoming", "none")
 CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
 
 
+class _FunctionListener:
+    def __init__(self, fn: Callable[[int, Mapping[tuple[str, int], int]], Any]) -> None:
+        self.fn = fn
+
+    def on_checkpoint(self, task: int, offsets: Mapping[tuple[str, int], int]) -> None:
+        self.fn(task, offsets)
+
+
+def as_listener(listener: Any) -> Any:
+    """A checkpoint listener object from a function or an object with ``on_checkpoint``."""
+    if hasattr(listener, "on_checkpoint"):
+        return listener
+    if callable(listener):
+        return _FunctionListener(listener)
+    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
+                      f"on_checkpoint(task, offsets), got {listener!r}")
+
+
 class Pipeline:
     """A job: one source, steps, key shuffles and one sink."""
 
@@ -339,14 +357,14 @@ class Pipeline:
         # librdkafka settings for every Kafka client of a run (SASL, TLS, ...), under the
         # command line's --kafka-config and -X; ignored on the local log.
         self.kafka_config = check_settings(kafka_config or {}, f"pipeline {name!r} kafka_config")
-        # Where source tasks keep their input positions (checkpoints.py); at-least-once only
+        # Where source tasks keep their input positions (joblog/checkpoints.py); at-least-once only
         # for the topic and file-system stores (plan.py refuses them under exactly-once).
         self.checkpoints = checkpoints
         # A job has a name and an id, as in Samza: the id names the checkpoint topic
         # (__eos_checkpoint_<name>_<id>) and the file-system store's directory.
         self.job_id = job_id
         self._segments: list[_Segment] = []
-        # Told after each committed checkpoint of every task (listeners.py).
+        # Told after each committed checkpoint of every task (joblog/listeners.py).
         self.listeners: list[Any] = []
 
     def on_checkpoint(self, listener: Any) -> Any:
@@ -356,10 +374,8 @@ class Pipeline:
         input positions committed (``{(topic, partition): offset}``). Not atomic with the
         checkpoint: it may be called again for positions after a restart, or not at all if
         the task dies right after its commit (docs/operations.md). Returns ``listener``,
-        so it also works as a decorator. ``eos_runtime.listeners.DeleteConsumedInput()``
+        so it also works as a decorator. ``eos_runtime.joblog.listeners.DeleteConsumedInput()``
         is the retention helper."""
-        from .listeners import as_listener
-
         self.listeners.append(as_listener(listener))
         return listener
 

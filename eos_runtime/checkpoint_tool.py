@@ -19,8 +19,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .checkpoints import Checkpoint
 from .errors import ConfigError
+from .joblog.checkpoints import Checkpoint
+from .joblog.control import layout_checkpoints, layout_guarantee, layout_job_id, layout_stages
 from .plan import JobPlan, StagePlan, TaskPlan
 
 __all__ = ["render", "parse", "ParsedCheckpoints", "plan_from_layout"]
@@ -127,13 +128,6 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
     control topic (what the tool needs: topics, task ids, which partitions each task
     reads, as ``plan.plan_job`` assigns them: partition p to the stage's task p mod n).
     Steps, formats and resolvers are not known here: the tool does not run the job."""
-    from .runtime.control import (
-        layout_checkpoints,
-        layout_guarantee,
-        layout_job_id,
-        layout_stages,
-    )
-
     stages = []
     tasks = []
     upstream: tuple[int, ...] = ()

@@ -12,24 +12,47 @@ it did not make.
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, DemoFailed
+from .joblog.committed import read_output
 from .runner import RunSummary, load_pipeline, run_pipeline
-from .runtime.committed import read_output
 from .transport import TopicSpec, open_transport
 
 __all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MARKER",
-           "WORDCOUNT"]
+           "WORDCOUNT", "WORDS", "generate_words"]
 
 WORDCOUNT = Path(__file__).resolve().parent.parent / "examples" / "wordcount.py"
 #: The file that marks a directory as the demo's own, so the demo may clear it.
 DEMO_MARKER = ".eos-demo"
+
+
+#: The fixed vocabulary of ``eos produce --generate words``.
+WORDS: tuple[str, ...] = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+    "india", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
+    "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray",
+    "yankee", "zulu", "stream", "log", "offset", "marker", "checkpoint", "state",
+)
+
+
+def generate_words(count: int, seed: int = 0, *, min_words: int = 1,
+                   max_words: int = 10) -> Iterator[str]:
+    """``count`` text lines of ``min_words``..``max_words`` words drawn from ``WORDS``.
+
+    Deterministic: the same ``count`` and ``seed`` give the same lines (and a shorter
+    ``count`` gives a prefix of a longer one).
+    """
+    rng = random.Random(seed)
+    for _ in range(count):
+        n = rng.randint(min_words, max_words)
+        yield " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def prepare_demo_dir(data_dir: str | Path) -> Path:
@@ -82,8 +105,6 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
              lines: int = 20_000, guarantee: str = "exactly-once",
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              **run_options: Any) -> DemoResult:
-    from .cli_pipeline import generate_words
-
     pipeline = load_pipeline(WORDCOUNT)
     opts: dict[str, Any]
     if bootstrap_servers:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
-from .errors import ConfigError
+from .errors import ConfigError, TopicNotFound
 from .transport import TopicSpec, Transport
 
 __all__ = ["StagePlan", "TaskPlan", "JobPlan", "plan_job"]
@@ -69,9 +69,9 @@ class JobPlan:
     changelog_topic: str
     dead_letter_topic: str | None = None   # None: a raising function stops its task
     dead_letter_partitions: int = 1
-    checkpoints: str = "changelog"         # where source positions are kept (checkpoints.py)
+    checkpoints: str = "changelog"         # where source positions are kept (joblog/checkpoints.py)
     job_id: str = "1"                      # with the name, the job (Samza's job.id)
-    # checkpoint listeners (listeners.py): each task gets its own copy
+    # checkpoint listeners (joblog/listeners.py): each task gets its own copy
     listeners: tuple[Any, ...] = field(default=(), compare=False)
 
     @property
@@ -129,7 +129,6 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         source = replace(source, reset_offset=source.reset_offset if reset_offset is None
                          else reset_offset,
                          offset_default=offset_default or source.offset_default)
-    from .errors import TopicNotFound
     try:
         src_spec = transport.describe(source.topic)
     except TopicNotFound:

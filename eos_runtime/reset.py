@@ -15,7 +15,7 @@ proves nothing):
   layout says where): the checkpoint topic ``__eos_checkpoint_<job>_<job id>``, or the
   files ``<state dir>/checkpoints/<job>/<job id>/task-N.json``. Kept, they would be where
   the "fresh" run's sources start;
-* its Startpoints, with their store ``<job>.metadata`` (``startpoints.py``): the next run
+* its Startpoints, with their store ``<job>.metadata`` (``joblog/startpoints.py``): the next run
   is run 0 again and would apply a pending one, and one fanned out for an old, higher run
   number also after its own first commit (P1b), reading committed input again. A
   metadata topic holding records that are no Startpoint's is kept, its Startpoints
@@ -43,12 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import checkpoint_topic, parse_checkpoint
 from .errors import ConfigError, TransportError, WireFormatError
-from .protocol import wire
-from .protocol.runs import run_end
-from .runtime.changelog import last_commit
-from .runtime.control import (
+from .joblog.changelog import last_commit
+from .joblog.checkpoints import checkpoint_topic, parse_checkpoint
+from .joblog.control import (
     ControlLog,
     RunInfo,
     control_topic,
@@ -58,7 +56,9 @@ from .runtime.control import (
     layout_job_id,
     layout_stages,
 )
-from .startpoints import MetadataStore, Startpoint, StartpointKey, metadata_topic
+from .joblog.startpoints import MetadataStore, Startpoint, StartpointKey, metadata_topic
+from .protocol import wire
+from .protocol.runs import run_end
 from .transport import Record, TopicPartition, Transport
 
 __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_run"]
@@ -66,7 +66,7 @@ __all__ = ["ResetPlan", "plan_reset", "carry_out", "running_tasks", "unfinished_
 #: What a job's tasks leave in ``<state dir>/<job>/`` (runtime/task.py, runtime/progress.py).
 _TASK_ENTRY = re.compile(r"^(task-\d+(\.pid|\.progress|\.progress\.\d+\.tmp|\.attempt-\d+-\d+)?"
                          r"|buffer-\d+(-.*)?)$")
-#: What ``FileSystemCheckpoints`` writes in its directory (checkpoints.py).
+#: What ``FileSystemCheckpoints`` writes in its directory (joblog/checkpoints.py).
 _CHECKPOINT_FILE = re.compile(r"^task-\d+\.json(\.tmp)?$")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
+from .engine import EngineConfig, check_slots, start_tasks
 from .engine.stall import DEFAULT_NO_PROGRESS_TIMEOUT
 from .errors import (
     ConfigError,
@@ -37,17 +38,23 @@ from .errors import (
     TopicNotFound,
     TransportError,
 )
-from .outage import OutageClock, check_budget, gone_too_long, is_transient
-from .plan import JobPlan, describe_plan, plan_job
-from .runtime.control import (
+from .joblog.changelog import last_commit
+from .joblog.checkpoints import checkpoint_topic
+from .joblog.control import (
     DEFAULT_LEASE_TIMEOUT,
     ControlLog,
     LeaseKeeper,
     LeaseRequest,
     jobs_with_sink,
 )
+from .joblog.startpoints import fan_out_startpoints
+from .kafka_settings import merge
+from .limits import check
+from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient
+from .plan import JobPlan, describe_plan, plan_job
 from .runtime.progress import read_task_progress
-from .runtime.source import check_fallback
+from .runtime.source import check_fallback, position_store, start_positions
+from .runtime.task import TaskConfig, run_task_payload
 from .transport import TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
@@ -215,7 +222,6 @@ def _check_run_dirs(pipeline: Pipeline, transport_opts: dict[str, Any], state_di
 
 
 def _task_entry(attempt) -> bytes:  # runs on a Spark worker
-    from .runtime.task import run_task_payload
     return run_task_payload(attempt.payload, attempt.attempt)
 
 
@@ -447,9 +453,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     The run holds the job's lease until ``PipelineRun.close()``: another driver's run of
     the job is refused meanwhile (``JobRunning``), unless it asks to ``take_over``. A
     driver that dies stops holding it ``lease_timeout`` seconds after its last renewal."""
-    from .engine import EngineConfig, check_slots, start_tasks
-    from .limits import check
-
     for setting, value in (("commit_interval", commit_interval),
                            ("commit_every", commit_every), ("parallelism", parallelism),
                            ("sink_partitions", sink_partitions), ("channel_batch", channel_batch),
@@ -459,8 +462,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                            ("poll_records", poll_records), ("lease_timeout", lease_timeout)):
         if value is not None:   # None: the pipeline's, or the default
             check(setting, value)
-    from .kafka_settings import merge
-
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
@@ -525,8 +526,6 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
 
 def plan_budget(budget: float | None) -> float:
     """The outage budget of a run (None: the default); ``ConfigError`` for a bad one."""
-    from .outage import DEFAULT_BUDGET
-
     try:
         return check_budget(DEFAULT_BUDGET if budget is None else budget)
     except ValueError as exc:
@@ -549,8 +548,6 @@ def run_pipeline(pipeline: Pipeline, *,
 
     Ctrl-C once asks for a graceful stop (final checkpoints, then the summary); a second
     Ctrl-C cancels the tasks where they are."""
-    from .limits import check
-
     check("progress_interval", progress_interval)
     return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
                      progress_interval=progress_interval)
@@ -621,10 +618,8 @@ def watch_run(run: PipelineRun, *,
 
 def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
              write: bool = True) -> dict[int, dict[int, Any]]:
-    """The job's Startpoints for this run, per source task (``startpoints.py``); a custom
+    """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
-    from .startpoints import fan_out_startpoints
-
     src = plan.stages[0]
     readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
     found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run, write=write)
@@ -657,8 +652,6 @@ def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartitio
 
 
 def _last_commit(transport: Transport, plan: JobPlan, task: int) -> Any:
-    from .runtime.changelog import last_commit
-
     try:
         return last_commit(transport, TopicPartition(plan.changelog_topic, task))
     except TopicNotFound:
@@ -673,8 +666,6 @@ def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
     summary counts the input from there. A custom Startpoint's resolver runs in its task,
     so its partition counts from the checkpoint; a position its task will refuse counts
     from there too (the run fails, naming it)."""
-    from .runtime.source import position_store, start_positions
-
     stage = plan.stages[0]
     fallback = _source_positions(transport, plan)
     out = dict(fallback)
@@ -712,8 +703,6 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
     """One ``TaskConfig`` per task. Sources get the end offsets the run started with
     (``ends``, or now), the same in every attempt of the run: where ``upcoming`` starts
     (P5) and, in a bounded run, where the input ends."""
-    from .runtime.task import TaskConfig
-
     if ends is None:
         ends = run_start_ends(transport, plan)
     found = startpoints or {}
@@ -737,8 +726,6 @@ def run_start_ends(transport: Transport, plan: JobPlan) -> dict[int, int]:
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     specs = plan.topics_to_create()
     if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
-        from .checkpoints import checkpoint_topic
-
         specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
                                compacted=True, keep_forever=True))
     sink = plan.stages[-1]

@@ -27,12 +27,12 @@ import cloudpickle
 import msgpack
 
 from eos_runtime.api import Pipeline
+from eos_runtime.joblog.committed import read_output
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.runs import run_end
 from eos_runtime.runner import create_job_topics, task_configs
-from eos_runtime.runtime.committed import read_output
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import TopicSpec, open_transport
 
 END = run_end(0)
@@ -135,7 +135,7 @@ class ScriptedJob:
 
     def channel_records(self, channel: int = 0) -> list[Any]:
         """Everything written to a channel, decoded (committed or not)."""
-        from eos_runtime.runtime.committed import read_topic
+        from eos_runtime.joblog.committed import read_topic
         return [wire.decode_channel(r.value) for r in
                 read_topic(self.t, self.channel_topic, read_committed=False)
                 if r.partition == channel]

@@ -506,7 +506,7 @@ def test_peers_are_killed_and_restarted_and_their_recovery_is_measured(kafka_boo
 
 def test_rounds_are_one_number_or_one_per_measure_and_a_bad_one_is_named():
     from eos_runtime.bench.report import rounds_text
-    from eos_runtime.cli_bench import parse_rounds
+    from eos_runtime.cli.bench import parse_rounds
     from eos_runtime.errors import ConfigError
 
     both = ["throughput", "memory"]

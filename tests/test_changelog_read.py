@@ -1,4 +1,4 @@
-"""Reading a task's change log on recovery (``runtime/changelog._read``).
+"""Reading a task's change log on recovery (``joblog/changelog._read``).
 
 A change log on Kafka ends in a transaction marker after every commit: an offset that
 holds no record a reader ever sees. Recovery reads up to the end offset, so the last
@@ -9,7 +9,7 @@ counted, not timed, so a busy machine cannot fail the test."""
 
 from __future__ import annotations
 
-from eos_runtime.runtime import changelog
+from eos_runtime.joblog import changelog
 from eos_runtime.transport import Record, TopicPartition
 
 TP = TopicPartition("job.changelog", 0)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.protocol import wire
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import TopicPartition, open_transport
 
 from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok

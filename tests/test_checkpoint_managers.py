@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from eos_runtime.checkpoints import (
+from eos_runtime.errors import ConfigError, TopicNotFound
+from eos_runtime.joblog.changelog import ChangeLogWriter, fold_log, recover
+from eos_runtime.joblog.checkpoints import (
     ChangeLogCheckpoints,
     Checkpoint,
     FileSystemCheckpoints,
     TopicCheckpoints,
     checkpoint_topic,
 )
-from eos_runtime.errors import ConfigError, TopicNotFound
 from eos_runtime.protocol import wire
-from eos_runtime.runtime.changelog import ChangeLogWriter, fold_log, recover
 from eos_runtime.state import TaskStore
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 
@@ -176,10 +176,10 @@ def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kaf
     from collections import Counter
 
     from eos_runtime import Pipeline
+    from eos_runtime.joblog.committed import read_output
+    from eos_runtime.joblog.control import ControlLog
     from eos_runtime.plan import plan_job
     from eos_runtime.runner import run_pipeline
-    from eos_runtime.runtime.committed import read_output
-    from eos_runtime.runtime.control import ControlLog
 
     from pipeline_oracles import produce as produce_values
 

@@ -7,8 +7,8 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.checkpoint_tool import parse, render
-from eos_runtime.checkpoints import Checkpoint
 from eos_runtime.errors import ConfigError
+from eos_runtime.joblog.checkpoints import Checkpoint
 from eos_runtime.plan import plan_job
 from eos_runtime.transport import TopicSpec, open_transport
 

@@ -11,9 +11,9 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.api import FORMATS
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import run_pipeline
 from eos_runtime.runtime import letters
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.runtime.letters import exact_bytes
 from eos_runtime.transport import TopicSpec, open_transport
 
@@ -54,9 +54,9 @@ def _run_one_task(tmp_path, opts: dict, name: str, values: list[bytes]) -> list[
     """A one-stage job (source -> map(fail_on_long) -> sink, dead letters on) over
     ``values``, its one task run in this process to the end of its input; returns the
     committed dead letters, each with its record's encoded size as "_bytes"."""
+    from eos_runtime.joblog.control import ControlLog
     from eos_runtime.plan import plan_job
     from eos_runtime.runner import create_job_topics, task_configs
-    from eos_runtime.runtime.control import ControlLog
     from eos_runtime.runtime.task import run_task
 
     with open_transport(**{k: v for k, v in opts.items() if k != "producer_config"}) as t:

@@ -121,7 +121,7 @@ def cross_checked(tmp_path, monkeypatch, view):
     """``verify_output`` over a real local-log topic holding a's "1", "2", "2" (the second
     "2": output of a crashed attempt) and b's "1", with the committed view given by
     ``view(raw records)`` in place of the commit records' ranges."""
-    import eos_runtime.runtime.committed as committed_mod
+    import eos_runtime.joblog.committed as committed_mod
     from eos_runtime.experiments.verify import verify_output
 
     real = committed_mod.read_output
@@ -709,7 +709,7 @@ def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_
 # --------------------------------------------------------------------------- soaks
 
 def test_durations_and_the_soak_s_fault_count():
-    from eos_runtime.cli_experiment import parse_duration, soak_faults
+    from eos_runtime.cli.experiment import parse_duration, soak_faults
 
     assert [parse_duration(t) for t in ("90", "30s", "10m", "1.5h", " 2M ")] == [
         90.0, 30.0, 600.0, 5400.0, 120.0]
@@ -1260,7 +1260,7 @@ def test_bad_records_each_leave_one_dead_letter_and_none_of_their_output(tmp_pat
             v = Verdict("exactly-once", passed=True)
             # an at-least-once job's dead letters are read as written (no commit ranges)
             monkey = pytest.MonkeyPatch()
-            monkey.setattr("eos_runtime.runtime.committed.ControlLog.guarantee",
+            monkey.setattr("eos_runtime.joblog.committed.ControlLog.guarantee",
                            lambda self: "at-least-once")
             try:
                 check_dead_letters(v, t, "j.dead-letters", "j", "records", bad)

@@ -277,7 +277,7 @@ def _sink_before_the_checkpoint(job, wanted: list[str], then: list = (),
     import threading
     import time
 
-    from eos_runtime.runtime.committed import read_topic
+    from eos_runtime.joblog.committed import read_topic
     from eos_runtime.runtime.progress import read_task_progress
 
     job.write(Data(0, 1, 1, "a"), Data(1, 1, 1, "b"))

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from eos_runtime.errors import ConfigError
+from eos_runtime.joblog.committed import read_output
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.runner import run_pipeline, start_pipeline
-from eos_runtime.runtime.committed import read_output
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import (

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from eos_runtime.joblog.control import ControlLog, layout_stages
 from eos_runtime.protocol import wire
-from eos_runtime.runtime.control import ControlLog, layout_stages
 from eos_runtime.transport import open_transport
 
 from test_cli import WORDCOUNT, eos, error_line, ok

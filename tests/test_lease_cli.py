@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.lease import FREE
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import open_transport
 
 from test_cli import WORDCOUNT, eos, error_line, ok
@@ -118,7 +118,7 @@ def test_on_kafka_a_lapsed_lease_is_taken_a_live_one_refuses_the_tools_and_take_
     and Startpoint writes (CLI and Python) are refused naming its run; --take-over runs
     anyway, asks that run to stop and releases at its end."""
     from eos_runtime.errors import JobRunning
-    from eos_runtime.startpoints import Startpoint, clear_startpoints, set_startpoint
+    from eos_runtime.joblog.startpoints import Startpoint, clear_startpoints, set_startpoint
 
     tag = uuid.uuid4().hex[:8]
     job, source, sink = f"klease-{tag}", f"klease-in-{tag}", f"klease-out-{tag}"
@@ -167,8 +167,8 @@ def test_on_kafka_a_lapsed_lease_is_taken_a_live_one_refuses_the_tools_and_take_
 @pytest.mark.parametrize("kind", ["local", pytest.param("kafka", marks=pytest.mark.kafka)])
 def test_the_change_log_manager_refuses_to_write_while_a_run_holds_the_job(kind, tmp_path,
                                                                            request):
-    from eos_runtime.checkpoints import ChangeLogCheckpoints, Checkpoint
     from eos_runtime.errors import JobRunning
+    from eos_runtime.joblog.checkpoints import ChangeLogCheckpoints, Checkpoint
 
     opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
             else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
@@ -197,8 +197,8 @@ def test_eos_jobs_shows_who_holds_the_lease(tmp_path):
 
 
 def test_a_keepers_heartbeat_moves_the_expiry_and_close_releases(tmp_path):
+    from eos_runtime.joblog.control import LeaseKeeper, LeaseRequest
     from eos_runtime.protocol.lease import HELD
-    from eos_runtime.runtime.control import LeaseKeeper, LeaseRequest
 
     opts = {"data_dir": str(tmp_path / "data")}
     with open_transport(**opts) as t:
@@ -251,8 +251,8 @@ def test_a_task_of_a_run_taken_over_stops_before_it_recovers(tmp_path):
 def test_lease_and_run_queries_read_few_records_however_many_heartbeats(tmp_path):
     """A job that ran for a day beats ~8600 times: each task's start, the lease check and
     `eos jobs` must not read them all. Counted in records read, not time."""
+    from eos_runtime.joblog.control import LeaseKeeper, LeaseRequest, heartbeat_topic
     from eos_runtime.protocol.lease import HELD
-    from eos_runtime.runtime.control import LeaseKeeper, LeaseRequest, heartbeat_topic
 
     opts = {"data_dir": str(tmp_path / "data")}
     with open_transport(**opts) as t:
@@ -293,7 +293,7 @@ def test_lease_and_run_queries_read_few_records_however_many_heartbeats(tmp_path
 
 
 def test_a_holder_without_heartbeats_is_found_without_reading_older_ones(tmp_path):
-    from eos_runtime.runtime.control import LeaseRequest, heartbeat_topic
+    from eos_runtime.joblog.control import LeaseRequest, heartbeat_topic
 
     opts = {"data_dir": str(tmp_path / "data")}
     with open_transport(**opts) as t:
@@ -333,7 +333,7 @@ def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_ru
     start record named the previous run (the latest start record), and the new run went
     on. A stop names the run holding the lease; that run's sources see it although it
     came before their start record. With no live run, stop says so and appends nothing."""
-    from eos_runtime.runtime.control import LeaseRequest, StopWatcher
+    from eos_runtime.joblog.control import LeaseRequest, StopWatcher
 
     data = tmp_path / "data"
     opts = {"data_dir": str(data)}
@@ -369,8 +369,8 @@ def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_ru
 
 def test_a_drivers_own_stop_names_its_run_after_a_take_over(tmp_path):
     """Ctrl-C on a driver whose run was taken over must not stop the run that took it."""
+    from eos_runtime.joblog.control import LeaseRequest
     from eos_runtime.runner import PipelineRun
-    from eos_runtime.runtime.control import LeaseRequest
 
     opts = {"data_dir": str(tmp_path / "data")}
     plan = _upper(opts, "to")

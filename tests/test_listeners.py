@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.listeners import DeleteConsumedInput
+from eos_runtime.joblog.changelog import last_commit
+from eos_runtime.joblog.listeners import DeleteConsumedInput
 from eos_runtime.protocol import wire
 from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.changelog import last_commit
 from eos_runtime.transport import TopicPartition, open_transport
 
 from pipeline_oracles import encode_lines, produce, word_lines
@@ -108,7 +108,7 @@ def test_retention_deletes_only_what_every_reader_committed(kind, tmp_path, requ
 def test_listeners_open_once_a_raising_one_is_logged_and_functions_work_as_decorators(caplog):
     from eos_runtime import Pipeline
     from eos_runtime.errors import ConfigError
-    from eos_runtime.listeners import Listeners
+    from eos_runtime.joblog.listeners import Listeners
 
     seen = []
 
@@ -140,9 +140,9 @@ def test_a_reader_with_a_checkpoint_store_restarts_from_the_lower_of_store_and_c
     """A topic or file-system store is written after the commit: a crash in between
     restarts the task from the store. The helper takes the lower; a file-system store,
     out of sight, blocks the cut."""
-    from eos_runtime.checkpoints import ChangeLogCheckpoints, Checkpoint, TopicCheckpoints
-    from eos_runtime.listeners import _other_readers
-    from eos_runtime.runtime.control import ControlLog
+    from eos_runtime.joblog.checkpoints import ChangeLogCheckpoints, Checkpoint, TopicCheckpoints
+    from eos_runtime.joblog.control import ControlLog
+    from eos_runtime.joblog.listeners import _other_readers
     from eos_runtime.transport import TopicSpec
 
     with open_transport(data_dir=str(tmp_path / "data")) as t:

@@ -22,8 +22,8 @@ import pytest
 
 from eos_runtime.broker import KafkaBroker, find_running, free_port, stop_running
 from eos_runtime.errors import OutageBudgetExceeded
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import load_pipeline, start_pipeline, watch_run
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import check_wordcount_exactly_once, encode_lines, produce, word_lines

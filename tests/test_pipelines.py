@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import load_pipeline, run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import (
@@ -276,7 +276,7 @@ def test_at_least_once_committed_view_on_the_local_log_loses_nothing(tmp_path):
     every record the sinks wrote, as a read_committed Kafka reader does (that output is
     not transactional there either)."""
     from eos_runtime import Pipeline
-    from eos_runtime.runtime.control import ControlLog
+    from eos_runtime.joblog.control import ControlLog
 
     opts = {"data_dir": str(tmp_path / "data")}
     tag = uuid.uuid4().hex[:6]

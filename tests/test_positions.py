@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from eos_runtime import Pipeline
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import produce
@@ -152,8 +152,8 @@ def no_fallback_re(source: str, partition: int, job: str, reset: bool = False) -
 def test_offset_default_none_fails_before_processing_without_checkpoint_or_startpoint(
         kind, tmp_path, request):
     from eos_runtime.errors import ConfigError
-    from eos_runtime.runtime.control import ControlLog
-    from eos_runtime.startpoints import Startpoint, list_startpoints, set_startpoint
+    from eos_runtime.joblog.control import ControlLog
+    from eos_runtime.joblog.startpoints import Startpoint, list_startpoints, set_startpoint
 
     opts = opts_for(kind, tmp_path, request)
     tag = uuid.uuid4().hex[:6]

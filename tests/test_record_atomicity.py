@@ -22,11 +22,11 @@ import msgpack
 import pytest
 
 from eos_runtime import Pipeline
+from eos_runtime.joblog.committed import read_output, read_topic
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
 from eos_runtime.protocol import wire
 from eos_runtime.runner import create_job_topics, task_configs
-from eos_runtime.runtime.committed import read_output, read_topic
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.runtime.task import _Task
 from eos_runtime.transport import TopicSpec, open_transport
 

@@ -178,7 +178,7 @@ def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
     run 0, and one fanned out for an old, higher run (tagged 3) is applied again after
     the new task's first commit (P1b: its checkpoint's run 0 < 3), so a crash after that
     commit reads committed input again. A reset deletes them all and says so."""
-    from eos_runtime.startpoints import (
+    from eos_runtime.joblog.startpoints import (
         MetadataStore,
         Startpoint,
         StartpointKey,
@@ -207,7 +207,7 @@ def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
 
 
 def test_reset_keeps_a_metadata_topic_with_other_records_and_deletes_its_startpoints(tmp_path):
-    from eos_runtime.startpoints import MetadataStore, Startpoint, StartpointKey
+    from eos_runtime.joblog.startpoints import MetadataStore, Startpoint, StartpointKey
 
     data = tmp_path / "data"
     fake_job(data, "mix", small_layout("mix"))

@@ -126,7 +126,7 @@ def test_a_reset_forgets_the_positions_of_the_checkpoint_topic_and_the_files(tmp
 
 
 def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_path):
-    from eos_runtime.checkpoints import Checkpoint, TopicCheckpoints
+    from eos_runtime.joblog.checkpoints import Checkpoint, TopicCheckpoints
     from eos_runtime.transport import open_transport
 
     data = tmp_path / "data"

@@ -9,9 +9,9 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError
+from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
 from eos_runtime.runner import check_topics, start_pipeline
-from eos_runtime.runtime.control import ControlLog
 from eos_runtime.transport import TopicSpec, open_transport
 
 

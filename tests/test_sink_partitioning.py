@@ -10,9 +10,9 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.plan import plan_job
 from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.runtime.outputs import kafka_partition, murmur2
 from eos_runtime.transport import TopicSpec, open_transport
 

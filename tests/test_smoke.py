@@ -21,8 +21,7 @@ def test_smoke_on_kafka(kafka_bootstrap, tmp_path):
 
 
 def test_the_main_job_runs_wordcount_and_verifies_it(tmp_path):
-    from eos_runtime.cli_pipeline import generate_words
-    from eos_runtime.demo import run_demo
+    from eos_runtime.demo import generate_words, run_demo
 
     result = run_demo(data_dir=str(tmp_path / "demo"), lines=800)
     assert result.lines == 800 and result.duplicates == 0

@@ -84,7 +84,7 @@ def test_an_upcoming_start_is_fixed_once_per_run(kind, how, tmp_path, request):
     """A source that starts at ``upcoming`` and starts again inside the run (a retry
     after a crash before its first commit, or after a broker outage) starts where the
     run's first attempt did: input that arrived since is read, never skipped."""
-    from eos_runtime.startpoints import Startpoint, fan_out_startpoints, set_startpoint
+    from eos_runtime.joblog.startpoints import Startpoint, fan_out_startpoints, set_startpoint
 
     opts = opts_for(kind, tmp_path, request)
     tag = uuid.uuid4().hex[:6]
@@ -127,7 +127,7 @@ def test_a_zombies_positions_in_the_store_never_start_a_source_past_its_state(
     the change log. The source starts at the commit its state holds (replaying what the
     zombie read), not past it; behind the commit the store's position replays, as
     at-least-once allows."""
-    from eos_runtime.checkpoints import Checkpoint
+    from eos_runtime.joblog.checkpoints import Checkpoint
     from eos_runtime.protocol import wire
     from eos_runtime.runtime.source import position_store, start_positions
 

@@ -180,8 +180,8 @@ def test_max_attempts_is_the_clusters_task_max_failures(cluster: StandaloneClust
 
 def test_wordcount_on_the_cluster_matches_the_oracle(cluster: StandaloneCluster,
                                                      tmp_path: Path) -> None:
+    from eos_runtime.joblog.committed import read_output
     from eos_runtime.runner import load_pipeline, run_pipeline
-    from eos_runtime.runtime.committed import read_output
     from eos_runtime.transport import open_transport
 
     from pipeline_oracles import check_wordcount_exactly_once, encode_lines, produce, word_lines

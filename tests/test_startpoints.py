@@ -15,18 +15,18 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError, JobRunning, TopicNotFound
-from eos_runtime.protocol import wire
-from eos_runtime.protocol.positions import choose_start, fan_out, startpoint_applies
-from eos_runtime.runner import run_pipeline
-from eos_runtime.runtime.committed import read_output
-from eos_runtime.runtime.control import ControlLog
-from eos_runtime.startpoints import (
+from eos_runtime.joblog.committed import read_output
+from eos_runtime.joblog.control import ControlLog
+from eos_runtime.joblog.startpoints import (
     Startpoint,
     StartpointKey,
     clear_startpoints,
     list_startpoints,
     set_startpoint,
 )
+from eos_runtime.protocol import wire
+from eos_runtime.protocol.positions import choose_start, fan_out, startpoint_applies
+from eos_runtime.runner import run_pipeline
 from eos_runtime.transport import TopicSpec, open_transport
 
 KINDS = ["local", pytest.param("kafka", marks=pytest.mark.kafka)]
@@ -90,10 +90,10 @@ def test_every_kind_with_either_key_is_fanned_out_resolved_and_beats_the_checkpo
     task's key), resolved by the transport (the consumer-side visitor) in the task's
     start_positions ahead of run 0's checkpoint; used up once the task committed in the
     run it was fanned out for."""
+    from eos_runtime.joblog.startpoints import fan_out_startpoints
     from eos_runtime.plan import plan_job
     from eos_runtime.protocol.runs import first_version, run_end
     from eos_runtime.runtime.source import start_positions
-    from eos_runtime.startpoints import fan_out_startpoints
 
     opts = opts_for(kind, tmp_path, request)
     tag = uuid.uuid4().hex[:6]
@@ -193,8 +193,8 @@ def assert_kept_in_the_metadata_store(opts, job):
     """Startpoints live in <job>.metadata: one partition, compacted (on Kafka: its
     cleanup.policy), holding Startpoint records only; the change log and the checkpoint
     topic hold none."""
-    from eos_runtime.runtime.committed import read_topic
-    from eos_runtime.startpoints import metadata_topic
+    from eos_runtime.joblog.committed import read_topic
+    from eos_runtime.joblog.startpoints import metadata_topic
 
     with open_transport(**opts) as t:
         meta = t.describe(metadata_topic(job))

@@ -14,10 +14,10 @@ import time
 import cloudpickle
 import pytest
 
+from eos_runtime.joblog.committed import read_output
 from eos_runtime.plan import plan_job
 from eos_runtime.protocol.runs import run_end
 from eos_runtime.runner import create_job_topics, task_configs
-from eos_runtime.runtime.committed import read_output
 from eos_runtime.runtime.task import run_task
 from eos_runtime.transport import open_transport
 
@@ -126,7 +126,7 @@ def test_a_kafka_zombie_gets_new_clients_and_the_broker_fences_it(first, kafka_b
     import json
     import uuid
 
-    from eos_runtime.runtime.committed import read_topic
+    from eos_runtime.joblog.committed import read_topic
     from eos_runtime.transport import TopicSpec
 
     topic = f"zombie-split-{uuid.uuid4().hex[:8]}"

@@ -445,8 +445,8 @@ class _Scene:
     def committed_positions(self, job_run: int) -> list[int | None]:
         """Per source partition, where its task's last commit of job run ``job_run`` left
         it (None: the task committed nothing in that run)."""
+        from ..joblog.changelog import last_commit
         from ..protocol.runs import run_of
-        from ..runtime.changelog import last_commit
 
         out: list[int | None] = [None] * self.model.partitions
         with open_transport(**self.opts) as t:
@@ -495,7 +495,7 @@ class _Scene:
                         rec: dict[str, Any]) -> None:
         """A second driver of the job with --take-over, in a process of its own (one Spark
         job per process); returns once it recorded its run."""
-        from ..runtime.control import ControlLog
+        from ..joblog.control import ControlLog
 
         ends = self.model.ends()
         w = self.s.workload

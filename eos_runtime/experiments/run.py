@@ -557,7 +557,7 @@ def source_inputs(transport: Any, topic: str, payloads: list[bytes],
     """The values the source holds, in the order they were fed (partition by partition
     interleaved by offset): the input the soak's oracle is computed over, whatever an
     outage let through."""
-    from ..runtime.committed import read_topic
+    from ..joblog.committed import read_topic
 
     index = {payload: i for i, payload in reversed(list(enumerate(payloads)))}
     records = sorted(read_topic(transport, topic, read_committed=False),

@@ -16,7 +16,7 @@ replay can write it (``Expected.replayed``): a replayed input that reaches a sta
 again is counted again there (wordcount's "n+1" for a word seen n times), which is what
 at-least-once does, not a failure of it. Any other value ("0", a word) is unexpected.
 
-Reading is what a reader of the sink sees (``runtime/committed.read_output``: Kafka
+Reading is what a reader of the sink sees (``joblog/committed.read_output``: Kafka
 read_committed, the local log's commit records). Then the raw topic, every record the
 sink ever wrote, is read too: every committed record must be one of them, unchanged
 (``phantom`` otherwise, a failure), and the raw records the committed view leaves out
@@ -208,7 +208,7 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
     record the topic holds; with ``marks`` only the records at or past them (the output
     after an ``eos reset``)."""
-    from ..runtime.committed import read_output
+    from ..joblog.committed import read_output
 
     committed = since(read_output(transport, topic, job=job), marks)
     verdict = compare(expected, committed, guarantee, key_decode=key_decode,
@@ -238,7 +238,7 @@ def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, s
     duplicate (fails exactly-once only), a letter for any other record is unexpected."""
     import json
 
-    from ..runtime.committed import read_output
+    from ..joblog.committed import read_output
 
     try:
         letters = since(read_output(transport, topic, job=job), marks)

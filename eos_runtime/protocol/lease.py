@@ -3,7 +3,7 @@
 A driver appends ``Lease`` records to the job's control topic (one partition, so every
 reader sees them in one order): ``acquire`` before it records its run, ``release`` when
 the run is over; ``renew`` every few seconds while the run goes on, to the heartbeat
-topic ``<job>.heartbeats`` (``runtime/control.py``: a reader of the control topic must
+topic ``<job>.heartbeats`` (``joblog/control.py``: a reader of the control topic must
 not read every heartbeat). The lease is decided by folding the control topic's records
 in offset order, the holder's latest heartbeat counting as its last record at the time
 of the look (L3). A driver appends an acquire only after such a look found the lease

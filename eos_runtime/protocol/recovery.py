@@ -4,7 +4,7 @@ Each task owns one partition of ``<job>.changelog``. It holds, in order: the
 generation-start record of every (re)start (an abort record carrying the new generation
 and the version it restored), the state changes of each version, and the commit record
 that makes the version's checkpoint true (the task's one commit point, invariant 4).
-``runtime/changelog.py`` reads the records and applies what this fold hands back to the
+``joblog/changelog.py`` reads the records and applies what this fold hands back to the
 RocksDB store; the rules are here.
 
 Rules:

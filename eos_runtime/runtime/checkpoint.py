@@ -16,7 +16,7 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     5. marker fan-out to every channel (exactly-once only; at-least-once sends only the
        end-of-run markers)
     6. a source task's bookkeeping (its topic or file-system checkpoint store, its
-       used-up Startpoints deleted), then the checkpoint listeners (``listeners.py``),
+       used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
        call, a retry may repeat positions
 """
@@ -28,14 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import faults
-from ..listeners import Listeners
+from ..joblog.changelog import ChangeLogWriter, Recovered, catch_up, fence_id, recover
+from ..joblog.listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
 from ..protocol.runs import announcement, run_end
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
-from .changelog import ChangeLogWriter, Recovered, catch_up, recover
 from .metrics import CheckpointMetrics
 from .outputs import ChannelWriter, SinkWriter
 
@@ -51,11 +51,6 @@ __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"
 #: transaction, those reasons are gone until its commit, and what follows joins it as it
 #: is made: a burst's output is not held in memory, nor sent all at the checkpoint.
 TRANSACTION_CHUNK = 32_768
-
-
-def fence_id(job: str, task_id: int) -> str:
-    """What fences a task's zombies: one id per task, every generation alike."""
-    return f"{job}.task-{task_id}"
 
 
 def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:

@@ -2,7 +2,7 @@
 
 A source reads its input partitions from its last checkpoint (or the oldest offset of a
 fresh job) up to the end offsets the driver took at the run's start (a bounded run), or
-until a stop request names the run (``runtime/control.py``). Its open version is owned by
+until a stop request names the run (``joblog/control.py``). Its open version is owned by
 ``protocol/runs.SourceVersions``; its checkpoints are due on the commit timer.
 """
 
@@ -11,7 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import EosError
+from ..errors import ConfigError, EosError, TopicNotFound
+from ..joblog.changelog import last_commit
+from ..joblog.checkpoints import Checkpoint, FileSystemCheckpoints, TopicCheckpoints
+from ..joblog.control import StopWatcher
+from ..joblog.startpoints import delete_applied, resolve_startpoint
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.positions import (
@@ -24,7 +28,6 @@ from ..protocol.positions import (
 )
 from ..protocol.runs import SourceVersions, checkpoint_needed, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
-from .control import StopWatcher
 from .policy import CommitTimer
 
 __all__ = ["SourceSide", "check_fallback", "no_fallback_text", "start_positions"]
@@ -48,8 +51,6 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
     partition); ``kept``: the positions a topic or file-system checkpoint store holds
     (at-least-once), instead of the commit's; ``run_start_ends``: each partition's end
     when the run started, where ``upcoming`` starts (P5; missing: the end now)."""
-    from ..startpoints import resolve_startpoint
-
     src = stage.source
     assert src is not None
     topic = stage.input_topic
@@ -90,9 +91,6 @@ def check_fallback(transport: Transport, plan: JobPlan, state_dir: str,
     """Before a run is recorded: with ``offset_default`` ``none`` every source partition
     needs a checkpoint (not reset) or a Startpoint (P4); ``ConfigError`` naming the first
     that has neither, so the run fails before anything is read."""
-    from ..errors import ConfigError, TopicNotFound
-    from .changelog import last_commit
-
     stage = plan.stages[0]
     src = stage.source
     if src is None or src.offset_default != "none":
@@ -137,8 +135,6 @@ def position_store(transport: Transport, plan: JobPlan, state_dir: str, *,
     """The started checkpoint manager of an at-least-once job that keeps its source
     positions in the checkpoint topic or on the file system; None for the change log.
     ``create=False``: a reader's, which makes no missing checkpoint topic."""
-    from ..checkpoints import FileSystemCheckpoints, TopicCheckpoints
-
     if plan.checkpoints == "kafka":
         store: Any = TopicCheckpoints(transport, plan.name, len(plan.tasks), plan.job_id,
                                       create=create)
@@ -250,13 +246,9 @@ class SourceSide:
         them too (after the commit, not atomic with it: at-least-once replays what lies
         between); the task's Startpoints are used up (P1)."""
         if self.store is not None:
-            from ..checkpoints import Checkpoint
-
             self.store.write_checkpoint(self._task, Checkpoint(
                 {(self.topic, p): off for p, off in self.positions.items()}))
         if self._startpoints_due:
-            from ..startpoints import delete_applied
-
             delete_applied(self._t, self._job, self.topic, self._task, self._startpoints_due)
             self._startpoints_due = []
 

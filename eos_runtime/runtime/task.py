@@ -8,7 +8,7 @@ One record, top to bottom: ``poll`` a batch -> decode the envelope -> the policy
 holds no protocol rule: every ``if`` here is about which component to call.
 
 A run ends (``protocol/runs.py``) when the sources have read to their end offsets (a
-bounded run) or a stop request names the run (``runtime/control.py``): each source takes
+bounded run) or a stop request names the run (``joblog/control.py``): each source takes
 a last checkpoint of version ``run_end(run)``, whose markers let every downstream task
 align, commit the same version and pass the markers on (at-least-once: end its lanes).
 """
@@ -29,6 +29,7 @@ import cloudpickle
 from .. import clock, faults
 from ..api import Sink
 from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
+from ..joblog.control import ControlLog
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
@@ -36,7 +37,6 @@ from ..protocol.runs import finished_run, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
-from .control import ControlLog
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
 from .policy import Aligned, CommitTimer, Step, Unaligned
@@ -74,7 +74,7 @@ class TaskConfig:
     channel_batch: int = BATCH_MESSAGES
     # exactly-once sink output held before it goes into the open transaction
     transaction_chunk: int = TRANSACTION_CHUNK
-    # source partition -> its Startpoint (eos_runtime/startpoints.py), fanned out by the driver
+    # source partition -> its Startpoint (eos_runtime/joblog/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
 

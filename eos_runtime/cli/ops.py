@@ -1,7 +1,7 @@
 """``eos checkpoint show|write`` and ``eos startpoint set|list|clear``: see and move where a
 job's source tasks start (docs/operations.md).
 
-Both write only through Startpoints (``startpoints.py``): a position an operator gives is
+Both write only through Startpoints (``joblog/startpoints.py``): a position an operator gives is
 applied at each task's next start and recorded by its next commit, never written behind a
 running task's back, and both are refused while a driver holds the job's lease.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from .cli_pipeline import (
+from ..errors import ConfigError
+from .pipeline import (
     _absolute,
     _check_writable,
     _n,
@@ -24,14 +25,13 @@ from .cli_pipeline import (
     resolve_transport,
     transport_options,
 )
-from .errors import ConfigError
 
 __all__ = ["checkpoint_group", "startpoint_group"]
 
 
 def _job_plan(transport: Any, job: str, opts: dict[str, str]) -> Any:
-    from .checkpoint_tool import plan_from_layout
-    from .runtime.control import ControlLog
+    from ..checkpoint_tool import plan_from_layout
+    from ..joblog.control import ControlLog
 
     last = ControlLog(transport, job).last_run()
     if last is None:
@@ -59,13 +59,13 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     checkpoint tool): one editable line per source partition; versions, generations and
     the positions of internal channels as comments. Edit an offset, then `eos checkpoint
     write JOB FILE`. Refused while a run holds the job."""
-    from .checkpoint_tool import render
-    from .checkpoints import ChangeLogCheckpoints
-    from .runner import state_root
-    from .runtime.control import ControlLog
-    from .runtime.source import position_store
-    from .startpoints import list_startpoints
-    from .transport import open_transport
+    from ..checkpoint_tool import render
+    from ..joblog.checkpoints import ChangeLogCheckpoints
+    from ..joblog.control import ControlLog
+    from ..joblog.startpoints import list_startpoints
+    from ..runner import state_root
+    from ..runtime.source import position_store
+    from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as t:
@@ -115,10 +115,10 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
     one is refused naming it. Refused while a run holds the job. The positions are written
     as Startpoints: each task applies them at its next start and records them with its
     next commit; under exactly-once the job keeps its state."""
-    from .checkpoint_tool import parse
-    from .runtime.control import ControlLog
-    from .startpoints import MetadataStore, Startpoint, StartpointKey
-    from .transport import TopicPartition, open_transport
+    from ..checkpoint_tool import parse
+    from ..joblog.control import ControlLog
+    from ..joblog.startpoints import MetadataStore, Startpoint, StartpointKey
+    from ..transport import TopicPartition, open_transport
 
     text = file.read()
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
@@ -191,7 +191,7 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
     ahead of the checkpoint (one of --offset, --timestamp, --oldest, --upcoming). It is
     applied at the task's start and deleted after its next commit. Refused while a run
     holds the job, and for internal channels."""
-    from .startpoints import Startpoint, set_startpoint
+    from ..joblog.startpoints import Startpoint, set_startpoint
 
     chosen = [name for name, on in (("--offset", offset is not None),
                                     ("--timestamp", timestamp is not None),
@@ -207,7 +207,7 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
         sp = Startpoint.oldest() if oldest else Startpoint.upcoming()
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
-    from .transport import open_transport
+    from ..transport import open_transport
 
     with open_transport(**opts) as t:
         key = set_startpoint(job, stream, partition, sp, task=task, transport=t)
@@ -224,10 +224,10 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
                     as_json: bool) -> None:
     """List JOB's Startpoints: those set and not yet used up (a task deletes its own after
     the commit that recorded where it led)."""
-    from .startpoints import list_startpoints
+    from ..joblog.startpoints import list_startpoints
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    from .transport import open_transport
+    from ..transport import open_transport
 
     with _reading_local_log(opts), open_transport(**opts) as t:
         found = list_startpoints(job, transport=t)
@@ -256,13 +256,13 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
                      bootstrap_servers: str | None, data_dir: str | None) -> None:
     """Delete JOB's Startpoints (all, or those of --stream and --partition) before its next
     run uses them. Refused while a run holds the job."""
-    from .startpoints import clear_startpoints
+    from ..joblog.startpoints import clear_startpoints
 
     if partition is not None and stream is None:
         raise click.UsageError("--partition goes with --stream")
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)
-    from .transport import open_transport
+    from ..transport import open_transport
 
     with open_transport(**opts) as t:
         gone = clear_startpoints(job, stream, partition, transport=t)

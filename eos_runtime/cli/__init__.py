@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from .broker.cli import kafka as kafka_group
-from .errors import EosError
-from .redact import redact
+from ..broker.cli import kafka as kafka_group
+from ..errors import EosError
+from ..redact import redact
 
 
 @click.group()
@@ -22,7 +22,7 @@ def main() -> None:
 main.add_command(kafka_group)
 
 # `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
-from .cli_pipeline import (  # noqa: E402
+from .pipeline import (  # noqa: E402
     _n,
     consume_cmd,
     json_error,
@@ -42,25 +42,25 @@ main.add_command(stop_cmd)
 
 # `eos jobs|topics|reset`: the jobs that ran on a transport, what each topic is for, and
 # starting a job from scratch.
-from .cli_jobs import jobs_cmd, reset_cmd, topics_cmd  # noqa: E402
+from .jobs import jobs_cmd, reset_cmd, topics_cmd  # noqa: E402
 
 main.add_command(jobs_cmd)
 main.add_command(topics_cmd)
 main.add_command(reset_cmd)
 
 # `eos checkpoint show|write`, `eos startpoint set|list|clear`: where a job's sources start.
-from .cli_ops import checkpoint_group, startpoint_group  # noqa: E402
+from .ops import checkpoint_group, startpoint_group  # noqa: E402
 
 main.add_command(checkpoint_group)
 main.add_command(startpoint_group)
 
 # `eos experiment`: a workload under injected faults, verified against its oracle.
-from .cli_experiment import experiment_cmd  # noqa: E402
+from .experiment import experiment_cmd  # noqa: E402
 
 main.add_command(experiment_cmd)
 
 # `eos bench`: workloads on eos_runtime and its peers, side by side, verified.
-from .cli_bench import bench_cmd  # noqa: E402
+from .bench import bench_cmd  # noqa: E402
 
 main.add_command(bench_cmd)
 
@@ -82,7 +82,7 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
     check)."""
     import json
 
-    from . import smoke as smoke_run
+    from .. import smoke as smoke_run
 
     results = smoke_run.run(data_dir=data_dir, bootstrap_servers=bootstrap_servers,
                             records=records, show_progress=not as_json and sys.stderr.isatty(),
@@ -117,12 +117,12 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
     """The main job: word count end to end on Spark, output verified against an oracle."""
     import json
 
-    from .demo import prepare_demo_dir, run_demo
+    from ..demo import prepare_demo_dir, run_demo
 
     client = kafka_client_config(bootstrap_servers)
     # A refused directory or an unreachable broker is the only line the user sees.
     if bootstrap_servers:
-        from .transport import open_transport
+        from ..transport import open_transport
 
         open_transport(bootstrap_servers=bootstrap_servers, **client).close()
     else:

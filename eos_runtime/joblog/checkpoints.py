@@ -37,10 +37,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import ConfigError, TopicNotFound, TransportError
-from .protocol import wire
-from .protocol.recovery import next_generation
-from .transport import TopicPartition, TopicSpec, Transport
+from ..errors import ConfigError, TopicNotFound, TransportError
+from ..protocol import wire
+from ..protocol.recovery import next_generation
+from ..transport import TopicPartition, TopicSpec, Transport
+from .changelog import ChangeLogWriter, fence_id, fold_log, last_commit
+from .committed import read_topic
+from .control import ControlLog
 
 __all__ = ["Checkpoint", "CheckpointManager", "ChangeLogCheckpoints", "TopicCheckpoints",
            "FileSystemCheckpoints", "checkpoint_topic", "parse_checkpoint"]
@@ -118,8 +121,6 @@ class ChangeLogCheckpoints(CheckpointManager):
         self.topic = f"{job}.changelog"
 
     def _commit(self, task: int) -> wire.ChangeLogCommit | None:
-        from .runtime.changelog import last_commit
-
         try:
             return last_commit(self.t, TopicPartition(self.topic, task))
         except TopicNotFound:
@@ -133,10 +134,6 @@ class ChangeLogCheckpoints(CheckpointManager):
                           commit.version, commit.generation)
 
     def _write(self, task: int, checkpoint: Checkpoint) -> None:
-        from .runtime.changelog import ChangeLogWriter, fold_log
-        from .runtime.checkpoint import fence_id
-        from .runtime.control import ControlLog
-
         # A running task would be fenced mid-run by this write: refuse as the tool does.
         ControlLog(self.t, self.job).refuse_if_running("checkpoints can be written")
         tp = TopicPartition(self.topic, task)
@@ -215,7 +212,6 @@ class TopicCheckpoints(CheckpointManager):
             producer.flush()
 
     def _read(self, task: int) -> Checkpoint | None:
-        from .runtime.committed import read_topic
 
         if self._missing:
             return None

@@ -22,8 +22,8 @@ from typing import Any
 
 import click
 
-from .errors import ConfigError
-from .limits import option as in_range
+from ..errors import ConfigError
+from ..limits import option as in_range
 
 __all__ = ["bench_cmd"]
 
@@ -64,7 +64,7 @@ def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from .broker import KafkaBroker, default_run_dir, find_running
+    from ..broker import KafkaBroker, default_run_dir, find_running
 
     running = find_running(default_run_dir())
     if running is not None:
@@ -80,7 +80,7 @@ def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
 
 
 def _out_dir(path: str | None) -> Path:
-    from .runner import check_writable_dir
+    from ..runner import check_writable_dir
 
     d = Path(path or f".eos/bench/{time.strftime('%Y%m%d-%H%M%S')}").absolute()
     if d.exists() and not d.is_dir():
@@ -170,14 +170,14 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     run is marked and never ranked. Writes results.json, PNG plots and report.md, and
     prints the report's tables.
     """
-    from .bench import more_measures as more
-    from .bench.kafka import BenchKafka
-    from .bench.latency import steady_input
-    from .bench.measure import Load, Settings, measure
-    from .bench.report import summarize, write_report
-    from .bench.systems import SYSTEM_NAMES, all_systems
-    from .bench.workloads import WORKLOADS, aggregate_keys
-    from .cli_pipeline import _stdout_to_stderr
+    from ..bench import more_measures as more
+    from ..bench.kafka import BenchKafka
+    from ..bench.latency import steady_input
+    from ..bench.measure import Load, Settings, measure
+    from ..bench.report import summarize, write_report
+    from ..bench.systems import SYSTEM_NAMES, all_systems
+    from ..bench.workloads import WORKLOADS, aggregate_keys
+    from .pipeline import _stdout_to_stderr
 
     chosen_m = _names(measures, MEASURES, "measures")
     chosen_w = _names(workloads, list(WORKLOADS), "workloads")
@@ -205,7 +205,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                "platform": platform.platform()}
 
     def result(bootstrap: str, complete: bool) -> dict[str, Any]:
-        from .bench.targets import judge
+        from ..bench.targets import judge
 
         out = {
             "benchmark": "eos bench", "command": _command(), "started": started,
@@ -306,7 +306,7 @@ def _versions(active: list[Any]) -> dict[str, str]:
         if getattr(system, "version", None) and system.name.startswith("quix"):
             found[f"quixstreams ({system.name})"] = system.version
         if system.name == "spark-structured-streaming":
-            from .bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
+            from ..bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
 
             found["spark-sql-kafka-0-10 (Spark peer)"] = CONNECTOR_VERSION
             found["spark-token-provider-kafka-0-10, built from source"] = \

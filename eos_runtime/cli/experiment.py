@@ -20,17 +20,17 @@ from typing import Any
 
 import click
 
-from .cli_pipeline import kafka_client_config, kafka_settings_options
-from .errors import ConfigError
-from .limits import option as in_range
-from .redact import redact
+from ..errors import ConfigError
+from ..limits import option as in_range
+from ..redact import redact
+from .pipeline import kafka_client_config, kafka_settings_options
 
 __all__ = ["experiment_cmd"]
 
 
 def _report_dir(path: str | None, workload: str) -> Path:
-    from .experiments.report import REPORT_MARKER
-    from .runner import check_writable_dir
+    from ..experiments.report import REPORT_MARKER
+    from ..runner import check_writable_dir
 
     if path is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -74,7 +74,7 @@ SOAK_EVERY = 15.0
 
 
 def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
-    from .experiments.schedule import check_kinds, kinds_for
+    from ..experiments.schedule import check_kinds, kinds_for
 
     if text is None:
         return list(kinds_for(transport, guarantee))
@@ -87,7 +87,7 @@ def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
 
 def _kafka_args() -> list[str]:
     """The Kafka settings options of this command, for its replay line; secrets masked."""
-    from .redact import MASK, is_secret
+    from ..redact import MASK, is_secret
 
     meta = click.get_current_context().meta
     args = []
@@ -102,7 +102,7 @@ def _kafka_args() -> list[str]:
 def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
     """The run dir of the broker that broker faults stop: the project's own broker, the
     one at ``bootstrap_servers`` (never another one on this machine)."""
-    from .broker import default_run_dir, find_running
+    from ..broker import default_run_dir, find_running
 
     run_dir = Path(given).absolute() if given else default_run_dir()
     state = find_running(run_dir)
@@ -179,11 +179,11 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     against the oracle. Exit code 0 if every run passed, 1 otherwise; a failing run
     prints the command that replays it.
     """
-    from .cli_pipeline import _stdout_to_stderr
-    from .experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
-    from .experiments.run import Settings, run_experiment, task_roles
-    from .experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
-    from .experiments.workloads import load_workload
+    from ..experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
+    from ..experiments.run import Settings, run_experiment, task_roles
+    from ..experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
+    from ..experiments.workloads import load_workload
+    from .pipeline import _stdout_to_stderr
 
     if data_dir is not None and bootstrap_servers:
         raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
@@ -231,7 +231,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     transport: dict[str, Any]
     client = kafka_client_config(bootstrap_servers)
     if bootstrap_servers:
-        from .transport import open_transport
+        from ..transport import open_transport
 
         # one line if unreachable
         open_transport(bootstrap_servers=bootstrap_servers, **client).close()
@@ -242,7 +242,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         assert bootstrap_servers   # the local log refused kind broker above
         run_dir = _broker_run_dir(broker_dir, bootstrap_servers)
     if not bootstrap_servers:
-        from .runner import check_writable_dir
+        from ..runner import check_writable_dir
 
         root = Path(data_dir).absolute() if data_dir else report_dir / "data"
         check_writable_dir(root, "data directory", "--data-dir")
@@ -366,7 +366,7 @@ class _Progress:
                 f"{p['faults_fired']}/{p['faults']}")
 
     def done(self, r: Any) -> None:
-        from .experiments.report import verdict_word
+        from ..experiments.report import verdict_word
 
         v = r.verdict
         counts = ("" if v is None else f": {v.lost} lost, {v.duplicated} duplicated, "

@@ -19,7 +19,6 @@ import contextlib
 import errno
 import json
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,37 +28,15 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .errors import ConfigError, DeliveryFailed, TopicNotFound
-from .limits import option as in_range
+from ..demo import generate_words
+from ..errors import ConfigError, DeliveryFailed, TopicNotFound
+from ..limits import option as in_range
 
-__all__ = ["run_cmd", "produce_cmd", "consume_cmd", "generate_words", "WORDS",
-           "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
+__all__ = ["run_cmd", "produce_cmd", "consume_cmd", "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
 
 DEFAULT_DATA_DIR = ".eos/data"
 #: Records ``eos produce`` hands to the producer between two flushes.
 PRODUCE_BATCH = 10_000
-
-#: The fixed vocabulary of ``eos produce --generate words``.
-WORDS: tuple[str, ...] = (
-    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
-    "india", "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
-    "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray",
-    "yankee", "zulu", "stream", "log", "offset", "marker", "checkpoint", "state",
-)
-
-
-def generate_words(count: int, seed: int = 0, *, min_words: int = 1,
-                   max_words: int = 10) -> Iterator[str]:
-    """``count`` text lines of ``min_words``..``max_words`` words drawn from ``WORDS``.
-
-    Deterministic: the same ``count`` and ``seed`` give the same lines (and a shorter
-    ``count`` gives a prefix of a longer one).
-    """
-    rng = random.Random(seed)
-    for _ in range(count):
-        n = rng.randint(min_words, max_words)
-        yield " ".join(rng.choice(WORDS) for _ in range(n))
-
 
 # --------------------------------------------------------------------------- --json
 
@@ -82,7 +59,7 @@ def json_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 def json_error(message: str, kind: str) -> str:
     """The JSON error object a failed ``--json`` command prints on stdout."""
-    from .redact import redact
+    from ..redact import redact
 
     return json.dumps({"ok": False, "error": redact(message), "type": kind})
 
@@ -115,7 +92,7 @@ def kafka_settings_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def kafka_settings() -> dict[str, Any] | None:
     """The settings ``--kafka-config`` and ``-X`` gave this command (None: none)."""
-    from .kafka_settings import merge, parse_assignments, read_properties
+    from ..kafka_settings import merge, parse_assignments, read_properties
 
     meta = click.get_current_context().meta
     path, pairs = meta.get("eos.kafka_config"), meta.get("eos.kafka_setting") or ()
@@ -181,7 +158,7 @@ def kafka_client_config(bootstrap_servers: str | None) -> dict[str, Any]:
 
 def with_pipeline_settings(opts: dict[str, Any], pipeline: Any) -> dict[str, Any]:
     """``opts`` with the pipeline's ``kafka_config`` under the command's own settings."""
-    from .kafka_settings import merge
+    from ..kafka_settings import merge
 
     if "bootstrap_servers" not in opts or not getattr(pipeline, "kafka_config", None):
         return opts
@@ -192,7 +169,7 @@ def _check_writable(opts: dict[str, Any]) -> None:
     """A command that writes to the local log fails here, naming the directory, instead
     of over an OSError traceback halfway through."""
     if "data_dir" in opts:
-        from .runner import check_writable_dir
+        from ..runner import check_writable_dir
 
         root = Path(opts["data_dir"])
         for d in (root, root / "topics"):
@@ -257,7 +234,7 @@ def apply_overrides(pipeline: Any, name: str | None, source: str | None,
 
 def parse_crash_at(spec: str) -> tuple[str, int]:
     """``POINT`` or ``POINT@HIT`` -> (point, hit); ``ConfigError`` naming the known points."""
-    from .faults import CRASH_POINTS
+    from ..faults import CRASH_POINTS
 
     point, sep, hit_text = spec.strip().partition("@")
     known = ", ".join(sorted(CRASH_POINTS))
@@ -440,7 +417,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     summary of the work (input records, each stage's and each task's counters) goes to
     stdout. docs/cli.md describes every option.
     """
-    from .runner import load_pipeline, start_pipeline, watch_run
+    from ..runner import load_pipeline, start_pipeline, watch_run
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     fault: dict[str, Any] | None = None
@@ -701,13 +678,13 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     run` prints its summary. The next run continues from there. With no live run,
     says so and exits 1 (nothing is asked).
     """
-    from .runtime.control import ControlLog
-    from .transport import open_transport
+    from ..joblog.control import ControlLog
+    from ..transport import open_transport
 
     job = job_or_pipeline
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     if job.endswith(".py"):
-        from .runner import load_pipeline
+        from ..runner import load_pipeline
 
         pipeline = load_pipeline(job)
         apply_overrides(pipeline, name_override, source_override, sink_override)
@@ -726,8 +703,8 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
 def _check_crash_task(pipeline: Any, opts: dict[str, Any], task: int, *,
                       parallelism: int | None, sink_partitions: int | None) -> None:
     """A --crash-task the plan does not have would never fire: fail loudly instead."""
-    from .plan import plan_job
-    from .transport import open_transport
+    from ..plan import plan_job
+    from ..transport import open_transport
 
     with open_transport(**_absolute(opts)) as transport:
         plan = plan_job(pipeline, transport, parallelism=parallelism,
@@ -827,7 +804,7 @@ def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     Records have no key; values go round-robin over the topic's partitions. Prints how
     many records were written.
     """
-    from .transport import TopicSpec, open_transport
+    from ..transport import TopicSpec, open_transport
 
     if (lines_from is None) == (generate is None):
         raise click.UsageError("give exactly one of --lines-from FILE and --generate words")
@@ -896,8 +873,8 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     local log without --job, the one job whose sink is TOPIC is read; with several, pass
     --job (or --all).
     """
-    from .runtime.committed import read_output
-    from .transport import open_transport
+    from ..joblog.committed import read_output
+    from ..transport import open_transport
 
     if job is not None and read_all:
         raise click.UsageError("--job and --all exclude each other")
@@ -932,7 +909,7 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
 def _sink_job(transport: Any, topic: str, opts: dict[str, Any]) -> str:
     """The one job whose sink is ``topic``, from the jobs' control topics; an error naming
     them when there are several, or saying what to pass when there is none."""
-    from .runtime.control import jobs_with_sink
+    from ..joblog.control import jobs_with_sink
 
     jobs = jobs_with_sink(transport, topic)
     if len(jobs) == 1:

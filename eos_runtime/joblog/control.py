@@ -42,7 +42,7 @@ from ..plan import JobPlan
 from ..protocol import wire
 from ..protocol.lease import EXPIRED, FREE, HELD, LeaseState, fold_lease
 from ..protocol.runs import MAX_RUN
-from ..transport import Record, TopicPartition, TopicSpec, Transport
+from ..transport import Record, TopicPartition, TopicSpec, Transport, open_transport
 
 __all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout",
            "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
@@ -547,8 +547,6 @@ class LeaseKeeper:
         ControlLog(transport, self.job).append_lease(self._record("renew"))
 
     def _beat(self) -> None:
-        from ..transport import open_transport
-
         transport = None
         try:
             while not self._done.wait(self.every):
@@ -568,8 +566,6 @@ class LeaseKeeper:
             return
         self._done.set()
         self._thread.join()
-        from ..transport import open_transport
-
         try:
             with open_transport(**self.opts) as transport:
                 ControlLog(transport, self.job).append_lease(self._record("release"))

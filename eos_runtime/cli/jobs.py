@@ -5,8 +5,8 @@ Both only read. A job is known by its control topic, ``<job>.control``, and by i
 not its name alone (``scan_jobs``: a user's topic of that name is no job): its run records
 (``RunStart``) number the runs and keep the job's layout, one line per stage naming its
 input and output topics, and its stop requests say which runs were asked to stop
-(``runtime/control.py``). Each task's last committed version is the newest commit record
-of its change-log partition (``runtime/changelog.py``: ``last_commit``, read from the
+(``joblog/control.py``). Each task's last committed version is the newest commit record
+of its change-log partition (``joblog/changelog.py``: ``last_commit``, read from the
 tail).
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from .cli_pipeline import (
+from ..errors import ConfigError, TopicNotFound
+from .pipeline import (
     _absolute,
     _check_writable,
     _n,
@@ -29,17 +30,16 @@ from .cli_pipeline import (
     resolve_transport,
     transport_options,
 )
-from .errors import ConfigError, TopicNotFound
 
 __all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 
 
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
     """What ``eos jobs --json`` says of one job."""
-    from .protocol.runs import run_of
-    from .runtime.changelog import last_commit
-    from .runtime.control import ControlLog, layout_guarantee, layout_stages
-    from .transport import TopicPartition
+    from ..joblog.changelog import last_commit
+    from ..joblog.control import ControlLog, layout_guarantee, layout_stages
+    from ..protocol.runs import run_of
+    from ..transport import TopicPartition
 
     log = ControlLog(transport, job)
     runs = log.runs()
@@ -124,8 +124,8 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
     bounded or unbounded, when it started, whether a stop was asked); and each task's last
     committed version, from its change log.
     """
-    from .runtime.control import scan_jobs
-    from .transport import open_transport
+    from ..joblog.control import scan_jobs
+    from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as transport:
@@ -148,7 +148,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from .runtime.control import control_topic, heartbeat_topic, layout_stages, scan_jobs
+    from ..joblog.control import control_topic, heartbeat_topic, layout_stages, scan_jobs
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -185,7 +185,7 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
     """List the topics on the transport with their partitions and, for each, which job
     uses it as source, sink, channel, change log, control topic or dead letters (from the
     jobs' control topics)."""
-    from .transport import open_transport
+    from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with _reading_local_log(opts), open_transport(**opts) as transport:
@@ -223,10 +223,10 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     letters, or another job's topics; refuses while a driver holds the job's lease or a
     task of the job runs on this machine.
     """
-    from . import reset
-    from .runner import state_root
-    from .runtime.control import ControlLog
-    from .transport import open_transport
+    from .. import reset
+    from ..joblog.control import ControlLog
+    from ..runner import state_root
+    from ..transport import open_transport
 
     opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
     _check_writable(opts)

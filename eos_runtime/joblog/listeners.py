@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TopicNotFound
-from .protocol.retention import retention_cuts
-from .transport import TopicPartition, Transport
+from ..errors import TopicNotFound
+from ..protocol.retention import retention_cuts
+from ..transport import TopicPartition, Transport
+from .changelog import last_commit
+from .checkpoints import TopicCheckpoints
+from .control import ControlLog, job_layout, jobs_on, layout_job_id, layout_stages
 
-__all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners", "as_listener"]
+__all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners"]
 
 log = logging.getLogger(__name__)
 
@@ -48,26 +51,6 @@ class ListenerContext:
     task: int
     plan: Any
     transport: Transport
-
-
-class _FunctionListener:
-    def __init__(self, fn: Callable[[int, Offsets], Any]) -> None:
-        self.fn = fn
-
-    def on_checkpoint(self, task: int, offsets: Offsets) -> None:
-        self.fn(task, offsets)
-
-
-def as_listener(listener: Any) -> Any:
-    """A listener object from a function or an object with ``on_checkpoint``."""
-    if hasattr(listener, "on_checkpoint"):
-        return listener
-    if callable(listener):
-        return _FunctionListener(listener)
-    from .errors import ConfigError
-
-    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
-                      f"on_checkpoint(task, offsets), got {listener!r}")
 
 
 def _name(listener: Any) -> str:
@@ -153,8 +136,6 @@ class DeleteConsumedInput:
 
 
 def _layout_lines(plan: Any) -> tuple[str, ...]:
-    from .runtime.control import job_layout
-
     return job_layout(plan)
 
 
@@ -170,9 +151,6 @@ def _store_positions(transport: Transport, job: str, layout: Any, task: int,
         return []
     if store != "kafka":
         return [None]
-    from .checkpoints import TopicCheckpoints
-    from .runtime.control import layout_job_id
-
     manager = TopicCheckpoints(transport, job, tasks, layout_job_id(layout))
     try:
         manager.start()
@@ -186,9 +164,6 @@ def _store_positions(transport: Transport, job: str, layout: Any, task: int,
 def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[int | None]:
     """Where every other job whose source is ``sp``'s topic restarts reading it (None: the
     reading task has no checkpoint of it, or one out of sight)."""
-    from .runtime.changelog import last_commit
-    from .runtime.control import ControlLog, jobs_on, layout_stages
-
     topic, partition = sp
     found: list[int | None] = []
     for other in jobs_on(transport):

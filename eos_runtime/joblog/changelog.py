@@ -23,7 +23,8 @@ from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
 from ..transport import Producer, Record, TopicPartition, Transport
 
-__all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "ChangeLogWriter"]
+__all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "fence_id",
+           "ChangeLogWriter"]
 
 
 #: Seconds a change-log read waits per empty poll (recovery's path to output resuming).
@@ -143,6 +144,11 @@ def last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommi
             return found
         end, window = start, window * 4
     return None
+
+
+def fence_id(job: str, task_id: int) -> str:
+    """What fences a task's zombies: one id per task, every generation alike."""
+    return f"{job}.task-{task_id}"
 
 
 class ChangeLogWriter:

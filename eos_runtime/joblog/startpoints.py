@@ -1,7 +1,7 @@
 """Startpoints (Samza's Startpoints proposal): where a job's source partitions start at its
 next run, beating the checkpoint.
 
-    from eos_runtime.startpoints import Startpoint, set_startpoint, list_startpoints
+    from eos_runtime.joblog.startpoints import Startpoint, set_startpoint, list_startpoints
 
     set_startpoint("wordcount", "lines", 0, Startpoint.offset(120), data_dir=".eos/data")
     set_startpoint("wordcount", "lines", 1, Startpoint.timestamp(1763790000000), task=1)
@@ -40,9 +40,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import ConfigError, TopicNotFound
-from .protocol.positions import fan_out
-from .transport import TopicSpec, Transport, open_transport
+from ..errors import ConfigError, TopicNotFound
+from ..protocol.positions import fan_out
+from ..transport import TopicPartition, TopicSpec, Transport, open_transport
+from .committed import read_topic
+from .control import ControlLog, layout_stages
 
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
            "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",
@@ -176,7 +178,6 @@ class MetadataStore:
         return self._fold(strict=False)
 
     def _fold(self, strict: bool) -> tuple[dict[StartpointKey, Startpoint], list[str]]:
-        from .runtime.committed import read_topic
 
         try:
             records = read_topic(self.t, self.topic, read_committed=False)
@@ -222,8 +223,6 @@ def _now() -> int:
 def _source_of(transport: Transport, job: str) -> tuple[str, int, dict[int, int]] | None:
     """The job's source topic, its partitions and the task reading each (from its last
     run's layout), or None if the job never ran."""
-    from .runtime.control import ControlLog, layout_stages
-
     last = ControlLog(transport, job).last_run()
     stages = layout_stages(last.start.layout) if last is not None else []
     if not stages:
@@ -274,8 +273,6 @@ def set_startpoint(job: str, topic: str, partition: int, startpoint: Startpoint,
                    **transport_opts: Any) -> StartpointKey:
     """Set a Startpoint for the job's next run (refused while the job runs). A partition
     key replaces the partition's task keys, so the newest setting holds."""
-    from .runtime.control import ControlLog
-
     t, close = _transport(transport, transport_opts)
     try:
         key = StartpointKey(topic, partition, task)
@@ -306,8 +303,6 @@ def clear_startpoints(job: str, topic: str | None = None, partition: int | None 
                       **transport_opts: Any) -> list[StartpointKey]:
     """Delete the job's Startpoints (of ``topic``, of its ``partition``); returns them.
     Refused while the job runs."""
-    from .runtime.control import ControlLog
-
     t, close = _transport(transport, transport_opts)
     try:
         ControlLog(t, job).refuse_if_running("Startpoints can be cleared")
@@ -380,8 +375,6 @@ def resolve_startpoint(sp: Startpoint, transport: Transport, topic: str, partiti
                           f"{sp.resolver!r}, but source {topic!r} has "
                           f"{', '.join(map(repr, resolvers)) or 'none'}: pass it in "
                           f"source(..., startpoint_resolvers=...)")
-    from .transport import TopicPartition
-
     low, high = transport.watermarks(TopicPartition(topic, partition))
     try:
         offset = fn(topic, partition, sp.argument, low, high)
