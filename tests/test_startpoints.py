@@ -334,3 +334,14 @@ def test_a_startpoint_no_task_reads_stops_the_run_before_it_is_recorded(tmp_path
     with pytest.raises(ConfigError, match="names resolver 'nope', which source 'words' does not "
                                           "have"):
         run_pipeline(p2, state_dir=str(tmp_path / "state"), **opts)
+
+
+def test_keys_of_one_partition_with_and_without_a_task_sort_partition_key_first():
+    """Issue 27 item 17: a partition key and a --task key on one partition (the docs allow
+    both) made `eos startpoint list`, `clear` and `eos checkpoint show` fail with
+    TypeError: '<' not supported between 'int' and 'NoneType'."""
+    from eos_runtime.joblog.startpoints import StartpointKey
+
+    keys = [StartpointKey("lines", 1, 2), StartpointKey("lines", 1), StartpointKey("lines", 0, 0)]
+    assert sorted(keys) == [StartpointKey("lines", 0, 0), StartpointKey("lines", 1),
+                            StartpointKey("lines", 1, 2)]

@@ -127,13 +127,20 @@ class Startpoint:
             raise ConfigError(f"startpoint at {where} is not readable: {exc}") from None
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class StartpointKey:
-    """A source partition, or a source partition as one task reads it."""
+    """A source partition, or a source partition as one task reads it. Keys sort by
+    partition, the partition's own key before its task keys (both may be set)."""
 
     topic: str
     partition: int
     task: int | None = None
+
+    def __lt__(self, other: StartpointKey) -> bool:
+        return self._order() < other._order()
+
+    def _order(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, -1 if self.task is None else self.task)
 
     def encode(self) -> bytes:
         tail = "" if self.task is None else f"/task-{self.task}"

@@ -74,7 +74,7 @@ class TaskConfig:
     channel_batch: int = BATCH_MESSAGES
     # exactly-once sink output held before it goes into the open transaction
     transaction_chunk: int = TRANSACTION_CHUNK
-    # source partition -> its Startpoint (eos_runtime/joblog/startpoints.py), fanned out by the driver
+    # source partition -> its Startpoint (joblog/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
 
