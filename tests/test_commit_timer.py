@@ -20,7 +20,13 @@ from fake_clock import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos_runtime.protocol.runs import SourceVersions, first_version, grid_line, time_version
+from eos_runtime.protocol.runs import (
+    EXACTLY_ONCE,
+    SourceVersions,
+    first_version,
+    grid_line,
+    time_version,
+)
 from eos_runtime.runtime.policy import CommitTimer
 
 
@@ -138,7 +144,7 @@ def _side(c: FakeClock, interval: float = 1.0):
     # an exactly-once source: it checkpoints at every line, read or not (S6)
     return SimpleNamespace(timer=CommitTimer(interval, 0, clock=c),
                            versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS),
-                           exactly_once=True, inputs=lambda: (), _recorded=())
+                           guarantee=EXACTLY_ONCE, inputs=lambda: (), _recorded=())
 
 
 def test_a_source_task_closes_the_version_of_the_line_whenever_its_loop_looks():

@@ -32,7 +32,7 @@ from ..listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
-from ..protocol.runs import announcement, run_end
+from ..protocol.runs import Guarantee, announcement, run_end
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
 from .changelog import ChangeLogWriter, Recovered, catch_up, recover
@@ -58,9 +58,12 @@ def fence_id(job: str, task_id: int) -> str:
     return f"{job}.task-{task_id}"
 
 
-def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:
-    """The change-log writer's producer, started: fenced under exactly-once, else plain."""
-    return transport.start_producer(fence_id(plan.name, task_id) if plan.exactly_once else None)
+def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int,
+                          guarantee: Guarantee) -> PendingProducer:
+    """The change-log writer's producer, started: fenced or plain, as the guarantee says
+    (``Guarantee.fenced_writer``, G3)."""
+    return transport.start_producer(fence_id(plan.name, task_id) if guarantee.fenced_writer
+                                    else None)
 
 
 class Committer:
@@ -68,12 +71,12 @@ class Committer:
                  run: int, store: TaskStore, channels: ChannelWriter | None,
                  sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
                  pending: PendingProducer | None = None,
-                 transaction_chunk: int = TRANSACTION_CHUNK) -> None:
+                 transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee) -> None:
         self.t, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.held = [w for w in (sink, dead) if w is not None]
         self.transaction_chunk = transaction_chunk
-        self.exactly_once = plan.exactly_once
+        self.guarantee = guarantee
         self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
         self.fence_id = fence_id(plan.name, task_id)
@@ -108,9 +111,10 @@ class Committer:
         if self.channels is not None:
             self.channels.send()
         log = self.log
-        if log is None or not self.held or (self.exactly_once and not log.transactional):
+        held = self.guarantee.output_at_commit
+        if log is None or not self.held or (held and not log.transactional):
             return
-        least = self.transaction_chunk if self.exactly_once and not log.sink_joined else 1
+        least = self.transaction_chunk if held and not log.sink_joined else 1
         if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]):
             if log.transactional:
                 log.sink_joined = True
@@ -153,7 +157,8 @@ class Committer:
                 self.log.close()
             pending, self._pending = self._pending, None
             if pending is None:
-                pending = start_writer_producer(self.t, self.plan, self.task_id)
+                pending = start_writer_producer(self.t, self.plan, self.task_id,
+                                                self.guarantee)
             self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
@@ -168,7 +173,7 @@ class Committer:
         faults.crash_point("task.recovery")
         if self.channels is None:
             return
-        for kind, version in announcement(self.exactly_once, restored_version, self.run):
+        for kind, version in announcement(self.guarantee, restored_version, self.run):
             if kind == "marker":
                 self.channels.markers(self.generation, version)
             else:
@@ -194,8 +199,8 @@ class Committer:
                 report = log.producer.flush()
                 self._unflushed = False
                 # One append per partition per flush holds only for the fenced producer;
-                # an at-least-once job's committed view is all its output anyway.
-                if self.exactly_once:
+                # an at-least-once job's committed view is all its output anyway (G4).
+                if self.guarantee.output_ranges(log.transactional):
                     ranges = tuple(
                         wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
                         for topic, c in counts for p, n in sorted(c.items())
@@ -214,8 +219,8 @@ class Committer:
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
         faults.crash_point("task.checkpoint.after_store")
-        # 5. markers downstream
-        if self.channels is not None and self.exactly_once:
+        # 5. markers downstream (G1: at-least-once sends only the run's end, ``end_run``)
+        if self.channels is not None and self.guarantee.markers_each_checkpoint:
             self.channels.markers(self.generation, version)
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
@@ -232,7 +237,7 @@ class Committer:
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
         self.checkpoint(end, inputs)
-        if self.channels is not None and not self.exactly_once:
+        if self.channels is not None and not self.guarantee.markers_each_checkpoint:
             self.channels.markers(self.generation, end)
         self.await_readable()
 

@@ -32,7 +32,7 @@ from .. import clock
 from ..clock import SYSTEM, Clock
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
-from ..protocol.runs import checkpoint_needed, grid_line
+from ..protocol.runs import AT_LEAST_ONCE, checkpoint_needed, grid_line
 from ..protocol.tracker import Tracker
 from .buffer import EarlyArrivalBuffer
 
@@ -278,7 +278,7 @@ class Unaligned:
         if self.timer.due() and not self.tracker.finished():
             self.timer.reset()
             inputs = self.tracker.inputs()
-            if not checkpoint_needed(False, inputs, self._recorded):
+            if not checkpoint_needed(AT_LEAST_ONCE, inputs, self._recorded):
                 return
             version = self.version
             yield version, inputs, ()

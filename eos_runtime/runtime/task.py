@@ -32,7 +32,7 @@ from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.runs import finished_run, run_end
+from ..protocol.runs import finished_run, guarantee_named, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
@@ -200,7 +200,9 @@ class _Task:
         ControlLog(transport, self.plan.name).refuse_if_superseded(config.run, self.id)
         # The change-log writer's producer first: it is on its way while the task opens
         # and recovers (Transport.start_producer).
-        pending = start_writer_producer(transport, self.plan, self.id)
+        # What differs by guarantee, chosen here once (``runs.Guarantee``).
+        self.guarantee = guarantee_named(self.plan.guarantee)
+        pending = start_writer_producer(transport, self.plan, self.id, self.guarantee)
         try:
             self._open(config, transport, attempt, pending)
         except BaseException:
@@ -223,7 +225,7 @@ class _Task:
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels, sink, dead, self.stats, pending,
-                                   config.transaction_chunk)
+                                   config.transaction_chunk, guarantee=self.guarantee)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
@@ -276,7 +278,7 @@ class _Task:
     def _run_source(self, commit: wire.ChangeLogCommit | None, restored: int) -> None:
         assert self.consumer is not None
         src = SourceSide(self.t, self.consumer, self.plan, self.stage, self.id, self.c, commit,
-                         restored)
+                         restored, guarantee=self.guarantee)
         self._closers.append(src)
         self.committer.recorded = src.recorded   # at each checkpoint, before the listeners
         process = self.records.source_record
@@ -313,7 +315,7 @@ class _Task:
         channels = [(topic, p) for p in self.plan.tasks[self.id].partitions]
         producers = self.stage.upstream_task_ids
         policy: Aligned | Unaligned
-        if self.plan.exactly_once:
+        if self.guarantee.markers_each_checkpoint:   # G1: markers to align on
             for stale in self.dir.glob(f"buffer-{self.id}-*"):  # named per process before
                 shutil.rmtree(stale, ignore_errors=True)
             # One directory per task, wiped at open: a zombie keeps writing to its unlinked
