@@ -9,6 +9,7 @@ from eos_runtime.protocol.runs import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,
     MAX_RUN,
+    OutputMode,
     announcement,
     checkpoint_needed,
     first_version,
@@ -67,15 +68,15 @@ def test_a_guarantee_is_chosen_by_its_name_and_an_unknown_name_is_refused():
 def test_exactly_once_markers_every_checkpoint_fences_and_shows_output_at_its_commit():
     g = EXACTLY_ONCE
     assert g.markers_each_checkpoint and g.restores and g.fenced_writer   # G1-G3
-    assert g.output_ranges(transactional=False)      # G4: the local log lists its ranges
-    assert not g.output_ranges(transactional=True)   # the transaction decides on Kafka
+    assert g.output_ranges(transactions=False)      # G4: the local log lists its ranges
+    assert not g.output_ranges(transactions=True)   # the transaction decides on Kafka
 
 
 def test_at_least_once_marks_only_the_run_end_and_hides_nothing():
     g = AT_LEAST_ONCE
     assert not (g.markers_each_checkpoint or g.restores or g.fenced_writer)
-    assert not g.output_ranges(transactional=False)
-    assert not g.output_ranges(transactional=True)
+    assert not g.output_ranges(transactions=False)
+    assert not g.output_ranges(transactions=True)
 
 
 @given(st.integers(0, 3), st.integers(0, 2 ** 41))
@@ -99,3 +100,11 @@ def test_only_at_least_once_skips_a_timer_checkpoint_that_moved_no_input():
     assert not checkpoint_needed(AT_LEAST_ONCE, *same)
     assert checkpoint_needed(AT_LEAST_ONCE, *moved)
     assert checkpoint_needed(AT_LEAST_ONCE, (), None)   # a first checkpoint records
+
+
+def test_sink_output_leaves_by_guarantee_and_log_kind():
+    """The table ``Committer`` used to write as nested conditions, chosen once."""
+    assert EXACTLY_ONCE.output_mode(transactions=True) is OutputMode.JOIN
+    assert EXACTLY_ONCE.output_mode(transactions=False) is OutputMode.HOLD
+    assert AT_LEAST_ONCE.output_mode(transactions=True) is OutputMode.STREAM
+    assert AT_LEAST_ONCE.output_mode(transactions=False) is OutputMode.STREAM

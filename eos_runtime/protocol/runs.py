@@ -31,9 +31,10 @@ close *equal* versions, and no producer's messages wait for another's next marke
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-__all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee",
+__all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee", "OutputMode",
            "SourceVersions", "announcement", "checkpoint_needed", "finished_run",
            "guarantee_named",
            "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
@@ -108,6 +109,13 @@ def grid_ceiling(version: int, run: int, started_ms: int, interval_ms: int) -> i
     return time_version(run, started_ms, -(-at_ms // interval_ms) * interval_ms)
 
 
+class OutputMode(enum.Enum):
+    """How sink output leaves a task (``Guarantee.output_mode``; ``runtime/output_modes``)."""
+    JOIN = "join"       # into the change log's open transaction
+    HOLD = "hold"       # held for one append at the checkpoint; ranges in the commit record
+    STREAM = "stream"   # sent as made, flushed at the checkpoint
+
+
 @dataclass(frozen=True)
 class Guarantee:
     """What differs by processing guarantee, as rules a task asks, chosen once where it
@@ -134,10 +142,18 @@ class Guarantee:
     fenced_writer: bool
     output_at_commit: bool
 
-    def output_ranges(self, transactional: bool) -> bool:
-        """G4: whether a commit record lists the output ranges its checkpoint appended
-        (``transactional``: the change log's writer is; its transaction decides then)."""
-        return self.output_at_commit and not transactional
+    def output_mode(self, transactions: bool) -> OutputMode:
+        """G4 on a log that has ``transactions`` (Kafka) or not (the local log): output
+        readable at the commit joins the open transaction of the fenced writer (G3), or
+        without one is held for the checkpoint's one append per partition; output
+        readable as made streams."""
+        if not self.output_at_commit:
+            return OutputMode.STREAM
+        return OutputMode.JOIN if transactions else OutputMode.HOLD
+
+    def output_ranges(self, transactions: bool) -> bool:
+        """G4: whether a commit record lists the output ranges its checkpoint appended."""
+        return self.output_mode(transactions) is OutputMode.HOLD
 
 
 EXACTLY_ONCE = Guarantee("exactly-once", markers_each_checkpoint=True, restores=True,
