@@ -39,7 +39,7 @@ from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .control import ControlLog
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
-from .policy import Aligned, CommitTimer, Step, Unaligned
+from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
 from .progress import TaskProgress
 from .records import RecordPath
 from .source import SourceSide
@@ -314,7 +314,7 @@ class _Task:
         topic = self.stage.input_topic
         channels = [(topic, p) for p in self.plan.tasks[self.id].partitions]
         producers = self.stage.upstream_task_ids
-        policy: Aligned | Unaligned
+        policy: InputPolicy
         if self.guarantee.markers_each_checkpoint:   # G1: markers to align on
             for stale in self.dir.glob(f"buffer-{self.id}-*"):  # named per process before
                 shutil.rmtree(stale, ignore_errors=True)
@@ -338,16 +338,16 @@ class _Task:
                 c = (r.topic, r.partition)
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
                                           offset=r.offset)
-                step = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
-                if step is Step.PROCESS:
+                action = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
+                if action is Action.PROCESS:
                     assert type(msg) is wire.DataBatch or type(msg) is wire.Envelope
                     process(msg, r.topic, r.partition, r.offset, policy.version)
-                elif step is Step.ALIGNING:
+                elif action is Action.ALIGNING:
                     faults.crash_point("task.aligning")
-                elif step is Step.CHECKPOINT:
+                elif action is Action.CHECKPOINT:
                     if self._take_checkpoints(policy):
                         break  # channels are read again from where they overflowed (R8)
-                elif step is Step.REWIND:
+                elif action is Action.REWIND:
                     version = policy.rewind()
                     self.committer.rewind(version)
                     self._seek(policy.resume_offsets())
@@ -363,7 +363,7 @@ class _Task:
         else:   # the aligned checkpoint of run_end was the last commit
             self.committer.await_readable()
 
-    def _take_checkpoints(self, policy: Aligned | Unaligned) -> bool:
+    def _take_checkpoints(self, policy: InputPolicy) -> bool:
         """Take every checkpoint the policy says is due, processing what each releases;
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
         process = self.records.data
