@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from eos_runtime.protocol import wire
 from eos_runtime.runtime.outputs import ChannelWriter
-from eos_runtime.runtime.policy import Aligned, Step
+from eos_runtime.runtime.policy import Action, Aligned
 
 
 class FakeProducer:
@@ -153,9 +153,9 @@ def test_the_aligned_policy_decides_once_per_batch(tmp_path):
     pol = _aligned(tmp_path, stats)
     now = wire.DataBatch(1, 1, 1, 0, (b"a", b"b"), (b"1", b"2"), (0, 0))
     later = wire.DataBatch(2, 1, 2, 0, (b"c",), (b"3",), (0,))
-    assert pol.on_record(("ch", 0), 0, now, wire.encode(now)) is Step.PROCESS
+    assert pol.on_record(("ch", 0), 0, now, wire.encode(now)) is Action.PROCESS
     assert pol.aligner._lanes[("ch", 0)][1].seq == 1            # the batch's last message
-    assert pol.on_record(("ch", 0), 1, later, wire.encode(later)) is Step.NOTHING
+    assert pol.on_record(("ch", 0), 1, later, wire.encode(later)) is Action.NOTHING
     assert stats.buffered == 1
     for off, pid in ((2, 1), (3, 2)):
         m = wire.Marker(pid, 1, 1, 0)

@@ -20,7 +20,13 @@ from fake_clock import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos_runtime.protocol.runs import SourceVersions, first_version, grid_line, time_version
+from eos_runtime.protocol.runs import (
+    EXACTLY_ONCE,
+    SourceVersions,
+    first_version,
+    grid_line,
+    time_version,
+)
 from eos_runtime.runtime.policy import CommitTimer
 
 
@@ -138,7 +144,7 @@ def _side(c: FakeClock, interval: float = 1.0):
     # an exactly-once source: it checkpoints at every line, read or not (S6)
     return SimpleNamespace(timer=CommitTimer(interval, 0, clock=c),
                            versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS),
-                           exactly_once=True, inputs=lambda: (), _recorded=())
+                           guarantee=EXACTLY_ONCE, inputs=lambda: (), _recorded=())
 
 
 def test_a_source_task_closes_the_version_of_the_line_whenever_its_loop_looks():
@@ -300,3 +306,25 @@ def test_an_idle_at_least_once_channel_task_takes_no_timer_checkpoint():
     policy.on_record(chan, 41, wire.Marker(1, 1, run_end(0), 2), b"")
     assert taken() == [9], "producer 1's lane ended: recorded"
     assert taken() == []
+
+
+def test_an_at_least_once_rewind_goes_back_to_the_last_checkpoint():
+    """``Unaligned`` implements all of ``InputPolicy``: a rewind (none of its actions asks
+    for one) reads again from the last checkpoint's positions, as a restart does."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.runs import run_end
+    from eos_runtime.runtime.policy import Unaligned
+
+    c = FakeClock(1_000_000.0)
+    chan = ("job.shuffle-1", 0)
+    commit = wire.ChangeLogCommit(1, 7, inputs=(wire.InputPosition(*chan, 40),))
+    policy = Unaligned([chan], (0, 1), run_end(0), commit, CommitTimer(1.0, 0, clock=c), 8)
+    policy.on_record(chan, 40, wire.Envelope(0, 1, 8, 1, None, b"x", 0), b"")
+    c.advance(1.0)
+    assert [version for version, _, _ in policy.checkpoints()] == [8]
+    policy.on_record(chan, 41, wire.Envelope(0, 1, 9, 2, None, b"y", 0), b"")
+    after = policy.resume_offsets()
+    assert policy.rewind() == 8
+    assert policy.resume_offsets() != after
+    assert policy.resume_offsets() == {chan: 41}
+    assert policy.version == 9

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from eos_runtime.protocol.fences import Fences
 from eos_runtime.protocol.recovery import RecoveryFold, continued_seqs, trusts_local_store
 from eos_runtime.protocol.runs import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
     SourceVersions,
     announcement,
     finished_run,
@@ -76,11 +78,11 @@ def test_sequences_continue_from_the_commit():
 
 def test_announcements():
     end = run_end(0)
-    assert announcement(True, 0, 0) == (("restore", 0),)
-    assert announcement(True, 5, 0) == (("marker", 5), ("restore", 5))
-    assert announcement(True, end, 0) == (("marker", end), ("restore", end))
-    assert announcement(False, 5, 0) == ()
-    assert announcement(False, end, 0) == (("marker", end),)   # the end, again
+    assert announcement(EXACTLY_ONCE, 0, 0) == (("restore", 0),)
+    assert announcement(EXACTLY_ONCE, 5, 0) == (("marker", 5), ("restore", 5))
+    assert announcement(EXACTLY_ONCE, end, 0) == (("marker", end), ("restore", end))
+    assert announcement(AT_LEAST_ONCE, 5, 0) == ()
+    assert announcement(AT_LEAST_ONCE, end, 0) == (("marker", end),)   # the end, again
 
 
 def test_finished_runs():

@@ -10,6 +10,7 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.plan import plan_job
+from eos_runtime.protocol.runs import guarantee_named
 from eos_runtime.runner import task_configs
 from eos_runtime.runtime.source import SourceSide
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
@@ -71,7 +72,8 @@ def test_a_bounded_run_over_transactional_input_ends(tmp_path, kafka_bootstrap):
         config = task_configs(plan, t, opts, str(tmp_path / "state"))[0]
         assert config.end_offsets[0] == 7, "5 records and 2 commit markers"
         with t.consumer() as c:
-            side = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            side = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0,
+                              guarantee=guarantee_named(plan.guarantee))
             try:
                 assert read_all(side) == [f"v{i}".encode() for i in range(5)]
             finally:
@@ -105,7 +107,8 @@ def test_an_upcoming_start_is_fixed_once_per_run(kind, how, tmp_path, request):
         config = task_configs(plan, t, opts, str(tmp_path / "state"), bounded=False,
                               startpoints=startpoints, run=1)[0]
         with t.consumer() as c:
-            first = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            first = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0,
+                              guarantee=guarantee_named(plan.guarantee))
             first.close()
         assert first.starts[0][0] == 4
         with t.producer() as p:      # arrives while the first attempt runs, then it dies
@@ -114,7 +117,8 @@ def test_an_upcoming_start_is_fixed_once_per_run(kind, how, tmp_path, request):
             p.flush()
         assert t.watermarks(tp)[1] == 7
         with t.consumer() as c:
-            retry = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0)
+            retry = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0,
+                              guarantee=guarantee_named(plan.guarantee))
             retry.close()
         assert retry.starts == first.starts
 
@@ -176,7 +180,8 @@ def test_an_idle_at_least_once_source_takes_no_timer_checkpoint(guarantee, tmp_p
             plan = plan_job(pipe, t)
             config = task_configs(plan, t, opts, str(tmp_path / "state"), bounded=False,
                                   run=1)[0]
-            s = SourceSide(t, t.consumer(), plan, plan.stages[0], 0, config, commit, 0)
+            s = SourceSide(t, t.consumer(), plan, plan.stages[0], 0, config, commit, 0,
+                           guarantee=guarantee_named(plan.guarantee))
             clock = FakeClock(1_000_000.0)
             s.timer = CommitTimer(1.0, 0, clock=clock)
             return s, clock

@@ -173,6 +173,7 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
     last versions; the successor's next attempt recovered past them and committed them
     again: 231 sink records duplicated."""
     from eos_runtime.errors import ProducerFenced
+    from eos_runtime.protocol.runs import guarantee_named
     from eos_runtime.runtime.checkpoint import Committer
     from eos_runtime.runtime.outputs import SinkWriter
     from eos_runtime.runtime.task import TaskStats
@@ -192,7 +193,8 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
         assert stage.sink is not None
         return Committer(job.t, job.plan, stage, job.task_id, cfg.run, stores[-1], None,
                          SinkWriter(stage.sink, stage.output_partitions), None,
-                         TaskStats(job.task_id))
+                         TaskStats(job.task_id),
+                         guarantee=guarantee_named(job.plan.guarantee))
 
     old, new = instance("zombie"), instance("successor")
     try:

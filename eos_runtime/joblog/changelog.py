@@ -165,9 +165,6 @@ class ChangeLogWriter:
         self.generation = generation
         self.producer = producer
         self.transactional = producer.transactional
-        # Sink output went into the open transaction (``Committer.send_output``): until
-        # it ends, more output joins it as it is made.
-        self.sink_joined = False
         if self.transactional:
             producer.begin_transaction()
 
@@ -181,7 +178,6 @@ class ChangeLogWriter:
         if self.transactional:
             report = self.producer.commit_transaction()
             self.producer.begin_transaction()
-            self.sink_joined = False
             return report
         return self.producer.flush()
 
@@ -213,7 +209,6 @@ class ChangeLogWriter:
         if self.transactional:
             self.producer.abort_transaction()
             self.producer.begin_transaction()
-            self.sink_joined = False
 
     def close(self) -> None:
         # The producer's close aborts an open transaction, waiting a few seconds at most:

@@ -16,6 +16,7 @@ import time
 
 from ..errors import EosError
 from ..protocol import wire
+from ..protocol.runs import guarantee_named
 from ..transport import OLDEST, Record, TopicPartition, Transport
 from .control import ControlLog
 
@@ -70,7 +71,8 @@ def read_output(transport: Transport, topic: str, *, job: str | None = None,
     if job is None:
         raise EosError(f"the local log has no transactions: reading {topic!r} as committed needs "
                        f"the job whose sink wrote it (--job)")
-    if ControlLog(transport, job).guarantee() == "at-least-once":
+    guarantee = ControlLog(transport, job).guarantee()
+    if guarantee is not None and not guarantee_named(guarantee).output_ranges(False):
         # Its change-log producer is unfenced and appends on its own once a batch is
         # full, and several sink tasks share a partition: a checkpoint's output is not
         # one run of offsets, so its commit record's ranges miss some and cover others'.

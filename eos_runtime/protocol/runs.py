@@ -31,8 +31,12 @@ close *equal* versions, and no producer's messages wait for another's next marke
 
 from __future__ import annotations
 
-__all__ = ["RUN_BITS", "MAX_RUN", "SourceVersions", "announcement", "checkpoint_needed",
-           "finished_run",
+import enum
+from dataclasses import dataclass
+
+__all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee", "OutputMode",
+           "SourceVersions", "announcement", "checkpoint_needed", "finished_run",
+           "guarantee_named",
            "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
            "source_start_version", "time_version"]
 
@@ -105,35 +109,96 @@ def grid_ceiling(version: int, run: int, started_ms: int, interval_ms: int) -> i
     return time_version(run, started_ms, -(-at_ms // interval_ms) * interval_ms)
 
 
-def checkpoint_needed(exactly_once: bool, inputs: object, recorded: object) -> bool:
+class OutputMode(enum.Enum):
+    """How sink output leaves a task (``Guarantee.output_mode``; ``runtime/output_modes``)."""
+    JOIN = "join"       # into the change log's open transaction
+    HOLD = "hold"       # held for one append at the checkpoint; ranges in the commit record
+    STREAM = "stream"   # sent as made, flushed at the checkpoint
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """What differs by processing guarantee, as rules a task asks, chosen once where it
+    opens (``guarantee_named``). There are two values, ``EXACTLY_ONCE`` and
+    ``AT_LEAST_ONCE``; nothing else compares a guarantee's name.
+
+    G1  ``markers_each_checkpoint``: a task with channels sends its markers at every
+        checkpoint (exactly-once: a channel task aligns on them, R2), or only at the
+        run's end (at-least-once: nothing downstream waits for a marker before it).
+    G2  ``restores``: a (re)started generation sends the restore command that fences its
+        older generations downstream (SEP-10 1.4); at-least-once never rewinds.
+    G3  ``fenced_writer``: the change-log writer's producer is fenced against zombies (on
+        Kafka: transactional); at-least-once writes through a plain producer.
+    G4  ``output_at_commit``: sink output becomes readable with its checkpoint's commit,
+        not before: it joins the open transaction, or, on a log without transactions,
+        it is appended at the checkpoint and the commit record lists its offset ranges
+        (a committed reader shows only those). At-least-once output is readable as it
+        is made: a replay duplicates it, nothing ever hides it.
+    """
+
+    name: str
+    markers_each_checkpoint: bool
+    restores: bool
+    fenced_writer: bool
+    output_at_commit: bool
+
+    def output_mode(self, transactions: bool) -> OutputMode:
+        """G4 on a log that has ``transactions`` (Kafka) or not (the local log): output
+        readable at the commit joins the open transaction of the fenced writer (G3), or
+        without one is held for the checkpoint's one append per partition; output
+        readable as made streams."""
+        if not self.output_at_commit:
+            return OutputMode.STREAM
+        return OutputMode.JOIN if transactions else OutputMode.HOLD
+
+    def output_ranges(self, transactions: bool) -> bool:
+        """G4: whether a commit record lists the output ranges its checkpoint appended."""
+        return self.output_mode(transactions) is OutputMode.HOLD
+
+
+EXACTLY_ONCE = Guarantee("exactly-once", markers_each_checkpoint=True, restores=True,
+                         fenced_writer=True, output_at_commit=True)
+AT_LEAST_ONCE = Guarantee("at-least-once", markers_each_checkpoint=False, restores=False,
+                          fenced_writer=False, output_at_commit=False)
+
+
+def guarantee_named(name: str) -> Guarantee:
+    """The guarantee a plan or a run's layout names."""
+    for g in (EXACTLY_ONCE, AT_LEAST_ONCE):
+        if g.name == name:
+            return g
+    raise ValueError(f"guarantee {name!r}: use exactly-once or at-least-once")
+
+
+def checkpoint_needed(guarantee: Guarantee, inputs: object, recorded: object) -> bool:
     """S6: whether a task takes a timer checkpoint whose input positions are ``inputs``
     when its last checkpoint recorded ``recorded``.
 
     At-least-once skips a checkpoint that moved no input: nothing was read, so its state
     and output are those the last one recorded, and no task waits for an at-least-once
-    marker before the run's end. An idle job then writes nothing (before, one commit
+    marker before the run's end (G1). An idle job then writes nothing (before, one commit
     record per task per interval, which nothing trims: issue 22). A start that moved
     (``upcoming``, a Startpoint, a reset) is a moved input and is recorded. Exactly-once
     takes it: a channel task commits version V only once every producer's marker of V or
     later came (R2), and a marker says its producer committed V (R7), so a source that
     skipped would hold back every channel task its peers feed (docs/protocol.md, "Idle
     jobs")."""
-    return exactly_once or inputs != recorded
+    return guarantee.markers_each_checkpoint or inputs != recorded
 
 
-def announcement(exactly_once: bool, restored: int, run: int) -> tuple[tuple[str, int], ...]:
+def announcement(guarantee: Guarantee, restored: int, run: int) -> tuple[tuple[str, int], ...]:
     """What a task with channels sends downstream when it (re)starts, in order.
 
-    Exactly-once (SEP-10 1.3-1.4): its last marker again (a crash may have cut the fan-out
-    short), then the restore command that fences its older generations. At-least-once
-    sends no restore; but a task restored at or past its run's end already finished the
-    run, and may have died before its end-of-run markers went out: it sends them again,
-    or downstream waits for them forever."""
-    if exactly_once:
-        return ((("marker", restored),) if restored else ()) + (("restore", restored),)
-    if restored >= run_end(run):
-        return (("marker", restored),)
-    return ()
+    Its last marker again: a crash may have cut the fan-out short. Under exactly-once
+    that is the marker of the version it restored (G1), then the restore command that
+    fences its older generations (G2; SEP-10 1.3-1.4). At-least-once sent markers only
+    at its run's end: a task restored at or past its run's end already finished the
+    run, and may have died before its end-of-run markers went out; it sends them
+    again, or downstream waits for them forever. It sends no restore."""
+    sent_marker = (restored > 0 if guarantee.markers_each_checkpoint
+                   else restored >= run_end(run))
+    return ((("marker", restored),) if sent_marker else ()) + \
+        ((("restore", restored),) if guarantee.restores else ())
 
 
 def finished_run(restored: int, run: int) -> bool:

@@ -7,14 +7,14 @@ nothing about *when*: the input policy or the source side says that, the loop as
 
 Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.md):
 
-    1. flush output (channels), or write held sink output (local log) / keep it in the
-       open transaction (Kafka); at-least-once sent its sink output as it was made
-       (``send_output``) and flushes it here
+    1. flush output: the channels, and the sink output as its output mode says
+       (``output_modes``: into the open transaction, one held append whose ranges the
+       commit record lists, or a flush of what streamed)
     2. change-log records of the staged state changes
     3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
     4. the RocksDB batch: staged state + checkpoint data
-    5. marker fan-out to every channel (exactly-once only; at-least-once sends only the
-       end-of-run markers)
+    5. marker fan-out to every channel, where the guarantee sends markers at every
+       checkpoint (G1; else ``end_run`` sends the run's end)
     6. a source task's bookkeeping (its topic or file-system checkpoint store, its
        used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
@@ -33,10 +33,11 @@ from ..joblog.listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs, next_generation
-from ..protocol.runs import announcement, run_end
+from ..protocol.runs import Guarantee, announcement, run_end
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
 from .metrics import CheckpointMetrics
+from .output_modes import output_for
 from .outputs import ChannelWriter, SinkWriter
 
 __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"]
@@ -53,9 +54,12 @@ __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"
 TRANSACTION_CHUNK = 32_768
 
 
-def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int) -> PendingProducer:
-    """The change-log writer's producer, started: fenced under exactly-once, else plain."""
-    return transport.start_producer(fence_id(plan.name, task_id) if plan.exactly_once else None)
+def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int,
+                          guarantee: Guarantee) -> PendingProducer:
+    """The change-log writer's producer, started: fenced or plain, as the guarantee says
+    (``Guarantee.fenced_writer``, G3)."""
+    return transport.start_producer(fence_id(plan.name, task_id) if guarantee.fenced_writer
+                                    else None)
 
 
 class Committer:
@@ -63,12 +67,15 @@ class Committer:
                  run: int, store: TaskStore, channels: ChannelWriter | None,
                  sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
                  pending: PendingProducer | None = None,
-                 transaction_chunk: int = TRANSACTION_CHUNK) -> None:
+                 transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee) -> None:
         self.t, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
-        self.held = [w for w in (sink, dead) if w is not None]
-        self.transaction_chunk = transaction_chunk
-        self.exactly_once = plan.exactly_once
+        self.guarantee = guarantee
+        # How sink output and dead letters leave: chosen here once (G4 x the log's kind).
+        self.output = output_for(guarantee.output_mode(transport.supports_transactions),
+                                 [w for w in (sink, dead) if w is not None], transaction_chunk)
+        # Who gets markers at step 5 (G1): the channels, or nobody until the run's end.
+        self.step_markers = channels if guarantee.markers_each_checkpoint else None
         self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
         self.fence_id = fence_id(plan.name, task_id)
@@ -82,7 +89,6 @@ class Committer:
         self.on_generation: Callable[[], None] | None = None
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
-        self._unflushed = False   # at-least-once sink output sent since the last flush
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
         # file-system store, used-up Startpoints), done before the listeners are told.
@@ -91,27 +97,12 @@ class Committer:
     def send_output(self) -> None:
         """Output made so far goes out now. The channels' always: downstream may read it
         before the marker (what makes restores necessary). The sink's and the dead
-        letters' wherever nothing needs them held: at-least-once promises nothing a
-        commit must wait for, so its output flows as it is made (its latency is not the
-        commit interval) and the checkpoint flushes it before the positions are
-        committed. Exactly-once on Kafka holds it until a writer holds
-        ``transaction_chunk`` records (``TRANSACTION_CHUNK``), then sends those into the
-        version's open transaction (readers see them at the commit; a rewind aborts
-        them), and from then on until the commit sends output as it is made.
-        Exactly-once on the local log holds it all for the checkpoint: its committed
-        view lists one contiguous append per partition and checkpoint."""
+        letters' as the output mode says (``output_modes``): streamed as made, joining
+        the open transaction once a chunk is held, or held for the checkpoint."""
         if self.channels is not None:
             self.channels.send()
-        log = self.log
-        if log is None or not self.held or (self.exactly_once and not log.transactional):
-            return
-        least = self.transaction_chunk if self.exactly_once and not log.sink_joined else 1
-        if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]):
-            if log.transactional:
-                log.sink_joined = True
-            else:
-                log.producer.send()
-                self._unflushed = True
+        if self.log is not None:
+            self.output.after_batch(self.log)
 
     # ------------------------------------------------------------------ start
 
@@ -148,7 +139,8 @@ class Committer:
                 self.log.close()
             pending, self._pending = self._pending, None
             if pending is None:
-                pending = start_writer_producer(self.t, self.plan, self.task_id)
+                pending = start_writer_producer(self.t, self.plan, self.task_id,
+                                                self.guarantee)
             self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
@@ -163,7 +155,7 @@ class Committer:
         faults.crash_point("task.recovery")
         if self.channels is None:
             return
-        for kind, version in announcement(self.exactly_once, restored_version, self.run):
+        for kind, version in announcement(self.guarantee, restored_version, self.run):
             if kind == "marker":
                 self.channels.markers(self.generation, version)
             else:
@@ -179,22 +171,10 @@ class Committer:
         log = self.log
         assert log is not None
         started = time.monotonic()
-        ranges: tuple[wire.OutputRange, ...] = ()
         # 1. flush output
         if self.channels is not None:
             self.channels.flush()
-        if self.held:  # into the change log's transaction (Kafka), or appended now (local log)
-            counts = [(w.topic, w.produce_into(log.producer)) for w in self.held]
-            if not log.transactional and (self._unflushed or any(c for _, c in counts)):
-                report = log.producer.flush()
-                self._unflushed = False
-                # One append per partition per flush holds only for the fenced producer;
-                # an at-least-once job's committed view is all its output anyway.
-                if self.exactly_once:
-                    ranges = tuple(
-                        wire.OutputRange(topic, p, report[tp] - n + 1, report[tp])
-                        for topic, c in counts for p, n in sorted(c.items())
-                        for tp in [TopicPartition(topic, p)])
+        ranges = self.output.at_checkpoint(log)
         faults.crash_point("task.checkpoint.after_output_flush")
         # 2. change-log records of the staged state
         changelog_bytes = log.changes(version, self.store.staged())
@@ -209,9 +189,9 @@ class Committer:
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
         faults.crash_point("task.checkpoint.after_store")
-        # 5. markers downstream
-        if self.channels is not None and self.exactly_once:
-            self.channels.markers(self.generation, version)
+        # 5. markers downstream (G1: else only the run's end, ``end_run``)
+        if self.step_markers is not None:
+            self.step_markers.markers(self.generation, version)
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
@@ -227,7 +207,7 @@ class Committer:
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
         self.checkpoint(end, inputs)
-        if self.channels is not None and not self.exactly_once:
+        if self.channels is not None and self.step_markers is None:
             self.channels.markers(self.generation, end)
         self.await_readable()
 
@@ -253,8 +233,7 @@ class Committer:
         # output and dead letters, the channels' pending batches (which the restore
         # commands would otherwise send first, or a later write under the new generation).
         self.store.discard()
-        for held in self.held:
-            held.discard()
+        self.output.discard()
         if self.channels is not None:
             self.channels.discard()
         self.log.abort_open()

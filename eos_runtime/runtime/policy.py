@@ -1,23 +1,11 @@
 """A channel task's input policy: exactly-once (``Aligned``) or at-least-once (``Unaligned``).
 
-Two policies behind one interface, as Flink's barrier handler and barrier tracker. The
-loop hands every record it reads to ``on_record`` and carries out the step it gets back;
-a policy never calls the committer or the consumer. The rules themselves are pure, in
-``protocol/aligner.py`` and ``protocol/tracker.py``; a policy adds what needs I/O or a
-clock: the early-arrival buffer (exactly-once) and the commit timer (at-least-once).
-
-The interface:
-
-- ``resume_offsets()``: where to read each channel from now (after a start or a rewind);
-- ``on_record(channel, offset, msg, raw, timestamp)`` -> ``Step``;
-- ``checkpoints()``: the checkpoints due now, each as ``(version, inputs, fences)``;
-  after each one is taken, ``released()`` yields the messages it let through;
-- ``alignment(now)``: what the checkpoint about to be taken waited for (its metrics);
-- ``seeks()``: channels to read again from an offset (exactly-once overflow, R8);
-- ``rewind()``: back to the last checkpoint, returns its version (exactly-once, R4);
-- ``finished()``: the run is over for this task;
-- ``end_inputs()``: the inputs of the run-end checkpoint the loop takes itself, or
-  None when the policy's own checkpoints end the run.
+Two policies behind one interface (``InputPolicy``), as Flink's barrier handler and
+barrier tracker. The loop hands every record it reads to ``on_record`` and carries out
+the ``Action`` it gets back; a policy never calls the committer or the consumer. The
+rules themselves are pure, in ``protocol/aligner.py`` and ``protocol/tracker.py``; a
+policy adds what needs I/O or a clock: the early-arrival buffer (exactly-once) and the
+commit timer (at-least-once).
 """
 
 from __future__ import annotations
@@ -26,25 +14,26 @@ import enum
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from .. import clock
 from ..clock import SYSTEM, Clock
 from ..protocol import wire
 from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snapshot
-from ..protocol.runs import checkpoint_needed, grid_line
+from ..protocol.runs import AT_LEAST_ONCE, checkpoint_needed, grid_line
 from ..protocol.tracker import Tracker
 from .buffer import EarlyArrivalBuffer
 
-__all__ = ["Step", "Aligned", "Unaligned", "CommitTimer", "Checkpoint"]
+__all__ = ["Action", "Aligned", "InputPolicy", "Unaligned", "CommitTimer", "Checkpoint"]
 
 Checkpoint = tuple[int, tuple[wire.InputPosition, ...], tuple[wire.ProducerFence, ...]]
 Data = wire.Envelope | wire.DataBatch
 Released = tuple[Data, str, int, int]
 
 
-class Step(enum.Enum):
-    PROCESS = 1     # run the record through the steps now
+class Action(enum.Enum):
+    """What the loop does with a record ``on_record`` was given."""
+    PROCESS = 1     # run the record through the stage's steps now
     NOTHING = 2     # kept, dropped or noted: read on
     ALIGNING = 3    # a marker came in, not every producer's yet (a crash point)
     CHECKPOINT = 4  # checkpoints are due: ask ``checkpoints``
@@ -121,6 +110,48 @@ def _ms(now: float) -> int:
     return round(now * 1000)
 
 
+class InputPolicy(Protocol):
+    """What the channel loop asks of an input policy; ``Aligned`` and ``Unaligned`` both
+    implement all of it."""
+
+    @property
+    def version(self) -> int:
+        """The open version: what the records processed now belong to."""
+
+    def resume_offsets(self) -> dict[Channel, int | None]:
+        """Where to read each channel from now (after a start or a rewind)."""
+
+    def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
+                  timestamp: int = 0) -> Action:
+        """Take one channel record in; what the loop does with it."""
+
+    def checkpoints(self) -> Iterator[Checkpoint]:
+        """The checkpoints due now, each as ``(version, inputs, fences)``; after each one
+        is taken, ``released()`` yields the messages it let through."""
+
+    def alignment(self, now: float) -> dict[str, float | None]:
+        """What the checkpoint about to be taken waited for (its metrics)."""
+
+    def released(self) -> Iterator[Released]:
+        """Messages the last checkpoint let through, to process (or drop)."""
+
+    def seeks(self) -> dict[Channel, int | None] | None:
+        """Where every channel must be read from, if some must be read again (R8)."""
+
+    def rewind(self) -> int:
+        """Back to the last checkpoint; returns its version."""
+
+    def finished(self) -> bool:
+        """The run is over for this task."""
+
+    def end_inputs(self) -> tuple[wire.InputPosition, ...] | None:
+        """The inputs of the run-end checkpoint the loop takes itself, or None when the
+        policy's own checkpoints ended the run."""
+
+    def close(self) -> None:
+        """Let go of what the policy holds open."""
+
+
 class Aligned:
     """Exactly-once: the aligner and its early-arrival buffer."""
 
@@ -147,7 +178,7 @@ class Aligned:
         return self.aligner.resume_offsets()
 
     def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
-                  timestamp: int = 0) -> Step:
+                  timestamp: int = 0) -> Action:
         al = self.aligner
         # A batch is one message to the aligner: its messages share producer, generation
         # and version, all the rules look at; its sequence number is its last message's.
@@ -163,18 +194,18 @@ class Aligned:
                         else None)
                 self._first_marker = (time.monotonic(), late)
             if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version):
-                return Step.CHECKPOINT
-            return Step.ALIGNING
+                return Action.CHECKPOINT
+            return Action.ALIGNING
         assert type(msg) is wire.Restore
         outcome = al.on_restore(c, offset, msg.producer_id, msg.generation, msg.version)
-        return Step.REWIND if outcome == RestoreOutcome.REWIND else Step.NOTHING
+        return Action.REWIND if outcome == RestoreOutcome.REWIND else Action.NOTHING
 
     def _data(self, c: Channel, offset: int, producer: int, generation: int, version: int,
-              seq: int, raw: bytes) -> Step:
+              seq: int, raw: bytes) -> Action:
         d = self.aligner.on_data(c, offset, producer, generation, version, seq,
                                  room=self.buffer.fits(len(raw)))
         if d == Decision.PROCESS:
-            return Step.PROCESS
+            return Action.PROCESS
         if d == Decision.BUFFER:
             self.buffer.append(version, self.index[c], offset, raw)
             self.stats.buffered += 1
@@ -186,7 +217,7 @@ class Aligned:
             self.stats.stale += 1
         else:
             self.stats.fenced += 1
-        return Step.NOTHING
+        return Action.NOTHING
 
     def checkpoints(self) -> Iterator[Checkpoint]:
         """Every checkpoint alignment allows now (R2, R2a, R9): the caller takes each one,
@@ -249,6 +280,7 @@ class Unaligned:
     def __init__(self, channels: Sequence[Channel], producers: tuple[int, ...], run_end: int,
                  commit: wire.ChangeLogCommit | None, timer: CommitTimer,
                  first_version: int) -> None:
+        self._lanes = (list(channels), producers, run_end)
         self.tracker = Tracker(channels, producers, run_end,
                                inputs=commit.inputs if commit is not None else ())
         self.timer = timer
@@ -259,26 +291,26 @@ class Unaligned:
         return dict(self.tracker.resume_offsets())
 
     def on_record(self, c: Channel, offset: int, msg: wire.ChannelRecord, raw: bytes,
-                  timestamp: int = 0) -> Step:
+                  timestamp: int = 0) -> Action:
         if type(msg) is wire.DataBatch:
             self.timer.count(len(msg.keys))   # commit_every counts messages, not records
             self.tracker.on_data(c, offset)
-            return Step.PROCESS
+            return Action.PROCESS
         self.timer.count(1)
         if type(msg) is wire.Envelope:
             self.tracker.on_data(c, offset)
-            return Step.PROCESS
+            return Action.PROCESS
         if type(msg) is wire.Marker:
             self.tracker.on_marker(c, offset, msg.producer_id, msg.version)
         else:
             self.tracker.on_other(c, offset)
-        return Step.NOTHING
+        return Action.NOTHING
 
     def checkpoints(self) -> Iterator[Checkpoint]:
         if self.timer.due() and not self.tracker.finished():
             self.timer.reset()
             inputs = self.tracker.inputs()
-            if not checkpoint_needed(False, inputs, self._recorded):
+            if not checkpoint_needed(AT_LEAST_ONCE, inputs, self._recorded):
                 return
             version = self.version
             yield version, inputs, ()
@@ -289,13 +321,18 @@ class Unaligned:
         return {}   # no alignment: a timer checkpoint waits for nothing
 
     def released(self) -> Iterator[Released]:
-        return iter(())
+        return iter(())   # nothing is held back: every message is processed as read
 
     def seeks(self) -> dict[Channel, int | None] | None:
-        return None
+        return None   # nothing is skipped, so nothing is read again
 
     def rewind(self) -> int:
-        raise AssertionError("at-least-once never rewinds")
+        """Back to the last checkpoint's positions (ended lanes included, T3), as a
+        restart goes: what came after is read again, duplicating (no action of this
+        policy asks for a rewind: nothing it reads invalidates its work)."""
+        channels, producers, run_end = self._lanes
+        self.tracker = Tracker(channels, producers, run_end, inputs=self._recorded or ())
+        return self.version - 1
 
     def finished(self) -> bool:
         return self.tracker.finished()
@@ -304,4 +341,4 @@ class Unaligned:
         return self.tracker.inputs()
 
     def close(self) -> None:
-        pass
+        pass   # it holds no file: the tracker and the timer are memory

@@ -26,7 +26,7 @@ from ..protocol.positions import (
     startpoint_applies,
     store_positions,
 )
-from ..protocol.runs import SourceVersions, checkpoint_needed, run_of
+from ..protocol.runs import Guarantee, SourceVersions, checkpoint_needed, run_of
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .policy import CommitTimer
 
@@ -149,7 +149,8 @@ def position_store(transport: Transport, plan: JobPlan, state_dir: str, *,
 class SourceSide:
     def __init__(self, transport: Transport, consumer: Consumer, plan: JobPlan,
                  stage: StagePlan, task_id: int, config: Any,
-                 commit: wire.ChangeLogCommit | None, restored_version: int) -> None:
+                 commit: wire.ChangeLogCommit | None, restored_version: int, *,
+                 guarantee: Guarantee) -> None:
         self.topic = stage.input_topic
         parts = plan.tasks[task_id].partitions
         self.store = position_store(transport, plan, config.state_dir)
@@ -179,7 +180,7 @@ class SourceSide:
         if config.control_offset is not None:
             self.stop = StopWatcher(transport, plan.name, config.run, config.control_offset)
         self.versions = SourceVersions(restored_version, config.run, config.run_started_ms)
-        self.exactly_once = plan.exactly_once
+        self.guarantee = guarantee
         # the positions the last commit recorded (S6), as ``inputs`` gives them
         self._recorded = (tuple(pos for pos in commit.inputs if pos.topic == self.topic)
                           if commit is not None else None)
@@ -229,7 +230,7 @@ class SourceSide:
         timer = self.timer
         if not timer.due():
             return None
-        if not checkpoint_needed(self.exactly_once, self.inputs(), self._recorded):
+        if not checkpoint_needed(self.guarantee, self.inputs(), self._recorded):
             timer.reset()
             return None
         return self.versions.for_checkpoint(timer.line_ms(),

@@ -33,13 +33,13 @@ from ..joblog.control import ControlLog
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.runs import finished_run, run_end
+from ..protocol.runs import finished_run, guarantee_named, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .operators import Chain
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
-from .policy import Aligned, CommitTimer, Step, Unaligned
+from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
 from .progress import TaskProgress
 from .records import RecordPath
 from .source import SourceSide
@@ -200,7 +200,9 @@ class _Task:
         ControlLog(transport, self.plan.name).refuse_if_superseded(config.run, self.id)
         # The change-log writer's producer first: it is on its way while the task opens
         # and recovers (Transport.start_producer).
-        pending = start_writer_producer(transport, self.plan, self.id)
+        # What differs by guarantee, chosen here once (``runs.Guarantee``).
+        self.guarantee = guarantee_named(self.plan.guarantee)
+        pending = start_writer_producer(transport, self.plan, self.id, self.guarantee)
         try:
             self._open(config, transport, attempt, pending)
         except BaseException:
@@ -223,7 +225,7 @@ class _Task:
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels, sink, dead, self.stats, pending,
-                                   config.transaction_chunk)
+                                   config.transaction_chunk, guarantee=self.guarantee)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
@@ -276,7 +278,7 @@ class _Task:
     def _run_source(self, commit: wire.ChangeLogCommit | None, restored: int) -> None:
         assert self.consumer is not None
         src = SourceSide(self.t, self.consumer, self.plan, self.stage, self.id, self.c, commit,
-                         restored)
+                         restored, guarantee=self.guarantee)
         self._closers.append(src)
         self.committer.recorded = src.recorded   # at each checkpoint, before the listeners
         process = self.records.source_record
@@ -312,8 +314,8 @@ class _Task:
         topic = self.stage.input_topic
         channels = [(topic, p) for p in self.plan.tasks[self.id].partitions]
         producers = self.stage.upstream_task_ids
-        policy: Aligned | Unaligned
-        if self.plan.exactly_once:
+        policy: InputPolicy
+        if self.guarantee.markers_each_checkpoint:   # G1: markers to align on
             for stale in self.dir.glob(f"buffer-{self.id}-*"):  # named per process before
                 shutil.rmtree(stale, ignore_errors=True)
             # One directory per task, wiped at open: a zombie keeps writing to its unlinked
@@ -336,16 +338,16 @@ class _Task:
                 c = (r.topic, r.partition)
                 msg = wire.decode_channel(r.value, topic=r.topic, partition=r.partition,
                                           offset=r.offset)
-                step = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
-                if step is Step.PROCESS:
+                action = policy.on_record(c, r.offset, msg, cast(bytes, r.value), r.timestamp)
+                if action is Action.PROCESS:
                     assert type(msg) is wire.DataBatch or type(msg) is wire.Envelope
                     process(msg, r.topic, r.partition, r.offset, policy.version)
-                elif step is Step.ALIGNING:
+                elif action is Action.ALIGNING:
                     faults.crash_point("task.aligning")
-                elif step is Step.CHECKPOINT:
+                elif action is Action.CHECKPOINT:
                     if self._take_checkpoints(policy):
                         break  # channels are read again from where they overflowed (R8)
-                elif step is Step.REWIND:
+                elif action is Action.REWIND:
                     version = policy.rewind()
                     self.committer.rewind(version)
                     self._seek(policy.resume_offsets())
@@ -361,7 +363,7 @@ class _Task:
         else:   # the aligned checkpoint of run_end was the last commit
             self.committer.await_readable()
 
-    def _take_checkpoints(self, policy: Aligned | Unaligned) -> bool:
+    def _take_checkpoints(self, policy: InputPolicy) -> bool:
         """Take every checkpoint the policy says is due, processing what each releases;
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
         process = self.records.data
