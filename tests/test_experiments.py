@@ -1327,3 +1327,17 @@ def test_an_experiment_of_several_runs_carries_out_an_operator_s_actions(tmp_pat
     # the 50 re-read records count again: more results than a single pass would give
     once = BUILTIN["wordcount"].oracle(BUILTIN["wordcount"].generate(3, 600))
     assert run["verdict"]["expected"] > sum(len(v) for v in once.results.values())
+
+
+def test_several_runs_stamp_their_input_recent_and_never_ahead():
+    """Seeds 4001 and 4005 on Kafka lost a third of their input: it was stamped ten days
+    back, past the broker's default retention (7 days), whose next check (every 5 min)
+    deleted it before a run read it, and deleted committed sink records, which carry their
+    input's timestamps. Every stamp must lie in the experiment's own time, none ahead of
+    it (a broker refuses records stamped an hour ahead): increasing and unique."""
+    from eos_runtime.experiments.multirun import input_stamp0
+
+    now = 1_795_623_548_473
+    for records in (1, 1000, 10_000_000):
+        first = input_stamp0(now, records)
+        assert now - records <= first and first + records - 1 <= now

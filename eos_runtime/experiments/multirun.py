@@ -56,11 +56,20 @@ from .schedule import BETWEEN_RUNS, Fault, Schedule, TaskRole
 from .verify import Verdict, check_dead_letters, merge, verify_output
 from .workloads import sink_formats
 
-__all__ = ["run_scenario", "segment_sizes", "fill_offsets", "check_offsets"]
+__all__ = ["run_scenario", "input_stamp0", "segment_sizes", "fill_offsets", "check_offsets"]
 
 TAKE_OVER_WAIT = 120.0   # seconds a take-over driver has to record its run
 CLI_TIMEOUT = 120.0
 CANCEL_WAIT = 60.0       # seconds a cancel has to end the run while its task is held
+
+
+def input_stamp0(now_ms: int, records: int) -> int:
+    """The timestamp of the first of ``records`` input records (record i gets it + i): the
+    last one a millisecond before ``now_ms``. Not older: a broker's time retention (Kafka's default
+    is 7 days, checked every 5 minutes) deletes what is stamped before it, input no run
+    read yet and committed sink records alike (they carry their input's timestamps), and
+    the oracle counts on both. Not ahead: a broker refuses records stamped an hour ahead."""
+    return now_ms - records
 
 
 def segment_sizes(lines: int, runs: int) -> list[int]:
@@ -211,7 +220,7 @@ class _Scene:
         self.model = InputModel(settings.workload.source_partitions)
         self.cli = _Cli(opts, state)
         self.next_value = 0
-        self.stamp0 = int(time.time() * 1000) - 10 * 86_400_000   # increasing, unique
+        self.stamp0 = input_stamp0(int(time.time() * 1000), len(values))   # increasing, unique
         self.t0, self.wall0 = time.monotonic(), time.time()
         self.faults: list[dict[str, Any]] = []
         self.attempts: list[dict[str, Any]] = []
