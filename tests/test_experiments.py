@@ -930,10 +930,11 @@ def test_the_checker_catches_a_protocol_bug_and_names_the_seed(bug, tmp_path, mo
     the same experiment on the same stand-in engine passes."""
     from click.testing import CliRunner
 
-    import eos_runtime.engine
+    import eos_runtime.runner
     from eos_runtime.cli import main
 
-    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+    # where the driver calls it: runner imports start_tasks by name
+    monkeypatch.setattr(eos_runtime.runner, "start_tasks",
                         lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine, bug))
     (tmp_path / "faults.toml").write_text('[[fault]]\nkind = "crash"\ntask = 0\n'
                                           'point = "task.mid_version"\nhit = 2\n')
@@ -978,10 +979,11 @@ def test_a_torn_generation_start_is_survived(tmp_path, monkeypatch):
     for the generation the torn attempt had registered, and was refused (recovery C6)."""
     from click.testing import CliRunner
 
-    import eos_runtime.engine
+    import eos_runtime.runner
     from eos_runtime.cli import main
 
-    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+    # where the driver calls it: runner imports start_tasks by name
+    monkeypatch.setattr(eos_runtime.runner, "start_tasks",
                         lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine))
     (tmp_path / "torn.toml").write_text('[[fault]]\nkind = "torn"\ntask = 2\n'
                                         'point = "locallog.append.mid_data"\nhit = 1\n')
@@ -1014,10 +1016,11 @@ def test_a_lagging_producer_sleeps_per_record_and_the_run_stays_exact(tmp_path, 
     trail task 1's. The sleep is a lower bound on the task's own time, by construction."""
     from click.testing import CliRunner
 
-    import eos_runtime.engine
+    import eos_runtime.runner
     from eos_runtime.cli import main
 
-    monkeypatch.setattr(eos_runtime.engine, "start_tasks",
+    # where the driver calls it: runner imports start_tasks by name
+    monkeypatch.setattr(eos_runtime.runner, "start_tasks",
                         lambda fn, payloads, engine: SpawnedJob(fn, payloads, engine))
     (tmp_path / "lag.toml").write_text('[[fault]]\nkind = "lag"\ntask = 0\ndelay = 0.002\n')
     monkeypatch.chdir(tmp_path)
