@@ -638,17 +638,22 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
 def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
     """Where each source partition's last committed checkpoint resumes (low watermark if
     none)."""
-    src = plan.stages[0]
-    out = {}
+    out: dict[TopicPartition, int] = {}
     for t in plan.tasks:
-        if t.stage != 0:
-            continue
-        commit = _last_commit(transport, plan, t.task_id)
-        committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
-        for p in t.partitions:
-            tp = TopicPartition(src.input_topic, p)
-            out[tp] = committed.get((tp.topic, p), transport.watermarks(tp)[0])
+        if t.stage == 0:
+            out.update(_committed_or_low(transport, plan, t.partitions,
+                                         _last_commit(transport, plan, t.task_id)))
     return out
+
+
+def _committed_or_low(transport: Transport, plan: JobPlan, parts: tuple[int, ...],
+                      commit: Any) -> dict[TopicPartition, int]:
+    topic = plan.stages[0].input_topic
+    committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
+    return {TopicPartition(topic, p): committed.get((topic, p),
+                                                    transport.watermarks(
+                                                        TopicPartition(topic, p))[0])
+            for p in parts}
 
 
 def _last_commit(transport: Transport, plan: JobPlan, task: int) -> Any:
@@ -667,8 +672,7 @@ def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
     so its partition counts from the checkpoint; a position its task will refuse counts
     from there too (the run fails, naming it)."""
     stage = plan.stages[0]
-    fallback = _source_positions(transport, plan)
-    out = dict(fallback)
+    out: dict[TopicPartition, int] = {}
     store = position_store(transport, plan, state_dir, create=False)
     try:
         for t in plan.tasks:
@@ -682,11 +686,12 @@ def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
                          if topic == stage.input_topic} if cp is not None else {})
             given = {p: sp for p, sp in startpoints.get(t.task_id, {}).items()
                      if sp.kind != "custom"}
+            commit = _last_commit(transport, plan, t.task_id)   # read once per task
             try:
-                starts = start_positions(transport, stage, t.partitions,
-                                         _last_commit(transport, plan, t.task_id), run, given,
+                starts = start_positions(transport, stage, t.partitions, commit, run, given,
                                          kept, job=plan.name, run_start_ends=ends)
             except EosError:
+                out.update(_committed_or_low(transport, plan, t.partitions, commit))
                 continue
             for p, (offset, _) in starts.items():
                 out[TopicPartition(stage.input_topic, p)] = offset
