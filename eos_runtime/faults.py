@@ -49,6 +49,8 @@ CRASH_POINTS: dict[str, str] = {
     "task.checkpoint.after_store": "checkpoint step 4 done: RocksDB written, markers not yet sent",
     "task.checkpoint.mid_marker_fanout": ("checkpoint step 5: markers flushed to the first half "
                                           "of the channels (with one channel: none), not the rest"),
+    "task.checkpoint.after_cut": ("a snapshot's checkpoint done: markers sent, the change log "
+                                  "below the snapshot deleted (recovery C9)"),
     "task.recovery": "recovery: new generation written, restore commands not yet sent",
     "task.rewind": "handling a restore: state discarded, new generation not yet written",
 }

@@ -11,6 +11,7 @@ target tasks against the job's plan, the report and data directories.
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import sys
@@ -24,6 +25,9 @@ from ..errors import ConfigError
 from ..limits import option as in_range
 from ..redact import redact
 from .pipeline import kafka_client_config, kafka_settings_options
+
+#: Change-log offsets before a task's first snapshot in an experiment (recovery C8).
+EXPERIMENT_SNAPSHOT_RECORDS = 4
 
 __all__ = ["experiment_cmd"]
 
@@ -195,6 +199,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                           "for its duration: give one or the other")
     if rate is not None and duration_text is None:
         raise ConfigError("--rate is a soak's: give --duration too")
+    # Snapshots and cut change logs (recovery C7-C9) every few checkpoints, not every 10 000
+    # records: the faults must meet them. The driver reads it into each task's config.
+    os.environ.setdefault("EOS_CHANGELOG_SNAPSHOT_RECORDS", str(EXPERIMENT_SNAPSHOT_RECORDS))
     transport_name = "kafka" if bootstrap_servers else "local"
     duration = parse_duration(duration_text) if duration_text is not None else None
     lines = 10_000 if lines is None else lines

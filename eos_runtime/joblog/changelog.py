@@ -3,7 +3,10 @@
 Each task owns one partition of ``<job>.changelog``. It holds, in order: the
 generation-start record of every (re)start (an abort record carrying the new
 generation), state changes of each version, and the commit record that makes the
-version's checkpoint true (the task's one commit point, invariant 4).
+version's checkpoint true (the task's one commit point, invariant 4). Now and then a
+snapshot (a base record, every live key, a commit) lets the log below it go (C7-C9):
+a reader may then find its start deleted under it (``OffsetOutOfRange``), and reads
+again from the new start, where a snapshot begins.
 
 Writes go through a *fenced* producer (``Transport.fenced_producer``): once a newer
 generation of the task registered, a zombie's write fails with ``ProducerFenced``. What
@@ -17,14 +20,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import RecoveryError
+from ..errors import OffsetOutOfRange, RecoveryError
 from ..protocol import wire
 from ..protocol.recovery import RecoveryFold, trusts_local_store
 from ..state import TaskStore
 from ..transport import Producer, Record, TopicPartition, Transport
 
 __all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "fence_id",
-           "ChangeLogWriter"]
+           "ChangeLogWriter", "own_ranges", "cut_below_snapshot"]
 
 
 #: Seconds a change-log read waits per empty poll (recovery's path to output resuming).
@@ -89,9 +92,13 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
     if local is not None:
         found = None
         if low <= local.changelog_offset < high:
-            for r in _read(transport, tp, local.changelog_offset, local.changelog_offset + 1):
-                found = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
-                                              offset=r.offset)
+            try:
+                for r in _read(transport, tp, local.changelog_offset,
+                               local.changelog_offset + 1):
+                    found = wire.decode_changelog(r.value, topic=r.topic,
+                                                  partition=r.partition, offset=r.offset)
+            except OffsetOutOfRange:   # cut meanwhile: the store is older than the log
+                found = None
         if trusts_local_store(local, found):
             assert isinstance(found, wire.ChangeLogCommit)
             result.fold.resume_from(local, found)
@@ -105,20 +112,39 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
 
 def catch_up(transport: Transport, tp: TopicPartition, store: TaskStore, result: Recovered,
              start: int, end: int) -> None:
-    """Feed the change log's [start, end) to the fold; apply each batch it hands back."""
-    fold = result.fold
+    """Feed the change log's [start, end) to the fold; apply each batch it hands back.
+
+    Where the log was cut below a snapshot meanwhile (a predecessor's last checkpoint, C9),
+    the store is rebuilt from the log's new start: a snapshot's base."""
+    try:
+        _feed(transport, tp, store, result.fold, start, end)
+    except OffsetOutOfRange:
+        store.wipe()
+        result.fold, result.rebuilt = RecoveryFold(generation=result.fold.generation), True
+        _feed(transport, tp, store, result.fold, transport.watermarks(tp)[0], end)
+    result.read_to = max(result.read_to, end)
+
+
+def _feed(transport: Transport, tp: TopicPartition, store: TaskStore, fold: RecoveryFold,
+          start: int, end: int) -> None:
     for r in _read(transport, tp, start, end):
         batch = fold.feed(r.offset, wire.decode_changelog(r.value, topic=r.topic,
                                                           partition=r.partition,
                                                           offset=r.offset))
         if batch is not None:
-            store.restore(list(batch.changes), batch.checkpoint)
-    result.read_to = max(result.read_to, end)
+            store.restore(list(batch.changes), batch.checkpoint, replace=batch.replace)
 
 
 def fold_log(transport: Transport, tp: TopicPartition) -> RecoveryFold:
     """The whole change-log partition through the recovery fold, with no store: what a
     task would recover (its generation, last commit), for tools."""
+    try:
+        return _fold_log(transport, tp)
+    except OffsetOutOfRange:   # cut below a snapshot while read: its new start is one
+        return _fold_log(transport, tp)
+
+
+def _fold_log(transport: Transport, tp: TopicPartition) -> RecoveryFold:
     fold = RecoveryFold()
     low, high = transport.watermarks(tp)
     for r in _read(transport, tp, low, high):
@@ -127,9 +153,43 @@ def fold_log(transport: Transport, tp: TopicPartition) -> RecoveryFold:
     return fold
 
 
+def own_ranges(transport: Transport, tp: TopicPartition, end: int) -> list[wire.OutputRange]:
+    """The output ranges of every commit record in the partition below ``end`` (what a
+    snapshot carries forward, C9)."""
+    found: list[wire.OutputRange] = []
+    for r in _read(transport, tp, transport.watermarks(tp)[0], end):
+        rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
+                                    offset=r.offset)
+        if isinstance(rec, wire.ChangeLogCommit):
+            found.extend(rec.output_ranges)
+    return found
+
+
+def cut_below_snapshot(transport: Transport, tp: TopicPartition, base: int,
+                       expected: wire.ChangeLogBase) -> bool:
+    """C9: delete the partition's records below ``base`` once the record there is the
+    sealed snapshot's base ``expected`` (checked, so an offset worked out wrong never
+    deletes a snapshot's own records). Returns whether it did."""
+    found = None
+    for r in _read(transport, tp, base, base + 1):
+        found = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition,
+                                      offset=r.offset)
+    if found != expected:
+        return False
+    transport.delete_records(tp, base)
+    return True
+
+
 def last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommit | None:
     """The newest commit record of a change-log partition, read from the tail backwards in
     growing windows (for the driver and tools: a task recovers with ``recover``)."""
+    try:
+        return _last_commit(transport, tp)
+    except OffsetOutOfRange:   # cut below a snapshot while read: the snapshot's commit is newer
+        return _last_commit(transport, tp)
+
+
+def _last_commit(transport: Transport, tp: TopicPartition) -> wire.ChangeLogCommit | None:
     low, high = transport.watermarks(tp)
     window, end = 64, high
     while end > low:
@@ -197,6 +257,21 @@ class ChangeLogWriter:
             produce(topic, partition, raw)
             written += len(raw)
         return written
+
+    def snapshot(self, version: int, store: TaskStore) -> tuple[int, int]:
+        """Write a snapshot of ``version`` (C7): a base record, then every live key of
+        every store with the staged changes applied. Returns (data records, bytes)."""
+        topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
+        gen = self.generation
+        produce(topic, partition, wire.encode(wire.ChangeLogBase(gen, version)))
+        records = written = 0
+        for name in store.stores:
+            for key, value in store.items(name):
+                raw = wire.encode(wire.ChangeLogData(gen, version, name, key, value))
+                produce(topic, partition, raw)
+                records += 1
+                written += len(raw)
+        return records, written
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""

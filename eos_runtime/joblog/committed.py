@@ -14,8 +14,9 @@ from __future__ import annotations
 import bisect
 import time
 
-from ..errors import EosError
+from ..errors import EosError, OffsetOutOfRange
 from ..protocol import wire
+from ..protocol.recovery import merged_ranges
 from ..protocol.runs import guarantee_named
 from ..transport import OLDEST, Record, TopicPartition, Transport
 from .control import ControlLog
@@ -45,14 +46,21 @@ def read_topic(transport: Transport, topic: str, *, read_committed: bool = True,
 
 def committed_ranges(transport: Transport, changelog_topic: str,
                      topic: str) -> dict[int, list[tuple[int, int]]]:
-    """Per partition of ``topic``: the [first, last] offset ranges sink commits made visible."""
-    ranges: dict[int, list[tuple[int, int]]] = {}
-    for r in read_topic(transport, changelog_topic):
+    """Per partition of ``topic``: the [first, last] offset ranges sink commits made visible,
+    sorted and disjoint. A snapshot's commit repeats the ranges of the commits before it
+    (recovery C9), which may be deleted while this reads: then it reads again."""
+    try:
+        records = read_topic(transport, changelog_topic)
+    except OffsetOutOfRange:
+        records = read_topic(transport, changelog_topic)
+    found: list[wire.OutputRange] = []
+    for r in records:
         rec = wire.decode_changelog(r.value, topic=r.topic, partition=r.partition, offset=r.offset)
         if isinstance(rec, wire.ChangeLogCommit):
-            for rng in rec.output_ranges:
-                if rng.topic == topic:
-                    ranges.setdefault(rng.partition, []).append((rng.first, rng.last))
+            found.extend(rng for rng in rec.output_ranges if rng.topic == topic)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for rng in merged_ranges(found):
+        ranges.setdefault(rng.partition, []).append((rng.first, rng.last))
     return ranges
 
 
@@ -78,8 +86,7 @@ def read_output(transport: Transport, topic: str, *, job: str | None = None,
         # one run of offsets, so its commit record's ranges miss some and cover others'.
         # Nothing of it was ever meant to be hidden: a replay duplicates, it never aborts.
         return read_topic(transport, topic)
-    found = committed_ranges(transport, f"{job}.changelog", topic)
-    ranges = {p: sorted(rs) for p, rs in found.items()}
+    ranges = committed_ranges(transport, f"{job}.changelog", topic)
     firsts = {p: [f for f, _ in rs] for p, rs in ranges.items()}
     keep = []
     for r in read_topic(transport, topic):

@@ -47,6 +47,7 @@ __all__ = [
     "OutputRange",
     "ChangeLogCommit",
     "ChangeLogAbort",
+    "ChangeLogBase",
     "CheckpointData",
     "RunStart",
     "StopRequest",
@@ -81,6 +82,7 @@ class RecordType:
     CL_DATA = 16        # change log: one staged state change
     CL_COMMIT = 17      # change log: commit message (the task's commit point)
     CL_ABORT = 18       # change log: abort message
+    CL_BASE = 19        # change log: a snapshot starts; state is what follows (C7)
     CHECKPOINT_DATA = 32  # RocksDB: pointer from local state to the change log
     RUN_START = 48      # control topic: the driver started run N of the job
     STOP = 49           # control topic: stop run N gracefully (final checkpoint)
@@ -241,6 +243,17 @@ class ChangeLogAbort:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeLogBase:
+    """A snapshot of the task's whole state starts here (rule C7, docs/protocol.md): the
+    data records up to the next commit of ``version`` are every live key, so recovery may
+    start at this record and the log below it may be deleted. Not in SEP-10, whose change
+    log Kafka compacts; ours also holds commit records, which compaction cannot merge."""
+
+    generation: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointData:
     """Stored in RocksDB with the state: the change-log offset this state corresponds to."""
 
@@ -294,7 +307,7 @@ class Lease:
 
 ChannelRecord = Envelope | DataBatch | Marker | Restore
 ControlRecord = RunStart | StopRequest | Lease
-ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort
+ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort | ChangeLogBase
 _AnyRecord = ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord
 
 
@@ -387,6 +400,9 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
         case ChangeLogAbort(generation, version):
             fields = [_check(generation, INT32, "generation"), _check(version, INT64, "version")]
             return _header(RecordType.CL_ABORT) + _packb(fields)
+        case ChangeLogBase(generation, version):
+            fields = [_check(generation, INT32, "generation"), _check(version, INT64, "version")]
+            return _header(RecordType.CL_BASE) + _packb(fields)
         case CheckpointData(changelog_offset, generation, version):
             fields = [_check(changelog_offset, INT64, "changelog_offset"),
                       _check(generation, INT32, "generation"), _check(version, INT64, "version")]
@@ -559,6 +575,11 @@ def _read_abort(f: list[Any]) -> ChangeLogAbort:
     return ChangeLogAbort(_int(f[0], INT32, "generation"), _int(f[1], INT64, "version"))
 
 
+def _read_base(f: list[Any]) -> ChangeLogBase:
+    _array(f, 2, "change-log base")
+    return ChangeLogBase(_int(f[0], INT32, "generation"), _int(f[1], INT64, "version"))
+
+
 def _read_checkpoint_data(f: list[Any]) -> CheckpointData:
     _array(f, 3, "checkpoint data")
     return CheckpointData(_int(f[0], INT64, "changelog_offset"), _int(f[1], INT32, "generation"),
@@ -599,6 +620,7 @@ _READERS: dict[int, Callable[[list[Any]], _AnyRecord]] = {
     RecordType.CL_DATA: _read_cl_data,
     RecordType.CL_COMMIT: _read_commit,
     RecordType.CL_ABORT: _read_abort,
+    RecordType.CL_BASE: _read_base,
     RecordType.CHECKPOINT_DATA: _read_checkpoint_data,
     RecordType.RUN_START: _read_run_start,
     RecordType.STOP: _read_stop,
@@ -607,7 +629,8 @@ _READERS: dict[int, Callable[[list[Any]], _AnyRecord]] = {
 
 _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.DATA_BATCH, RecordType.MARKER,
                             RecordType.RESTORE))
-_CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT))
+_CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT,
+                              RecordType.CL_BASE))
 _CHECKPOINT_TYPES = frozenset((RecordType.CHECKPOINT_DATA,))
 _CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP, RecordType.LEASE))
 
@@ -651,7 +674,7 @@ def decode_channel(raw: bytes | None, *, topic: str | None = None, partition: in
 
 def decode_changelog(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                      offset: int | None = None) -> ChangeLogRecord:
-    """A record read from a change log: data, commit or abort."""
+    """A record read from a change log: data, commit, abort or a snapshot's base."""
     return cast(ChangeLogRecord,
                 _decode(raw, _CHANGELOG_TYPES, "change-log", topic, partition, offset))
 

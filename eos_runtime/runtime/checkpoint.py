@@ -10,11 +10,14 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     1. flush output: the channels, and the sink output as its output mode says
        (``output_modes``: into the open transaction, one held append whose ranges the
        commit record lists, or a flush of what streamed)
-    2. change-log records of the staged state changes
+    2. change-log records of the staged state changes; or, where C8 says the log is
+       long enough, a snapshot of the whole state (``protocol/recovery.py`` C7-C9),
+       whose commit carries the output ranges forward
     3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
     4. the RocksDB batch: staged state + checkpoint data
     5. marker fan-out to every channel, where the guarantee sends markers at every
-       checkpoint (G1; else ``end_run`` sends the run's end)
+       checkpoint (G1; else ``end_run`` sends the run's end); after a snapshot, the log
+       below it deleted (C9)
     6. a source task's bookkeeping (its topic or file-system checkpoint store, its
        used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
@@ -28,11 +31,25 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import faults
-from ..joblog.changelog import ChangeLogWriter, Recovered, catch_up, fence_id, recover
+from ..joblog.changelog import (
+    ChangeLogWriter,
+    Recovered,
+    catch_up,
+    cut_below_snapshot,
+    fence_id,
+    own_ranges,
+    recover,
+)
 from ..joblog.listeners import Listeners
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
-from ..protocol.recovery import continued_seqs, next_generation
+from ..protocol.recovery import (
+    SNAPSHOT_MIN_RECORDS,
+    carried_ranges,
+    continued_seqs,
+    next_generation,
+    snapshot_due,
+)
 from ..protocol.runs import Guarantee, announcement, run_end
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
@@ -67,7 +84,8 @@ class Committer:
                  run: int, store: TaskStore, channels: ChannelWriter | None,
                  sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
                  pending: PendingProducer | None = None,
-                 transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee) -> None:
+                 transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
+                 snapshot_min_records: int = SNAPSHOT_MIN_RECORDS) -> None:
         self.t, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.guarantee = guarantee
@@ -93,6 +111,14 @@ class Committer:
         # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
         # file-system store, used-up Startpoints), done before the listeners are told.
         self.recorded: Callable[[], None] | None = None
+        # The change log's bound (C8): only a fenced writer cuts its log; a local-log
+        # exactly-once sink's snapshot carries its output ranges forward (C9).
+        self.snapshots = guarantee.fenced_writer
+        self._carry_ranges = guarantee.output_ranges(transport.supports_transactions)
+        self.snapshot_min_records = snapshot_min_records
+        self._log_low = 0                  # the change log's first offset, as last known
+        self._log_end = 0                  # and its end after this task's last write
+        self._last_snapshot = 0            # data records of this task's last snapshot
 
     def send_output(self) -> None:
         """Output made so far goes out now. The channels' always: downstream may read it
@@ -113,6 +139,7 @@ class Committer:
         generation = next_generation(recovered.generation, self.t.fence_generation(self.fence_id))
         start = self._new_generation(generation, recovered.version)
         catch_up(self.t, self.changelog_tp, self.store, recovered, recovered.read_to, start)
+        self._log_low, self._log_end = self.t.watermarks(self.changelog_tp)
         self.stats.replayed_changes = recovered.replayed
         self.stats.rebuilt_store = recovered.rebuilt
         self.stats.restored_version = recovered.version
@@ -176,8 +203,15 @@ class Committer:
             self.channels.flush()
         ranges = self.output.at_checkpoint(log)
         faults.crash_point("task.checkpoint.after_output_flush")
-        # 2. change-log records of the staged state
-        changelog_bytes = log.changes(version, self.store.staged())
+        # 2. change-log records of the staged state, or a snapshot (C7-C9)
+        snapshot = self._snapshot_ranges(ranges)
+        if snapshot is None:
+            staged = self.store.staged()
+            changelog_bytes = log.changes(version, staged)
+            written = len(staged)
+        else:
+            ranges = snapshot
+            written, changelog_bytes = log.snapshot(version, self.store)
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
@@ -185,6 +219,8 @@ class Committer:
         committing = time.monotonic()
         offset, self._sealed = log.commit(record)
         committed = time.monotonic()
+        # a transaction's commit marker takes an offset too
+        self._log_end = offset + (2 if log.transactional else 1)
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
@@ -192,6 +228,8 @@ class Committer:
         # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
             self.step_markers.markers(self.generation, version)
+        if snapshot is not None:
+            self._cut(offset - written - 1, version, written)
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
@@ -201,6 +239,31 @@ class Committer:
         self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
                             commit_ms=(committed - committing) * 1000,
                             changelog_bytes=changelog_bytes, **(alignment or {}))
+
+    def _snapshot_ranges(self, ranges: tuple[wire.OutputRange, ...]
+                         ) -> tuple[wire.OutputRange, ...] | None:
+        """Whether this checkpoint writes a snapshot (C8), and if so the output ranges
+        its commit record carries (C9); None: not now."""
+        if not self.snapshots or not snapshot_due(self._log_end - self._log_low,
+                                                  self._last_snapshot,
+                                                  self.snapshot_min_records):
+            return None
+        if not self._carry_ranges:
+            return ranges
+        carried = carried_ranges([*own_ranges(self.t, self.changelog_tp, self._log_end),
+                                  *ranges])
+        if carried is None:   # too many to carry (C9): this task's log grows from now on
+            self.snapshots = False
+        return carried
+
+    def _cut(self, base: int, version: int, written: int) -> None:
+        """C9: the snapshot's commit is sealed; the log below its base goes."""
+        self._last_snapshot = written
+        expected = wire.ChangeLogBase(self.generation, version)
+        if cut_below_snapshot(self.t, self.changelog_tp, base, expected):
+            self._log_low = base
+            self.stats.changelog_cuts += 1
+        faults.crash_point("task.checkpoint.after_cut")
 
     def end_run(self, inputs: tuple[wire.InputPosition, ...]) -> None:
         """The run's last checkpoint, of version ``run_end``. Exactly-once sends its

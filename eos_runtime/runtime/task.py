@@ -28,11 +28,12 @@ import cloudpickle
 
 from .. import clock, faults
 from ..api import Sink
-from ..errors import EosError, OutageBudgetExceeded, TaskFailed, TransportError
+from ..errors import ConfigError, EosError, OutageBudgetExceeded, TaskFailed, TransportError
 from ..joblog.control import ControlLog
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire
+from ..protocol.recovery import SNAPSHOT_MIN_RECORDS
 from ..protocol.runs import finished_run, guarantee_named, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
@@ -77,6 +78,8 @@ class TaskConfig:
     # source partition -> its Startpoint (joblog/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
+    # change-log offsets written before a snapshot lets the log below it go (recovery C8)
+    snapshot_min_records: int = field(default_factory=lambda: snapshot_min_records())
 
 
 #: Channel records a channel task takes per poll. Each is a batch of up to BATCH_MESSAGES
@@ -104,6 +107,7 @@ class TaskStats:
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False
+    changelog_cuts: int = 0              # snapshots whose log below was deleted (C9)
     stopped: bool = False                # a stop request ended the run (sources)
     outage_restarts: int = 0             # in-place restarts after transient transport errors
     seconds: float = 0.0                 # from recovery start to the task's end
@@ -112,6 +116,23 @@ class TaskStats:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def snapshot_min_records() -> int:
+    """C8's ``min_records`` for a run's tasks: ``EOS_CHANGELOG_SNAPSHOT_RECORDS``, read by
+    the driver (``eos experiment`` sets it low, so that its faults meet snapshots and
+    cut logs), or ``SNAPSHOT_MIN_RECORDS``."""
+    raw = os.environ.get("EOS_CHANGELOG_SNAPSHOT_RECORDS")
+    if raw is None:
+        return SNAPSHOT_MIN_RECORDS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"EOS_CHANGELOG_SNAPSHOT_RECORDS must be a whole number >= 1, "
+                          f"not {raw!r}")
+    return value
 
 
 def run_task_payload(payload: bytes, attempt: int) -> bytes:
@@ -225,7 +246,8 @@ class _Task:
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels, sink, dead, self.stats, pending,
-                                   config.transaction_chunk, guarantee=self.guarantee)
+                                   config.transaction_chunk, guarantee=self.guarantee,
+                                   snapshot_min_records=config.snapshot_min_records)
         self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
                                   self.channels, sink, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,

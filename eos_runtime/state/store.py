@@ -450,19 +450,23 @@ class TaskStore:
     # ------------------------------------------------------------------ recovery
 
     def restore(self, changes: Iterable[tuple[str, bytes, bytes | None]],
-                checkpoint: CheckpointData) -> None:
+                checkpoint: CheckpointData, *, replace: bool = False) -> None:
         """Apply committed changes read from the change log, and the checkpoint data they
         bring the state to, in one atomic batch (value None: delete).
 
         The caller feeds the change log in calls that each end at a commit message
         (``checkpoint.changelog_offset``), so every call leaves a consistent store.
-        Refused while changes are staged."""
+        ``replace``: the changes are a snapshot of the whole state (rule C7); the state
+        is wiped first (a crash in between leaves a store without checkpoint data, which
+        recovery rebuilds). Refused while changes are staged."""
         if self._closed:
             raise self._unknown(None)
         if self._order:
             raise StateError(f"restore into the task state at {self.path} with "
                              f"{len(self._order)} staged changes; discard() them first")
         raw = self._encode_checkpoint(checkpoint)
+        if replace:
+            self.wipe()
         stores = self._stores
         batch = rocksdict.WriteBatch(raw_mode=True)
         current: _Store | None = None
