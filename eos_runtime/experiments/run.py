@@ -420,11 +420,29 @@ class Injector:
 # --------------------------------------------------------------------------- one run
 
 def resume(pid: int) -> None:
-    """Let a task held at a pause go on."""
+    """Let a task held at a pause go on, once it is held: it notes the fault, then stops
+    itself, and a SIGCONT that came between the two would be lost and leave it stopped
+    for good (a busy machine did that)."""
+    deadline = time.monotonic() + STOP_WAIT
+    while time.monotonic() < deadline and _state(pid) not in ("T", "t", "Z", "X", None):
+        time.sleep(0.01)
     try:
         os.kill(pid, signal.SIGCONT)
     except ProcessLookupError:
         pass
+
+
+#: Seconds a pause waits for its task to stop itself before letting it go anyway.
+STOP_WAIT = 60.0
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (``/proc/<pid>/stat``; T: stopped), None once gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _fault_dicts(schedule: Schedule, log: Path, wall0: float) -> list[dict[str, Any]]:
