@@ -174,7 +174,7 @@ def test_random_bytes_raise_only_wire_format_error(raw, topic, partition, offset
 
 
 @settings(max_examples=500)
-@given(st.sampled_from(sorted(wire._READERS)), st.binary(max_size=100))
+@given(st.sampled_from(sorted(wire.decoding.READERS)), st.binary(max_size=100))
 def test_random_body_behind_a_valid_header_raises_only_wire_format_error(record_type, body):
     try:
         wire.decode(bytes((wire.FORMAT_VERSION, record_type)) + body)
@@ -191,7 +191,7 @@ json_like = st.recursive(
 
 
 @settings(max_examples=500)
-@given(st.sampled_from(sorted(wire._READERS)), json_like)
+@given(st.sampled_from(sorted(wire.decoding.READERS)), json_like)
 def test_well_formed_msgpack_of_the_wrong_shape_raises_only_wire_format_error(record_type, body):
     """Structured garbage reaches the field readers, unlike random bytes."""
     raw = bytes((wire.FORMAT_VERSION, record_type)) + msgpack.packb(body, use_bin_type=True)
