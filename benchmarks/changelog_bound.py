@@ -58,7 +58,7 @@ def idle_task(opts: dict, work: Path, checkpoints: int, every: int, keys: int,
         assert stage.sink is not None
         store = TaskStore(work / name, ["s"])
         c = Committer(t, plan, stage, task, 0, store, None,
-                      SinkWriter(stage.sink, stage.output_partitions), None, TaskStats(task),
+                      [SinkWriter(stage.sink, stage.output_partitions)], None, TaskStats(task),
                       guarantee=EXACTLY_ONCE, snapshot_min_records=min_records)
         tp = TopicPartition(plan.changelog_topic, task)
         try:

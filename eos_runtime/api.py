@@ -18,9 +18,10 @@
 Stateless functions take the value; stateful ones take ``(value, state)``, where
 ``state`` is scoped to the record's key (``get`` / ``set`` / ``delete``). A stream is
 keyed after ``key_by`` or when its source declares a key format. Every step returns a
-new stream, and a stream takes one next step: a second one (a branch) is refused, naming
-the step that already continues it. A function whose parameters do not fit how its step
-calls it is refused here, not at run time.
+new stream; a stream may take several next steps (branches, each seeing every value),
+and ``merge`` makes one stream of several. A function whose parameters do not fit how
+its step calls it is refused here, not at run time; so is a graph that cannot run
+(``graph.py``).
 
 Nothing runs here: the pipeline is a description that ``eos run PIPELINE.py`` or
 ``eos_runtime.run_pipeline(pipeline, ...)`` plans and executes on Spark, and that
@@ -148,64 +149,64 @@ class Sink:
     value_format: str
 
 
-@dataclass
-class _Segment:
-    """Steps between two boundaries (source or shuffle, then shuffle or sink)."""
+class _Node:
+    """One node of a pipeline's graph: a source, a step, a key shuffle, a merge or a sink.
 
-    start: Source | Shuffle
-    keyed: bool
-    steps: list[Step] = field(default_factory=list)
-    end: Shuffle | Sink | None = None
+    ``roots`` are the ids of the stage roots (sources and key shuffles) whose stages run
+    this node: one, except after a merge of streams of different stages, whose steps up to
+    the next shuffle or sink then run in each of those stages (``graph.py``)."""
+
+    __slots__ = ("id", "kind", "payload", "inputs", "nexts", "keyed", "roots")
+
+    def __init__(self, id: int, kind: str, payload: Any, inputs: tuple[_Node, ...],
+                 keyed: bool, roots: frozenset[int]) -> None:
+        self.id, self.kind, self.payload, self.inputs = id, kind, payload, inputs
+        self.keyed, self.roots = keyed, roots
+        self.nexts: list[_Node] = []
+
+    def describe(self) -> str:
+        """How messages name this node: ".map(parse)", "source 'in'", ".merge(...)"."""
+        p = self.payload
+        if self.kind == "source":
+            return f"source {p.topic!r}"
+        if self.kind == "step":
+            return f".{p.kind}({p.name})"
+        if self.kind == "key_by":
+            return f".key_by({_name(p.key_fn, 'key_by')})"
+        if self.kind == "sink":
+            return f".sink({p.topic!r})"
+        return ".merge(...)"
 
 
 class Stream:
     """A stream of values inside a pipeline. Each method adds a step and returns a new
-    stream; a stream takes one next step (a second one, a branch, is a ``ConfigError``)."""
+    stream. A stream may take several next steps (branches): each sees every value."""
 
-    def __init__(self, pipeline: Pipeline, segment: _Segment, position: int = 0) -> None:
+    def __init__(self, pipeline: Pipeline, node: _Node) -> None:
         self._pipeline = pipeline
-        self._segment = segment
-        self._position = position     # the segment's steps before this stream's next one
+        self._node = node
 
     def _describe(self) -> str:
         """Where this stream is, for messages: "after .map(parse)", "from source 'in'"."""
-        seg, pos = self._segment, self._position
-        if pos:
-            step = seg.steps[pos - 1]
-            return f"after .{step.kind}({step.name})"
-        if isinstance(seg.start, Source):
-            return f"from source {seg.start.topic!r}"
-        return f"after .key_by({_name(seg.start.key_fn, 'key_by')})"
-
-    def _check_open(self, adding: str) -> None:
-        """Refuse a second next step: steps and sinks extend the one chain of the pipeline."""
-        seg, pos = self._segment, self._position
-        if pos < len(seg.steps):
-            step = seg.steps[pos]
-            nxt = f".{step.kind}({step.name})"
-        elif isinstance(seg.end, Shuffle):
-            nxt = f".key_by({_name(seg.end.key_fn, 'key_by')})"
-        elif isinstance(seg.end, Sink):
-            raise ConfigError(f"cannot add {adding} to the stream {self._describe()}: it already "
-                              f"ends in .sink({seg.end.topic!r}), and a pipeline has one sink")
-        else:
-            return
-        raise ConfigError(f"cannot add {adding} to the stream {self._describe()}: it already "
-                          f"continues with {nxt}, and a stream takes one next step (branches "
-                          f"are not supported): chain from the stream {nxt} returned")
+        node = self._node
+        return f"from {node.describe()}" if node.kind == "source" else f"after {node.describe()}"
 
     def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> Stream:
         if not callable(fn):
             raise ConfigError(f"{kind}: expected a function, got {fn!r}")
         name = _name(fn, kind)
-        self._check_open(f".{kind}({name})")
-        if stateful and not self._segment.keyed:
+        if stateful and not self._node.keyed:
             raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it "
                               f"(or, only if the source topic's records carry keys, give the "
                               f"source a key format, e.g. source(topic, key=\"utf8\"))")
+        if stateful and len(self._node.roots) > 1:
+            raise ConfigError(f"stateful step {name!r} follows a merge of streams of different "
+                              f"stages ({self._pipeline._roots_named(self._node.roots)}), whose "
+                              f"values of one key are in different tasks: add .key_by(...) "
+                              f"after the merge, so that each key's values meet in one task")
         _check_arity(fn, f"{kind}({name})", name, stateful)
-        self._segment.steps.append(Step(kind, fn, stateful, name))
-        return Stream(self._pipeline, self._segment, len(self._segment.steps))
+        return self._pipeline._stream("step", Step(kind, fn, stateful, name), (self._node,),
+                                      self._node.keyed, self._node.roots)
 
     def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Replace each value by ``fn(value)`` (or ``fn(value, state)``)."""
@@ -229,26 +230,51 @@ class Stream:
         if not callable(key_fn):
             raise ConfigError(f"key_by: expected a function, got {key_fn!r}")
         name = _name(key_fn, "key_by")
-        self._check_open(f".key_by({name})")
         for what, n in (("parallelism", parallelism), ("partitions", partitions)):
             if n is not None:
                 check(what, n, what=f"key_by {what}")
         _check_arity(key_fn, f"key_by({name})", name, False, role="a key function")
-        shuffle = Shuffle(key_fn, parallelism, partitions)
-        self._segment.end = shuffle
-        nxt = _Segment(start=shuffle, keyed=True)
-        self._pipeline._segments.append(nxt)
-        return Stream(self._pipeline, nxt)
+        node_id = self._pipeline._next_id()
+        return self._pipeline._stream("key_by", Shuffle(key_fn, parallelism, partitions),
+                                      (self._node,), True, frozenset({node_id}))
+
+    def merge(self, *others: Stream) -> Stream:
+        """One stream of this one and ``others``: every value of each, in the order each
+        delivers them. Keyed if every one of them is. Streams of different stages merge
+        too: the steps after the merge run in each of those stages, up to the next
+        ``key_by`` (where their values meet) or sink."""
+        if not others:
+            raise ConfigError("merge: give the streams to merge with this one, "
+                              "e.g. a.merge(b)")
+        nodes = [self._node]
+        for other in others:
+            if not isinstance(other, Stream):
+                raise ConfigError(f"merge: expected streams of this pipeline, got {other!r}")
+            if other._pipeline is not self._pipeline:
+                raise ConfigError(f"merge: the stream {other._describe()} belongs to pipeline "
+                                  f"{other._pipeline.name!r}, not {self._pipeline.name!r}")
+            if other._node in nodes:
+                raise ConfigError(f"merge: the stream {other._describe()} is given twice, "
+                                  f"which would repeat each of its values")
+            nodes.append(other._node)
+        return self._pipeline._stream("merge", None, tuple(nodes),
+                                      all(n.keyed for n in nodes),
+                                      frozenset().union(*(n.roots for n in nodes)))
 
     def sink(self, topic: str, *, key: str | None = None, value: str = "utf8") -> None:
         """Write the values to ``topic`` (key and value formats from ``FORMATS``)."""
-        self._check_open(f".sink({topic!r})")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"sink: topic must be a non-empty string, not {topic!r}")
-        if key is not None and not self._segment.keyed:
+        if key is not None and not self._node.keyed:
             raise ConfigError(f"sink {topic!r}: a key format needs a keyed stream (key_by first)")
-        self._segment.end = Sink(topic, _key_format(key, f"sink {topic!r} key"),
-                                 _format(value, f"sink {topic!r} value"))
+        for other in self._pipeline._nodes:
+            if other.kind == "sink" and other.payload.topic == topic:
+                raise ConfigError(f"sink {topic!r}: the pipeline already writes it (from the "
+                                  f"stream {Stream(self._pipeline, other.inputs[0])._describe()}"
+                                  f"): merge the streams, then sink the merged one")
+        self._pipeline._stream("sink", Sink(topic, _key_format(key, f"sink {topic!r} key"),
+                                            _format(value, f"sink {topic!r} value")),
+                               (self._node,), self._node.keyed, self._node.roots)
 
 
 def _name(fn: Callable[..., Any], default: str) -> str:
@@ -317,7 +343,7 @@ def as_listener(listener: Any) -> Any:
 
 
 class Pipeline:
-    """A job: one source, steps, key shuffles and one sink."""
+    """A job: a source, steps, key shuffles, branches, merges and sinks."""
 
     def __init__(self, name: str, *, processing_guarantee: str = "exactly-once",
                  commit_interval: float = 5.0, commit_every: int = 0,
@@ -363,7 +389,8 @@ class Pipeline:
         # A job has a name and an id, as in Samza: the id names the checkpoint topic
         # (__eos_checkpoint_<name>_<id>) and the file-system store's directory.
         self.job_id = job_id
-        self._segments: list[_Segment] = []
+        # The pipeline's graph, in the order it was written (so in topological order).
+        self._nodes: list[_Node] = []
         # Told after each committed checkpoint of every task (joblog/listeners.py).
         self.listeners: list[Any] = []
 
@@ -408,20 +435,45 @@ class Pipeline:
         if offset_default not in OFFSET_DEFAULTS:
             raise ConfigError(f"source {topic!r}: offset_default {offset_default!r}: use "
                               f"'oldest', 'upcoming' or 'none'")
-        if self._segments:
-            raise ConfigError("a pipeline has one source (joins of several sources come later)")
+        if any(n.kind == "source" for n in self._nodes):
+            raise ConfigError("a pipeline has one source for now (several sources come "
+                              "later): branch the one stream instead")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
-        seg = _Segment(start=Source(topic, _key_format(key, f"source {topic!r} key"),
-                                    _format(value, f"source {topic!r} value"), parallelism,
-                                    reset_offset, offset_default, resolvers),
-                       keyed=key is not None)
-        self._segments.append(seg)
-        return Stream(self, seg)
+        return self._stream("source", Source(topic, _key_format(key, f"source {topic!r} key"),
+                                             _format(value, f"source {topic!r} value"),
+                                             parallelism, reset_offset, offset_default,
+                                             resolvers),
+                            (), key is not None, frozenset({self._next_id()}))
+
+    # ------------------------------------------------------------------ the graph
+
+    def _next_id(self) -> int:
+        return len(self._nodes)
+
+    def _stream(self, kind: str, payload: Any, inputs: tuple[_Node, ...], keyed: bool,
+                roots: frozenset[int]) -> Stream:
+        node = _Node(self._next_id(), kind, payload, inputs, keyed, roots)
+        self._nodes.append(node)
+        for parent in inputs:
+            parent.nexts.append(node)
+        return Stream(self, node)
+
+    def _roots_named(self, roots: frozenset[int]) -> str:
+        return ", ".join(self._nodes[r].describe() for r in sorted(roots))
 
     @property
-    def segments(self) -> list[_Segment]:
-        return list(self._segments)
+    def nodes(self) -> tuple[_Node, ...]:
+        """The graph, in the order it was written (``graph.py`` plans its stages)."""
+        return tuple(self._nodes)
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        return tuple(n.payload for n in self._nodes if n.kind == "source")
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        return tuple(n.payload for n in self._nodes if n.kind == "sink")
 
     @property
     def dead_letter_topic(self) -> str | None:
@@ -433,31 +485,52 @@ class Pipeline:
 
     @property
     def source_topic(self) -> str:
-        start = self._segments[0].start if self._segments else None
-        if not isinstance(start, Source):
+        sources = self.sources
+        if not sources:
             raise ConfigError(f"pipeline {self.name!r} has no source: call pipeline.source(...)")
-        return start.topic
+        return sources[0].topic
 
     @property
     def sink_topic(self) -> str:
-        end = self._segments[-1].end if self._segments else None
-        if not isinstance(end, Sink):
+        """The sink's topic (a pipeline with several sinks: ``sinks``)."""
+        sinks = self.sinks
+        if not sinks:
             raise ConfigError(f"pipeline {self.name!r} has no sink: end it with .sink(topic)")
-        return end.topic
+        if len(sinks) > 1:
+            raise ConfigError(f"pipeline {self.name!r} has {len(sinks)} sinks "
+                              f"({', '.join(s.topic for s in sinks)}): name the one meant")
+        return sinks[0].topic
 
-    def rename(self, name: str, *, source: str | None = None, sink: str | None = None) -> None:
+    def rename(self, name: str, *, source: str | None = None, sink: str | None = None,
+               sinks: Mapping[str, str] | None = None) -> None:
         """Another job name and, optionally, other source and sink topics: the same
-        definition can then run several times side by side (on one broker, say)."""
+        definition can then run several times side by side (on one broker, say).
+        ``sink`` renames the one sink; ``sinks`` maps sink topics to new ones (a
+        pipeline with several sinks names the ones it moves)."""
         _check_name(name)
-        start = self._segments[0].start if self._segments else None
-        end = self._segments[-1].end if self._segments else None
-        if not isinstance(start, Source) or not isinstance(end, Sink):
+        if not self.sources or not self.sinks:
             raise ConfigError(f"pipeline {self.name!r} needs a source and a sink to be renamed")
-        self.name = name
-        if source is not None:
-            self._segments[0].start = replace(start, topic=source)
+        moves = dict(sinks or {})
         if sink is not None:
-            self._segments[-1].end = replace(end, topic=sink)
+            moves[self.sink_topic] = sink
+        known = {s.topic for s in self.sinks}
+        for old, new in moves.items():
+            if old not in known:
+                raise ConfigError(f"pipeline {self.name!r} has no sink {old!r} to move to "
+                                  f"{new!r}; its sinks: {', '.join(sorted(known))}")
+            if not isinstance(new, str) or not new:
+                raise ConfigError(f"sink {old!r}: a new topic must be a non-empty string, "
+                                  f"not {new!r}")
+        targets = [moves.get(t, t) for t in known]
+        if len(set(targets)) < len(targets):
+            raise ConfigError(f"pipeline {self.name!r}: two sinks would write one topic "
+                              f"({', '.join(sorted(targets))})")
+        self.name = name
+        for node in self._nodes:
+            if node.kind == "source" and source is not None:
+                node.payload = replace(node.payload, topic=source)
+            elif node.kind == "sink" and node.payload.topic in moves:
+                node.payload = replace(node.payload, topic=moves[node.payload.topic])
 
 
 def _check_name(name: object) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .joblog.checkpoints import Checkpoint
 from .joblog.control import layout_checkpoints, layout_guarantee, layout_job_id, layout_stages
-from .plan import JobPlan, StagePlan, TaskPlan
+from .plan import JobPlan, OutputPlan, StagePlan, TaskPlan
 
 __all__ = ["render", "parse", "ParsedCheckpoints", "plan_from_layout"]
 
@@ -130,18 +130,19 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
     Steps, formats and resolvers are not known here: the tool does not run the job."""
     stages = []
     tasks = []
-    upstream: tuple[int, ...] = ()
-    for st in layout_stages(layout):
+    layouts = layout_stages(layout)
+    for st in layouts:
         n = len(st.task_ids)
         for i, task_id in enumerate(st.task_ids):
             tasks.append(TaskPlan(task_id, st.index,
                                   tuple(p for p in range(st.input_partitions) if p % n == i)))
+        upstream = tuple(t for u in layouts if st.input_topic in {o for o, _ in u.outputs}
+                         for t in u.task_ids)
         stages.append(StagePlan(index=st.index, input_topic=st.input_topic,
                                 input_partitions=st.input_partitions, is_source=st.index == 0,
-                                source=None, steps=(), shuffle=None, output_topic=st.output_topic,
-                                output_partitions=st.output_partitions, sink=None,
+                                source=None, program=(),
+                                outputs=tuple(OutputPlan(o, n, None, None) for o, n in st.outputs),
                                 task_ids=st.task_ids, upstream_task_ids=upstream))
-        upstream = st.task_ids
     if not stages:
         raise ConfigError(f"job {job!r}: its control topic holds no layout to read")
     tasks.sort(key=lambda t: t.task_id)

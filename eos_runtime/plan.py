@@ -1,10 +1,11 @@
 """From a ``Pipeline`` to a job plan: stages, tasks, channels, topics.
 
-A stage runs from a source or a shuffle to the next shuffle or the sink. Its tasks each
+A stage runs from a source or a shuffle (``key_by``) to the next shuffles and sinks: its
+program (``graph.py``) may branch and merge, and write several outputs. Its tasks each
 own some of the stage's input partitions; task ids are global across the job and serve
-as SEP-10 producer ids. Every task of a stage may write every channel of the next stage
-(SEP-10's shared channels), so a downstream task's producer set is the whole upstream
-stage.
+as SEP-10 producer ids. Every task of a stage may write every channel of a next stage
+(SEP-10's shared channels), so a downstream task's producer set is every task of every
+stage that writes its channels (one stage in a chain; several after a merge).
 
 Topics a job creates (``<job>`` is the pipeline name):
 
@@ -22,9 +23,20 @@ from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
 from .errors import ConfigError, TopicNotFound
+from .graph import Op, StageOutput, is_chain, stage_graph, steps_of, stores_of
 from .transport import TopicSpec, Transport
 
-__all__ = ["StagePlan", "TaskPlan", "JobPlan", "plan_job"]
+__all__ = ["OutputPlan", "StagePlan", "TaskPlan", "JobPlan", "plan_job"]
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """Where some of a stage's output goes: a shuffle's channels, or a sink topic."""
+
+    topic: str
+    partitions: int
+    shuffle: Shuffle | None
+    sink: Sink | None
 
 
 @dataclass(frozen=True)
@@ -34,21 +46,56 @@ class StagePlan:
     input_partitions: int
     is_source: bool
     source: Source | None          # formats, for the source stage
-    steps: tuple[Step, ...]
-    shuffle: Shuffle | None        # where the stage's output goes: a shuffle...
-    output_topic: str              # ...its topic, or the sink topic
-    output_partitions: int
-    sink: Sink | None
+    program: tuple[Op, ...]        # what the stage runs on each record (graph.py)
+    outputs: tuple[OutputPlan, ...]
     task_ids: tuple[int, ...]
     upstream_task_ids: tuple[int, ...]   # producers of this stage's channels (empty for a source)
 
     @property
-    def is_sink(self) -> bool:
-        return self.sink is not None
+    def steps(self) -> tuple[Step, ...]:
+        return steps_of(self.program)
 
     @property
     def stores(self) -> tuple[str, ...]:
-        return tuple(f"step{i}" for i, s in enumerate(self.steps) if s.stateful)
+        return stores_of(self.program)
+
+    @property
+    def is_chain(self) -> bool:
+        """One path from the entry to one output (the record path's fast path)."""
+        return is_chain(self.program, len(self.outputs))
+
+    @property
+    def sinks(self) -> tuple[OutputPlan, ...]:
+        return tuple(o for o in self.outputs if o.sink is not None)
+
+    @property
+    def shuffles(self) -> tuple[OutputPlan, ...]:
+        return tuple(o for o in self.outputs if o.shuffle is not None)
+
+    @property
+    def is_sink(self) -> bool:
+        return bool(self.sinks)
+
+    @property
+    def sink(self) -> Sink | None:
+        """The stage's one sink (None: none, or several: ``sinks``)."""
+        sinks = self.sinks
+        return sinks[0].sink if len(sinks) == 1 else None
+
+    @property
+    def shuffle(self) -> Shuffle | None:
+        """The stage's one shuffle (None: none, or several: ``shuffles``)."""
+        shuffles = self.shuffles
+        return shuffles[0].shuffle if len(shuffles) == 1 else None
+
+    @property
+    def output_topic(self) -> str:
+        """The first output's topic (a chain's stage has one)."""
+        return self.outputs[0].topic
+
+    @property
+    def output_partitions(self) -> int:
+        return self.outputs[0].partitions
 
 
 @dataclass(frozen=True)
@@ -80,15 +127,27 @@ class JobPlan:
 
     def topics_to_create(self) -> list[TopicSpec]:
         specs = [TopicSpec(self.changelog_topic, len(self.tasks), keep_forever=True)]
-        for st in self.stages:
-            if st.shuffle is not None:
-                specs.append(TopicSpec(st.output_topic, st.output_partitions))
+        channels = {o.topic: o.partitions for st in self.stages for o in st.shuffles}
+        specs += [TopicSpec(topic, n) for topic, n in channels.items()]
         if self.dead_letter_topic is not None:
             specs.append(TopicSpec(self.dead_letter_topic, self.dead_letter_partitions))
         return specs
 
     def stage_of(self, task_id: int) -> StagePlan:
         return self.stages[self.tasks[task_id].stage]
+
+    @property
+    def sinks(self) -> tuple[OutputPlan, ...]:
+        """Every sink of the job, once each (several stages may write one after a merge)."""
+        seen: dict[str, OutputPlan] = {}
+        for st in self.stages:
+            for o in st.sinks:
+                seen.setdefault(o.topic, o)
+        return tuple(seen.values())
+
+    @property
+    def channel_topics(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(o.topic for st in self.stages for o in st.shuffles))
 
 
 def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None = None,
@@ -99,11 +158,7 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
              job_id: str | None = None) -> JobPlan:
     """Plan ``pipeline`` against the topics ``transport`` holds; options override the
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
-    segments = pipeline.segments
-    if not segments:
-        raise ConfigError(f"pipeline {pipeline.name!r} has no source: call pipeline.source(...)")
-    if not isinstance(segments[-1].end, Sink):
-        raise ConfigError(f"pipeline {pipeline.name!r} has no sink: end it with .sink(topic)")
+    graph = stage_graph(pipeline)
     guarantee = guarantee or pipeline.processing_guarantee
     if guarantee not in ("exactly-once", "at-least-once"):
         raise ConfigError(f"guarantee {guarantee!r}: use exactly-once or at-least-once")
@@ -120,8 +175,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                           f"with its state and output; use --guarantee at-least-once or the "
                           f"change log")
 
-    source = segments[0].start
-    assert isinstance(source, Source)
+    source = graph[0].source
+    assert source is not None
     if offset_default is not None and offset_default not in ("oldest", "upcoming", "none"):
         raise ConfigError(f"offset_default {offset_default!r}: use oldest, upcoming or none")
     if reset_offset is not None or offset_default is not None:
@@ -135,59 +190,61 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         raise ConfigError(f"source topic {source.topic!r} does not exist on the {transport.name} "
                           f"transport: create it (eos produce creates it) "
                           f"or fix the name") from None
-    sink = segments[-1].end
-    try:
-        sink_parts = transport.describe(sink.topic).partitions
-    except TopicNotFound:
-        sink_parts = sink_partitions or 1
-    if sink_partitions is not None and sink_partitions != sink_parts:
-        raise ConfigError(f"sink topic {sink.topic!r} exists with {sink_parts} partitions; "
-                          f"--sink-partitions {sink_partitions} contradicts it: drop the "
-                          f"option or give the sink another topic")
+    sink_parts: dict[str, int] = {}
+    for sink in pipeline.sinks:
+        try:
+            sink_parts[sink.topic] = transport.describe(sink.topic).partitions
+        except TopicNotFound:
+            sink_parts[sink.topic] = sink_partitions or 1
+        if sink_partitions is not None and sink_partitions != sink_parts[sink.topic]:
+            raise ConfigError(f"sink topic {sink.topic!r} exists with {sink_parts[sink.topic]} "
+                              f"partitions; --sink-partitions {sink_partitions} contradicts "
+                              f"it: drop the option or give the sink another topic")
+    # Each stage's task count and channel count (its input's partitions).
+    pars: list[int] = []
+    in_parts: list[int] = []
+    for g in graph:
+        if g.source is not None:
+            par = source.parallelism or parallelism or src_spec.partitions
+            if par > src_spec.partitions:
+                raise ConfigError(f"source {source.topic!r} has {src_spec.partitions} "
+                                  f"partitions; a source stage cannot run {par} tasks: lower "
+                                  f"its parallelism")
+            parts = src_spec.partitions
+        else:
+            shuffle = g.shuffle_in
+            assert shuffle is not None
+            par = shuffle.parallelism or default_par
+            parts = shuffle.partitions or par
+            if par > parts:
+                raise ConfigError(f"stage {g.index} has {parts} channels but parallelism "
+                                  f"{par}: give key_by(partitions=>= {par})")
+        pars.append(par)
+        in_parts.append(parts)
     stages: list[StagePlan] = []
     tasks: list[TaskPlan] = []
-    input_topic, input_parts = source.topic, src_spec.partitions
-    upstream: tuple[int, ...] = ()
-    for index, seg in enumerate(segments):
-        if index == 0:
-            par = source.parallelism or parallelism or input_parts
-            if par > input_parts:
-                raise ConfigError(f"source {source.topic!r} has {input_parts} partitions; a source "
-                                  f"stage cannot run {par} tasks: lower its parallelism")
-        else:
-            shuffle = seg.start
-            assert isinstance(shuffle, Shuffle)
-            par = shuffle.parallelism or default_par
-            if par > input_parts:
-                raise ConfigError(f"stage {index} has {input_parts} channels but parallelism "
-                                  f"{par}: give key_by(partitions=>= {par})")
+    ids_of: list[tuple[int, ...]] = []
+    for g, par, parts in zip(graph, pars, in_parts, strict=True):
         ids = tuple(range(len(tasks), len(tasks) + par))
+        ids_of.append(ids)
         for i, task_id in enumerate(ids):
-            channels = tuple(p for p in range(input_parts) if p % par == i)
-            tasks.append(TaskPlan(task_id, index, channels))
-        end = seg.end
-        if isinstance(end, Shuffle):
-            nxt_par = end.parallelism or default_par
-            out_parts = end.partitions or nxt_par
-            out_topic = f"{pipeline.name}.shuffle-{index + 1}"
-        else:
-            assert isinstance(end, Sink)  # the last segment's end, checked above
-            out_parts = sink_parts
-            out_topic = end.topic
+            tasks.append(TaskPlan(task_id, g.index, tuple(p for p in range(parts)
+                                                          if p % par == i)))
+    for g, parts, ids in zip(graph, in_parts, ids_of, strict=True):
+        outputs = tuple(_output(pipeline.name, o, in_parts, sink_parts) for o in g.outputs)
         stages.append(StagePlan(
-            index=index, input_topic=input_topic, input_partitions=input_parts,
-            is_source=index == 0, source=source if index == 0 else None,
-            steps=tuple(seg.steps), shuffle=end if isinstance(end, Shuffle) else None,
-            output_topic=out_topic, output_partitions=out_parts,
-            sink=end if isinstance(end, Sink) else None, task_ids=ids,
-            upstream_task_ids=upstream))
-        upstream = ids
-        input_topic, input_parts = out_topic, out_parts
+            index=g.index,
+            input_topic=source.topic if g.source is not None
+            else f"{pipeline.name}.shuffle-{g.index}",
+            input_partitions=parts, is_source=g.source is not None,
+            source=source if g.source is not None else None, program=g.program,
+            outputs=outputs, task_ids=ids,
+            upstream_task_ids=tuple(t for u in g.upstream for t in ids_of[u])))
     dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
         f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
     dead_parts = 1
     if dead_topic is not None:
-        if dead_topic in {s.output_topic for s in stages} | {source.topic}:
+        if dead_topic in {o.topic for s in stages for o in s.outputs} | {source.topic}:
             raise ConfigError(f"dead-letter topic {dead_topic!r} is also an input or output of "
                               f"the job: give it a topic of its own")
         try:
@@ -203,10 +260,22 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                    tuple(pipeline.listeners))
 
 
+def _output(job: str, out: StageOutput, in_parts: list[int],
+            sink_parts: dict[str, int]) -> OutputPlan:
+    if out.to_stage is not None:
+        return OutputPlan(f"{job}.shuffle-{out.to_stage}", in_parts[out.to_stage],
+                          out.shuffle, None)
+    assert out.sink is not None
+    return OutputPlan(out.sink.topic, sink_parts[out.sink.topic], None, out.sink)
+
+
 def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:
     """A plain description of the plan (for --json output and logs)."""
     return [{"stage": s.index, "input": s.input_topic, "tasks": list(s.task_ids),
              "steps": [f"{st.kind}{'(stateful)' if st.stateful else ''}:{st.name}"
                        for st in s.steps],
-             "output": s.output_topic, "output_partitions": s.output_partitions}
+             "output": s.output_topic, "output_partitions": s.output_partitions,
+             "outputs": [{"topic": o.topic, "partitions": o.partitions,
+                          "kind": "sink" if o.sink is not None else "channel"}
+                         for o in s.outputs]}
             for s in plan.stages]

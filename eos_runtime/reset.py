@@ -52,6 +52,7 @@ from .joblog.control import (
     control_topic,
     fold_runs,
     heartbeat_topic,
+    layout_channels,
     layout_checkpoints,
     layout_job_id,
     layout_stages,
@@ -165,10 +166,10 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
         made.append((heartbeat_topic(job), wire.decode_control, "heartbeat"))
     if last is not None:
         made.append((f"{job}.changelog", wire.decode_changelog, "change-log"))
-        # Channels are the outputs of every stage but the last; a layout naming a topic
-        # outside the job's own names is not trusted with a deletion.
-        made += [(s.output_topic, wire.decode_channel, "channel")
-                 for s in stages[:-1] if _own(job, s.output_topic)]
+        # Channels are the outputs a stage reads; a layout naming a topic outside the
+        # job's own names is not trusted with a deletion.
+        made += [(topic, wire.decode_channel, "channel")
+                 for topic in layout_channels(stages) if _own(job, topic)]
         if store == "kafka":
             made.append((checkpoint_topic(job, job_id), _checkpoint_record, "checkpoint"))
     topics: list[str] = []

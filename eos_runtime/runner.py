@@ -258,9 +258,8 @@ class PipelineRun:
         src = plan.stages[0]
         self._source_tps = [TopicPartition(src.input_topic, p) for p in range(src.input_partitions)]
         self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
-        last = plan.stages[-1]
-        self._sink_tps = [TopicPartition(last.output_topic, p)
-                          for p in range(last.output_partitions)]
+        self._sink_tps = [TopicPartition(o.topic, p) for o in plan.sinks
+                          for p in range(o.partitions)]
         self._sink_high0 = sum(transport.watermarks(tp, read_committed=False)[1]
                                for tp in self._sink_tps)
 
@@ -733,11 +732,11 @@ def create_job_topics(transport: Transport, plan: JobPlan) -> None:
     if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
         specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
                                compacted=True, keep_forever=True))
-    sink = plan.stages[-1]
-    try:
-        transport.describe(sink.output_topic)
-    except TopicNotFound:
-        specs.append(TopicSpec(sink.output_topic, sink.output_partitions))
+    for sink in plan.sinks:
+        try:
+            transport.describe(sink.topic)
+        except TopicNotFound:
+            specs.append(TopicSpec(sink.topic, sink.partitions))
     transport.create_topics(specs)
 
 
@@ -747,9 +746,9 @@ def check_topics(transport: Transport, plan: JobPlan) -> None:
     local log), for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
     only that job's commit records tell them apart, which a source does not read."""
-    source, sink = plan.stages[0].input_topic, plan.stages[-1].output_topic
-    if source == sink:
-        raise ConfigError(f"sink {sink!r} is the job's own source: its output would be "
+    source = plan.stages[0].input_topic
+    if source in {o.topic for o in plan.sinks}:
+        raise ConfigError(f"sink {source!r} is the job's own source: its output would be "
                           f"appended to its input for good; give the sink another topic "
                           f"(eos run --sink TOPIC)")
     if transport.supports_transactions:

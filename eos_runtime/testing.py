@@ -8,7 +8,7 @@
         assert test.send(["a b"]) == [("a", "1"), ("b", "1")]
         assert test.send(["a"]) == [("a", "2")]     # state carries over between sends
 
-Each stage's steps run in the runtime's own step chain (``runtime/operators.Chain``), and
+Each stage's steps run in the runtime's own program (``runtime/operators.Program``), and
 stateful steps keep their state in a real RocksDB task store in a temporary directory,
 one per stage, as a task's are. What happens to a record on its way is what happens in
 a task: the source's formats decode it, a ``key_by`` encodes its key (str, bytes or int)
@@ -34,10 +34,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .api import FORMATS, Pipeline, Shuffle, Sink, Source, _Segment
+from .api import FORMATS, Pipeline, Sink
 from .errors import ConfigError, UserFunctionError
+from .graph import StageGraph, stage_graph
 from .protocol.wire import CheckpointData
-from .runtime.operators import Chain, decode_key, encode_key
+from .runtime.operators import Program, decode_key, encode_key
 from .state import TaskStore
 
 __all__ = ["TestRun", "run_steps"]
@@ -53,65 +54,60 @@ _TAKES = {
 }
 
 
-def run_steps(pipeline: Pipeline, records: Iterable[Any]) -> list[tuple[Any, Any]]:
+def run_steps(pipeline: Pipeline, records: Iterable[Any]) -> Any:
     """``records`` through every step of ``pipeline`` with fresh state; the sink's records
-    as ``(key, value)``. ``TestRun`` keeps the state across several calls."""
+    as ``(key, value)`` (a pipeline with several sinks: a dict of them per sink topic).
+    ``TestRun`` keeps the state across several calls."""
     with TestRun(pipeline) as test:
         return test.send(records)
 
 
 class _Stage:
-    def __init__(self, segment: _Segment, index: int, directory: Path) -> None:
-        self.index = index
-        steps = tuple(segment.steps)
-        stores = tuple(f"step{i}" for i, s in enumerate(steps) if s.stateful)  # as plan.py
-        self.store = TaskStore(directory / f"stage-{index}", stores) if stores else None
-        self.chain = Chain(steps, self.store)
-        self.end = segment.end
+    def __init__(self, graph: StageGraph, directory: Path) -> None:
+        self.graph = graph
+        stores = graph.stores   # as plan.py names them
+        self.store = TaskStore(directory / f"stage-{graph.index}", stores) if stores else None
+        self.program = Program(graph.program, len(graph.outputs), self.store)
 
 
 class TestRun:
     """A pipeline's steps, in this process, with state that lasts until ``close()``.
 
-    ``send(records)`` runs records through every stage and returns the sink's records.
-    Records are the source's decoded values (what its value format gives: a str for
-    ``utf8``, any JSON value for ``json``, ...); for a source with a key format, each
-    record is a ``(key, value)`` pair, the key None for a record without one.
+    ``send(records)`` runs records through every stage and returns the sink's records (a
+    dict of them per sink topic when the pipeline has several sinks). Records are the
+    source's decoded values (what its value format gives: a str for ``utf8``, any JSON
+    value for ``json``, ...); for a source with a key format, each record is a ``(key,
+    value)`` pair, the key None for a record without one.
     """
 
     __test__ = False    # not a pytest test class, whatever the name says
 
     def __init__(self, pipeline: Pipeline) -> None:
-        segments = pipeline.segments
-        if not segments:
-            raise ConfigError(f"pipeline {pipeline.name!r} has no source: call "
-                              f"pipeline.source(...)")
-        if not isinstance(segments[-1].end, Sink):
-            raise ConfigError(f"pipeline {pipeline.name!r} has no sink: end it with "
-                              f".sink(topic)")
-        source = segments[0].start
-        assert isinstance(source, Source)
+        graph = stage_graph(pipeline)
+        source = graph[0].source
+        assert source is not None
         self.pipeline = pipeline
         self._source = source
+        self._sinks = [s.topic for s in pipeline.sinks]
         self.directory = tempfile.mkdtemp(prefix=f"eos-testrun-{pipeline.name}-")
         self._stages: list[_Stage] = []
         self._finalizer = weakref.finalize(self, _clean_up, self._stages, self.directory)
-        for index, segment in enumerate(segments):
-            self._stages.append(_Stage(segment, index, Path(self.directory)))
+        for g in graph:
+            self._stages.append(_Stage(g, Path(self.directory)))
         self._sends = 0
 
     # ------------------------------------------------------------------ the public side
 
-    def send(self, records: Iterable[Any]) -> list[tuple[Any, Any]]:
+    def send(self, records: Iterable[Any]) -> Any:
         """Run ``records`` through the pipeline, in order; returns the sink's records as
-        ``(key, value)``. State persists to the next ``send``; a ``send`` that raises
-        keeps none of its own changes."""
+        ``(key, value)`` (several sinks: ``{topic: records}``). State persists to the next
+        ``send``; a ``send`` that raises keeps none of its own changes."""
         if not self._finalizer.alive:
             raise ConfigError("this TestRun is closed: make a new one")
         if isinstance(records, (str, bytes, bytearray, dict, tuple)):
             raise ConfigError(f"TestRun.send takes a list of records, not a single "
                               f"{type(records).__name__}: send([record])")
-        out: list[tuple[Any, Any]] = []
+        out: dict[str, list[tuple[Any, Any]]] = {topic: [] for topic in self._sinks}
         try:
             for record in records:
                 key, value = self._decode_input(record)
@@ -126,7 +122,7 @@ class TestRun:
         for stage in self._stages:
             if stage.store is not None:
                 stage.store.commit(CheckpointData(self._sends, 0, self._sends))
-        return out
+        return out[self._sinks[0]] if len(self._sinks) == 1 else out
 
     def close(self) -> None:
         """Close the state stores and remove their temporary directory."""
@@ -162,30 +158,31 @@ class TestRun:
         return key, value
 
     def _through(self, index: int, key: Any, kb: bytes | None, value: Any,
-                 out: list[tuple[Any, Any]]) -> None:
+                 out: dict[str, list[tuple[Any, Any]]]) -> None:
         stage = self._stages[index]
-        outs = stage.chain.run(kb, value)
-        if not outs:
-            return
-        end = stage.end
-        if isinstance(end, Shuffle):
-            name = getattr(end.key_fn, "__name__", "key_by")
-            try:  # every key first, as the runtime: a record whose key_by raises sends nothing
-                raw_keys = [end.key_fn(v) for v in outs]
-            except Exception as exc:
-                raise UserFunctionError(f"key_by({name}) raised {type(exc).__name__}: "
-                                        f"{exc}") from exc
-            try:
-                keys = [encode_key(k) for k in raw_keys]
-            except UserFunctionError as exc:
-                raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from exc
-            for next_kb, v in zip(keys, outs, strict=True):
-                carried = _round_trip("msgpack", v, _channel_error(v, index + 1, name))
-                self._through(index + 1, decode_key(next_kb), next_kb, carried, out)
-        else:
-            assert isinstance(end, Sink)
-            for v in outs:
-                out.append(_sink_record(end, key, v))
+        outs = stage.program.run(kb, value)
+        for spec, values in zip(stage.graph.outputs, outs, strict=True):
+            if not values:
+                continue
+            if spec.shuffle is not None:
+                assert spec.to_stage is not None
+                name = getattr(spec.shuffle.key_fn, "__name__", "key_by")
+                try:  # every key first, as the runtime: a record whose key_by raises sends nothing
+                    raw_keys = [spec.shuffle.key_fn(v) for v in values]
+                except Exception as exc:
+                    raise UserFunctionError(f"key_by({name}) raised {type(exc).__name__}: "
+                                            f"{exc}") from exc
+                try:
+                    keys = [encode_key(k) for k in raw_keys]
+                except UserFunctionError as exc:
+                    raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from exc
+                for next_kb, v in zip(keys, values, strict=True):
+                    carried = _round_trip("msgpack", v, _channel_error(v, spec.to_stage, name))
+                    self._through(spec.to_stage, decode_key(next_kb), next_kb, carried, out)
+            else:
+                assert spec.sink is not None
+                for v in values:
+                    out[spec.sink.topic].append(_sink_record(spec.sink, key, v))
 
 
 def _channel_error(value: Any, stage: int, key_by: str) -> Callable[[str], Exception]:

@@ -1,6 +1,7 @@
-"""The pipeline API's rules, refused where the pipeline is written (issue 11, item 5):
-a stream takes one next step (no silent branches), a function's arity must fit how the
-step calls it, and a stateful step never puts keyless records into one shared state."""
+"""The pipeline API's rules, refused where the pipeline is written (issue 11, item 5;
+issue 24): branches see every value, merges and what cannot follow them, a graph that
+cannot run, a function's arity must fit how the step calls it, and a stateful step never
+puts keyless records into one shared state."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import functools
 import pytest
 
 from eos_runtime import Pipeline
-from eos_runtime.api import Shuffle, Sink
+from eos_runtime.api import Sink
 from eos_runtime.errors import ConfigError, UserFunctionError
+from eos_runtime.graph import stage_graph
+from eos_runtime.testing import run_steps
 
 
 def is_long(line):
@@ -23,7 +26,7 @@ def count(word, state):
     return str(n)
 
 
-# --------------------------------------------------------------------------- one next step
+# --------------------------------------------------------------------------- graphs
 
 def test_each_step_returns_a_new_stream_and_chains_as_before():
     p = Pipeline("chain")
@@ -33,43 +36,106 @@ def test_each_step_returns_a_new_stream_and_chains_as_before():
     s3 = s2.map(count, stateful=True)
     s3.sink("counts", key="utf8")
     assert len({id(s) for s in (s0, s1, s2, s3)}) == 4
-    first, second = p.segments
-    assert [st.name for st in first.steps] == ["split"] and isinstance(first.end, Shuffle)
-    assert [st.name for st in second.steps] == ["count"] and isinstance(second.end, Sink)
+    first, second = stage_graph(p)
+    assert [st.name for st in first.steps] == ["split"] and first.is_chain
+    assert first.outputs[0].shuffle is not None and first.outputs[0].to_stage == 1
+    assert [st.name for st in second.steps] == ["count"]
+    assert isinstance(second.outputs[0].sink, Sink)
+    assert second.stores == ("step0",) and second.upstream == (0,)
 
 
-def test_a_branch_is_refused_naming_the_step_that_continues_the_stream():
-    # Before: s.filter(...) appended to s itself, so s.sink(...) silently wrote the
-    # filtered stream.
+def test_a_branch_sees_every_value():
+    # Before issue 24 a second next step was refused; now each branch sees every value.
     p = Pipeline("branch")
     s = p.source("lines")
-    s.filter(is_long)
-    with pytest.raises(ConfigError, match=r"already continues with \.filter\(is_long\)") as info:
-        s.sink("all-lines")
-    msg = str(info.value)
-    assert "\n" not in msg and "branch" in msg and "source 'lines'" in msg
+    s.filter(is_long).sink("long-lines")
+    s.sink("all-lines")
+    assert run_steps(p, ["a", "abcd"]) == {"long-lines": [(None, "abcd")],
+                                            "all-lines": [(None, "a"), (None, "abcd")]}
+    (stage,) = stage_graph(p)
+    assert not stage.is_chain and len(stage.outputs) == 2
 
 
-def test_a_branch_after_a_step_or_a_key_by_is_refused_too():
+def test_a_branch_after_a_step_or_a_key_by_and_a_sink_that_is_not_the_end():
     p = Pipeline("branch2")
     s = p.source("lines").map(str.lower)
-    s.map(str.upper)
-    with pytest.raises(ConfigError, match=r"after \.map\(lower\).*\.map\(upper\)"):
-        s.filter(is_long)
-    t = Pipeline("branch3").source("lines")
-    t.key_by(len)
-    with pytest.raises(ConfigError, match=r"already continues with \.key_by\(len\)"):
-        t.map(str.upper)
-    with pytest.raises(ConfigError, match=r"already continues with \.key_by\(len\)"):
-        t.key_by(len)
+    s.map(str.upper).sink("upper")
+    s.filter(is_long).key_by(lambda v: v[0]).map(count, stateful=True).sink("counts", key="utf8")
+    s.sink("lower")
+    out = run_steps(p, ["AbCd", "x"])
+    assert out == {"upper": [(None, "ABCD"), (None, "X")], "counts": [("a", "1")],
+                   "lower": [(None, "abcd"), (None, "x")]}
 
 
-def test_a_stream_that_ends_in_a_sink_takes_no_more_steps():
-    s = Pipeline("ended").source("lines")
+def test_a_sink_topic_written_twice_is_refused_naming_the_first():
+    s = Pipeline("twice").source("lines")
     s.sink("out")
-    for more in (lambda: s.map(str), lambda: s.key_by(str), lambda: s.sink("again")):
-        with pytest.raises(ConfigError, match=r"already ends in \.sink\('out'\)"):
-            more()
+    with pytest.raises(ConfigError,
+                       match=r"sink 'out'.*already writes it.*from source 'lines'.*merge"):
+        s.map(str.upper).sink("out")
+
+
+def test_a_stream_that_goes_nowhere_is_refused_naming_it():
+    p = Pipeline("nowhere")
+    s = p.source("lines")
+    s.sink("out")
+    s.map(str.upper)
+    with pytest.raises(ConfigError, match=r"after \.map\(upper\) goes nowhere: end it with \.sink"):
+        stage_graph(p)
+
+
+def test_a_merge_in_one_stage_passes_both_streams_values_on():
+    p = Pipeline("merge1")
+    s = p.source("lines")
+    s.filter(is_long).map(str.upper).merge(s.filter(lambda v: not is_long(v))).sink("out")
+    assert run_steps(p, ["abcd", "x", "efgh"]) == [(None, "ABCD"), (None, "x"), (None, "EFGH")]
+
+
+def test_a_merge_of_two_stages_runs_its_steps_in_each_and_meets_at_the_key_by():
+    p = Pipeline("merge2")
+    s = p.source("lines")
+    left = s.key_by(lambda v: v[0]).map(str.upper)
+    both = left.merge(s.map(str.lower))
+    both.map(lambda v: v + "!").key_by(lambda v: v.lower()).map(count, stateful=True).sink(
+        "counts", key="utf8")
+    stages = stage_graph(p)
+    assert len(stages) == 3
+    # the steps after the merge run in both stages, which both write the last one's channels
+    assert stages[2].upstream == (0, 1)
+    assert [st.name for st in stages[0].steps] == ["lower", "<lambda>"]
+    assert [st.name for st in stages[1].steps] == ["upper", "<lambda>"]
+    assert run_steps(p, ["ab"]) == [("ab!", "1"), ("ab!", "2")]
+
+
+def test_a_stateful_step_after_a_merge_of_two_stages_is_refused():
+    p = Pipeline("merge3")
+    s = p.source("lines", key="utf8")
+    both = s.key_by(len).merge(s)
+    with pytest.raises(ConfigError, match=r"stateful step 'count' follows a merge of streams of "
+                                          r"different stages \(source 'lines', \.key_by\(len\)\)"):
+        both.map(count, stateful=True)
+    both.key_by(str).map(count, stateful=True).sink("ok", key="utf8")   # a key_by first
+
+
+def test_merge_refuses_nothing_a_stream_twice_and_another_pipelines_stream():
+    s = Pipeline("m").source("lines")
+    with pytest.raises(ConfigError, match=r"give the streams to merge"):
+        s.merge()
+    with pytest.raises(ConfigError, match=r"given twice"):
+        s.map(str).merge(s, s)
+    other = Pipeline("other").source("lines")
+    with pytest.raises(ConfigError, match=r"belongs to pipeline 'other'"):
+        s.merge(other)
+    with pytest.raises(ConfigError, match=r"expected streams"):
+        s.merge("lines")
+
+
+def test_a_merged_stream_is_keyed_only_if_every_input_is():
+    s = Pipeline("k").source("lines")
+    with pytest.raises(ConfigError, match=r"has no key"):
+        s.merge(s.map(str)).map(count, stateful=True)
+    keyed = s.key_by(len)
+    keyed.map(str).merge(keyed.filter(is_long)).map(count, stateful=True)   # one stage, keyed
 
 
 # --------------------------------------------------------------------------- arity
@@ -139,7 +205,7 @@ def test_a_stateful_step_refuses_a_record_without_a_key(tmp_path):
 
     p = Pipeline("nullkey")
     p.source("events", key="utf8").map(count, stateful=True).sink("out", key="utf8")
-    steps = tuple(p.segments[0].steps)
+    steps = stage_graph(p)[0].steps
     with TaskStore(tmp_path / "task", ["step0"]) as store:
         chain = Chain(steps, store)
         assert chain.run(encode_key("ann"), "e") == ["1"]

@@ -186,7 +186,7 @@ def test_an_idle_tasks_log_stays_short_and_a_fresh_store_recovers_from_the_cut_l
     def committer(name):
         store = TaskStore(tmp_path / name, ["s"])
         sink = SinkWriter(stage.sink, stage.output_partitions)
-        c = Committer(job.t, job.plan, stage, job.task_id, 0, store, None, sink, None,
+        c = Committer(job.t, job.plan, stage, job.task_id, 0, store, None, [sink], None,
                       TaskStats(job.task_id), guarantee=guarantee_named(job.plan.guarantee),
                       snapshot_min_records=12)
         opened.append((c, store))

@@ -71,27 +71,22 @@ def test_the_examples_match_their_oracles():
     check_pageviews_exactly_once(as_records(out), views)
 
 
-def test_it_uses_the_runtimes_chain_and_a_rocksdb_store(monkeypatch):
+def test_it_uses_the_runtimes_program_and_a_rocksdb_store(monkeypatch):
     from eos_runtime.runtime import operators
     from eos_runtime.state import TaskStore
 
     calls, stores = [], []
-    real_chain, real_init = operators.Chain.__init__, TaskStore.__init__
+    real_run, real_init = operators.Program.run, TaskStore.__init__
 
-    def spy_chain(self, steps, store):
-        real_chain(self, steps, store)
-        run = self.run   # a chain of one step binds a run of its own
-
-        def spy_run(key_bytes, value):
-            calls.append((key_bytes, value))
-            return run(key_bytes, value)
-        self.run = spy_run
+    def spy_run(self, key_bytes, value):
+        calls.append((key_bytes, value))
+        return real_run(self, key_bytes, value)
 
     def spy_init(self, path, names, **kw):
         stores.append((Path(path), tuple(names)))
         real_init(self, path, names, **kw)
 
-    monkeypatch.setattr(operators.Chain, "__init__", spy_chain)
+    monkeypatch.setattr(operators.Program, "run", spy_run)
     monkeypatch.setattr(TaskStore, "__init__", spy_init)
     test = TestRun(wordcount())
     test.send(["x y"])

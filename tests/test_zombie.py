@@ -192,7 +192,7 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
         stores.append(TaskStore(tmp_path / name, stage.stores))
         assert stage.sink is not None
         return Committer(job.t, job.plan, stage, job.task_id, cfg.run, stores[-1], None,
-                         SinkWriter(stage.sink, stage.output_partitions), None,
+                         [SinkWriter(stage.sink, stage.output_partitions)], None,
                          TaskStats(job.task_id),
                          guarantee=guarantee_named(job.plan.guarantee))
 

@@ -37,7 +37,7 @@ __all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
     """What ``eos jobs --json`` says of one job."""
     from ..joblog.changelog import last_commit
-    from ..joblog.control import ControlLog, layout_guarantee, layout_stages
+    from ..joblog.control import ControlLog, layout_guarantee, layout_sinks, layout_stages
     from ..protocol.runs import run_of
     from ..transport import TopicPartition
 
@@ -50,8 +50,10 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
         "job": job,
         "guarantee": layout_guarantee(layout),
         "source": stages[0].input_topic if stages else None,
-        "sink": stages[-1].output_topic if stages else None,
+        "sink": (", ".join(layout_sinks(stages)) or None) if stages else None,
+        "sinks": layout_sinks(stages),
         "stages": [{"stage": s.index, "input": s.input_topic, "output": s.output_topic,
+                    "outputs": [t for t, _ in s.outputs],
                     "tasks": list(s.task_ids), "stores": list(s.stores)} for s in stages],
         "runs": [{"run": r.start.run, "started_ms": r.start.started_ms,
                   "bounded": r.start.bounded, "stopped": r.stopped is not None,
@@ -148,7 +150,14 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from ..joblog.control import control_topic, heartbeat_topic, layout_stages, scan_jobs
+    from ..joblog.control import (
+        control_topic,
+        heartbeat_topic,
+        layout_channels,
+        layout_sinks,
+        layout_stages,
+        scan_jobs,
+    )
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -160,9 +169,10 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         stages = layout_stages(last.start.layout) if last is not None else []
         if stages:
             use(stages[0].input_topic, job, "source")
-            use(stages[-1].output_topic, job, "sink")
-        for s in stages[:-1]:
-            use(s.output_topic, job, "channel")
+        for topic in layout_sinks(stages):
+            use(topic, job, "sink")
+        for topic in layout_channels(stages):
+            use(topic, job, "channel")
         use(f"{job}.changelog", job, "changelog")
         use(control_topic(job), job, "control")
         use(heartbeat_topic(job), job, "heartbeats")

@@ -37,7 +37,7 @@ def run_then(settings: Settings, job: str, source: str, values: list[Any], sched
     name = f"{job}-b"
     pipeline = w.then()
     sink = None if "data_dir" in opts else f"{name}-{pipeline.sink_topic}"
-    pipeline.rename(name, source=source, **({"sink": sink} if sink else {}))
+    pipeline.rename(name, source=source, sink=sink)
     job_dir = state / name
     job_dir.mkdir(parents=True, exist_ok=True)
     log = job_dir.parent / f"{name}-faults.log"

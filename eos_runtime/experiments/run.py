@@ -597,9 +597,11 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
     w = settings.workload
     job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
     pipeline = w.make_pipeline()
-    topics = {} if settings.transport_name == "local" else {
-        "source": f"{job}-{pipeline.source_topic}", "sink": f"{job}-{pipeline.sink_topic}"}
-    pipeline.rename(job, **topics)
+    if settings.transport_name == "local":
+        pipeline.rename(job)
+    else:
+        pipeline.rename(job, source=f"{job}-{pipeline.source_topic}",
+                        sinks={s.topic: f"{job}-{s.topic}" for s in pipeline.sinks})
     if settings.transport_name == "local":
         root = Path(settings.transport["data_dir"]).absolute() / job
         opts: dict[str, Any] = {"data_dir": str(root)}

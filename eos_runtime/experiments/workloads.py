@@ -32,7 +32,7 @@ from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
-from ..api import FORMATS, Pipeline, Sink, Source
+from ..api import FORMATS, Pipeline
 from ..errors import ConfigError, PipelineFileError
 
 __all__ = ["Expected", "Workload", "BUILTIN", "load_workload", "wordcount_pipeline",
@@ -94,8 +94,8 @@ class Workload:
 
 def encode_values(values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
     """Source values as the pipeline's source format writes them."""
-    start = pipeline.segments[0].start if pipeline.segments else None
-    if not isinstance(start, Source):
+    start = pipeline.sources[0] if pipeline.sources else None
+    if start is None:
         raise ConfigError(f"pipeline {pipeline.name!r} has no source")
     encode = FORMATS[start.value_format][0]
     return [encode(v) for v in values]
@@ -106,9 +106,11 @@ Decoder = Callable[[bytes], Any]
 
 def sink_formats(pipeline: Pipeline) -> tuple[Decoder | None, Decoder]:
     """Decoders of the sink's key (None: unkeyed) and value."""
-    end = pipeline.segments[-1].end if pipeline.segments else None
-    if not isinstance(end, Sink):
-        raise ConfigError(f"pipeline {pipeline.name!r} has no sink")
+    sinks = pipeline.sinks
+    if len(sinks) != 1:
+        raise ConfigError(f"pipeline {pipeline.name!r} has {len(sinks) or 'no'} sinks: a "
+                          f"workload's oracle judges one")
+    end = sinks[0]
     key = FORMATS[end.key_format][1] if end.key_format else None
     return key, FORMATS[end.value_format][1]
 

@@ -48,7 +48,7 @@ __all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "S
            "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
            "scan_jobs",
            "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
-           "layout_stages", "DEFAULT_LEASE_TIMEOUT"]
+           "layout_stages", "layout_sinks", "layout_channels", "DEFAULT_LEASE_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,9 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
     lines = []
     for st in plan.stages:
         tasks = ",".join(str(t) for t in st.task_ids)
+        outputs = " + ".join(f"{o.topic} x{o.partitions}" for o in st.outputs)
         lines.append(f"stage {st.index}: input {st.input_topic} x{st.input_partitions}, "
-                     f"tasks {tasks}, stores [{', '.join(st.stores)}], "
-                     f"output {st.output_topic} x{st.output_partitions}")
+                     f"tasks {tasks}, stores [{', '.join(st.stores)}], output {outputs}")
     lines.append(f"guarantee {plan.guarantee}")
     if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
         lines.append(f"checkpoints {plan.checkpoints}")
@@ -129,13 +129,33 @@ class StageLayout:
     input_partitions: int
     task_ids: tuple[int, ...]
     stores: tuple[str, ...]
-    output_topic: str
-    output_partitions: int
+    outputs: tuple[tuple[str, int], ...]   # (topic, partitions), channels and sinks
+
+    @property
+    def output_topic(self) -> str:
+        return self.outputs[0][0]
+
+    @property
+    def output_partitions(self) -> int:
+        return self.outputs[0][1]
 
 
 _STAGE_LINE = re.compile(r"^stage (?P<index>\d+): input (?P<input>\S+) x(?P<inparts>\d+), "
                          r"tasks (?P<tasks>[\d,]*), stores \[(?P<stores>[^\]]*)\], "
-                         r"output (?P<output>\S+) x(?P<outparts>\d+)$")
+                         r"output (?P<outputs>\S+ x\d+(?: \+ \S+ x\d+)*)$")
+
+
+def layout_sinks(stages: list[StageLayout]) -> list[str]:
+    """The sink topics of a layout's stages: the outputs no stage reads (the others are
+    the job's channels), in the order the stages name them."""
+    inputs = {st.input_topic for st in stages}
+    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t not in inputs))
+
+
+def layout_channels(stages: list[StageLayout]) -> list[str]:
+    """The channel topics of a layout's stages: outputs that a stage reads."""
+    inputs = {st.input_topic for st in stages}
+    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t in inputs))
 
 
 def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
@@ -150,7 +170,8 @@ def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
             int(m["index"]), m["input"], int(m["inparts"]),
             tuple(int(t) for t in m["tasks"].split(",") if t),
             tuple(s for s in m["stores"].split(", ") if s),
-            m["output"], int(m["outparts"])))
+            tuple((t, int(n)) for t, n in (o.rsplit(" x", 1)
+                                           for o in m["outputs"].split(" + ")))))
     return stages
 
 
@@ -194,11 +215,11 @@ def jobs_on(transport: Transport) -> list[str]:
 
 
 def jobs_with_sink(transport: Transport, topic: str) -> list[str]:
-    """The jobs whose last run's layout has ``topic`` as its sink (the last stage's output)."""
+    """The jobs whose last run's layout has ``topic`` as a sink."""
     found = []
     for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
-        if stages and stages[-1].output_topic == topic:
+        if topic in layout_sinks(stages):
             found.append(job)
     return found
 

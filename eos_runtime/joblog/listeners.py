@@ -122,7 +122,7 @@ class DeleteConsumedInput:
         self._next = now + self.every
         plan, t = self.context.plan, self.context.transport
         source = plan.stages[0].input_topic
-        channels = [s.output_topic for s in plan.stages if s.shuffle is not None]
+        channels = list(plan.channel_topics)
         own_store = [line for line in _layout_lines(plan) if line.startswith("checkpoints ")]
         others = {sp: _other_readers(t, plan.name, sp)
                   + _store_positions(t, plan.name, own_store, task, sp, len(plan.tasks))

@@ -27,7 +27,7 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import faults
@@ -46,7 +46,6 @@ from ..protocol import wire
 from ..protocol.recovery import (
     SNAPSHOT_MIN_RECORDS,
     carried_ranges,
-    continued_seqs,
     next_generation,
     snapshot_due,
 )
@@ -55,7 +54,7 @@ from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
 from .metrics import CheckpointMetrics
 from .output_modes import output_for
-from .outputs import ChannelWriter, SinkWriter
+from .outputs import ChannelFanout, ChannelWriter, SinkWriter
 
 __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"]
 
@@ -81,8 +80,8 @@ def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int,
 
 class Committer:
     def __init__(self, transport: Transport, plan: JobPlan, stage: StagePlan, task_id: int,
-                 run: int, store: TaskStore, channels: ChannelWriter | None,
-                 sink: SinkWriter | None, dead: SinkWriter | None, stats: Any,
+                 run: int, store: TaskStore, channels: ChannelWriter | ChannelFanout | None,
+                 sinks: Sequence[SinkWriter], dead: SinkWriter | None, stats: Any,
                  pending: PendingProducer | None = None,
                  transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
                  snapshot_min_records: int = SNAPSHOT_MIN_RECORDS) -> None:
@@ -91,7 +90,8 @@ class Committer:
         self.guarantee = guarantee
         # How sink output and dead letters leave: chosen here once (G4 x the log's kind).
         self.output = output_for(guarantee.output_mode(transport.supports_transactions),
-                                 [w for w in (sink, dead) if w is not None], transaction_chunk)
+                                 [*sinks, *([dead] if dead is not None else [])],
+                                 transaction_chunk)
         # Who gets markers at step 5 (G1): the channels, or nobody until the run's end.
         self.step_markers = channels if guarantee.markers_each_checkpoint else None
         self.task_id = task_id
@@ -144,8 +144,7 @@ class Committer:
         self.stats.rebuilt_store = recovered.rebuilt
         self.stats.restored_version = recovered.version
         if self.channels is not None:
-            self.channels.seq = continued_seqs(recovered.commit, self.channels.topic,
-                                               self.channels.partitions)
+            self.channels.continue_from(recovered.commit)
         return recovered
 
     def _new_generation(self, generation: int, restored_version: int) -> int:

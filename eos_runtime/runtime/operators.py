@@ -1,4 +1,5 @@
-"""A stage's steps as one function from an input record to its output values.
+"""A stage's steps as one function from an input record to its output values: ``Chain``
+for a chain of steps to one output, ``Program`` for a stage that branches or merges.
 
 Stateful steps see ``State`` scoped to the record's key; each stateful step has its own
 store (``step<i>`` in the task's RocksDB). A user function that raises becomes
@@ -14,9 +15,10 @@ import msgpack
 
 from ..api import State, Step
 from ..errors import UserFunctionError
+from ..graph import Op
 from ..state import TaskStore
 
-__all__ = ["UserFunctionError", "Chain"]
+__all__ = ["UserFunctionError", "Chain", "Program"]
 
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -54,27 +56,66 @@ class Chain:
     def run(self, key_bytes: bytes | None, value: Any) -> list[Any]:
         values = [value]
         for step, state in zip(self._steps, self._states, strict=True):
-            fn = step.fn
-            try:
-                if state is not None:
-                    state._prefix = key_bytes or b""
-                    if step.kind == "map":
-                        values = [fn(v, state) for v in values]
-                    elif step.kind == "flat_map":
-                        values = [x for v in values for x in fn(v, state)]
-                    else:
-                        values = [v for v in values if fn(v, state)]
-                elif step.kind == "map":
-                    values = [fn(v) for v in values]
-                elif step.kind == "flat_map":
-                    values = [x for v in values for x in fn(v)]
-                else:
-                    values = [v for v in values if fn(v)]
-            except Exception as exc:
-                raise _raised(step, exc) from exc
+            values = _apply(step, state, key_bytes, values)
             if not values:
                 break
         return values
+
+
+class Program:
+    """Runs a stage's program (``graph.py``: branches, merges, several outputs) on one
+    value; ``run`` returns the values for each of the stage's outputs, in output order.
+
+    Each op feeds only later ops, so one pass in program order sees every op's inputs
+    complete. Branches share a value object: a function that changes its value in place
+    changes it for the branches after it (docs/api.md says to return a new value)."""
+
+    def __init__(self, ops: tuple[Op, ...], outputs: int, store: TaskStore | None) -> None:
+        self._ops = ops
+        self._outputs = outputs
+        self._states: list[State | None] = []
+        for op in ops:
+            if op.store is not None:
+                assert store is not None
+                self._states.append(State(*store.accessors(op.store)))
+            else:
+                self._states.append(None)
+
+    def run(self, key_bytes: bytes | None, value: Any) -> list[list[Any]]:
+        outs: list[list[Any]] = [[] for _ in range(self._outputs)]
+        inputs: list[list[Any]] = [[] for _ in self._ops]
+        inputs[0].append(value)
+        for op, state, values in zip(self._ops, self._states, inputs, strict=True):
+            if not values:
+                continue
+            if op.step is not None:
+                values = _apply(op.step, state, key_bytes, values)
+            for j in op.next:
+                inputs[j] += values
+            for k in op.outputs:
+                outs[k] += values
+        return outs
+
+
+def _apply(step: Step, state: State | None, key_bytes: bytes | None,
+           values: list[Any]) -> list[Any]:
+    """One step on ``values``."""
+    fn = step.fn
+    try:
+        if state is not None:
+            state._prefix = key_bytes or b""
+            if step.kind == "map":
+                return [fn(v, state) for v in values]
+            if step.kind == "flat_map":
+                return [x for v in values for x in fn(v, state)]
+            return [v for v in values if fn(v, state)]
+        if step.kind == "map":
+            return [fn(v) for v in values]
+        if step.kind == "flat_map":
+            return [x for v in values for x in fn(v)]
+        return [v for v in values if fn(v)]
+    except Exception as exc:
+        raise _raised(step, exc) from exc
 
 
 def _raised(step: Step, exc: Exception) -> UserFunctionError:

@@ -23,10 +23,12 @@ from ..api import FORMATS, Sink
 from ..errors import UserFunctionError
 from ..faults import crash_point
 from ..protocol import wire
+from ..protocol.recovery import continued_seqs
 from ..transport import Producer, TopicPartition
 from .operators import decode_key
 
-__all__ = ["ChannelWriter", "SinkWriter", "kafka_partition", "murmur2"]
+__all__ = ["ChannelFanout", "ChannelWriter", "SinkWriter", "channels_of", "kafka_partition",
+           "murmur2"]
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
@@ -113,7 +115,16 @@ class ChannelWriter:
         """Each of ``values`` under its key in ``keys`` (encoded; None: keyless, which
         goes round robin). All or nothing: a value msgpack cannot encode raises before
         any value of the call is kept (a record's output is one call)."""
-        packed = [_pack(value) for value in values]
+        self.append_packed(generation, version, keys, self.pack(values), timestamp)
+
+    @staticmethod
+    def pack(values: list[Any]) -> list[bytes]:
+        """The values as a channel carries them (msgpack); raises before anything is kept."""
+        return [_pack(value) for value in values]
+
+    def append_packed(self, generation: int, version: int, keys: Sequence[bytes | None],
+                      packed: list[bytes], timestamp: int) -> None:
+        """Values ``pack`` made, each under its key, into their channels' pending batches."""
         if self._of != (generation, version):
             self.send_pending()
             self._of = (generation, version)
@@ -198,6 +209,65 @@ class ChannelWriter:
         self.send_pending()   # the sequence numbers count what went out
         return tuple(wire.OutputSeq(self.topic, p, s) for p, s in enumerate(self.seq))
 
+    def continue_from(self, commit: wire.ChangeLogCommit | None) -> None:
+        """Sequence numbers on from where ``commit`` left them (recovery C5)."""
+        self.seq = continued_seqs(commit, self.topic, self.partitions)
+
+
+class ChannelFanout:
+    """Several ``ChannelWriter``s (a stage with several ``key_by`` outputs) as one: what
+    the committer does to its channels (send, flush, markers, restores, discard, sequence
+    numbers) it does to each, in order. They share one producer."""
+
+    def __init__(self, writers: Sequence[ChannelWriter]) -> None:
+        self.writers = tuple(writers)
+        self.producer = self.writers[0].producer
+
+    @property
+    def generation(self) -> int:
+        return self.writers[0].generation
+
+    @generation.setter
+    def generation(self, generation: int) -> None:
+        for w in self.writers:
+            w.generation = generation
+
+    def send(self) -> None:
+        for w in self.writers:
+            w.send_pending()
+        self.producer.send()
+
+    def flush(self) -> dict[TopicPartition, int]:
+        for w in self.writers:
+            w.send_pending()
+        return self.producer.flush()
+
+    def markers(self, generation: int, version: int) -> None:
+        for w in self.writers:
+            w.markers(generation, version)
+
+    def restore(self, generation: int, version: int) -> None:
+        for w in self.writers:
+            w.restore(generation, version)
+
+    def discard(self) -> None:
+        for w in self.writers:
+            w.discard()
+
+    def output_seqs(self) -> tuple[wire.OutputSeq, ...]:
+        return tuple(s for w in self.writers for s in w.output_seqs())
+
+    def continue_from(self, commit: wire.ChangeLogCommit | None) -> None:
+        for w in self.writers:
+            w.continue_from(commit)
+
+
+def channels_of(writers: Sequence[ChannelWriter]) -> ChannelWriter | ChannelFanout | None:
+    """What the committer drives: no channels, one writer, or a fan-out over several."""
+    if not writers:
+        return None
+    return writers[0] if len(writers) == 1 else ChannelFanout(writers)
+
 
 class SinkWriter:
     def __init__(self, sink: Sink, partitions: int) -> None:
@@ -223,6 +293,12 @@ class SinkWriter:
         sink's formats and hold them until the caller hands them on. A value or key the
         format cannot encode is a ``UserFunctionError`` naming the sink, the format and
         what to change; nothing of the record is held."""
+        self._pending += self.encode(key_bytes, values, timestamp)
+
+    def encode(self, key_bytes: bytes | None, values: list[Any],
+               timestamp: int) -> list[tuple[int, bytes | None, bytes, int]]:
+        """``write``'s encoding without holding anything: ``(partition, key, value,
+        timestamp)`` per value, for ``hold``. Raises as ``write`` does."""
         if key_bytes is not None:
             known = self._by_key.get(key_bytes)
             k, fixed = known if known is not None else self._key_and_partition(key_bytes)
@@ -237,14 +313,17 @@ class SinkWriter:
         if encoded is None:
             ser, encode, fmt = self._value, self._encode, self.value_format
             encoded = [encode(ser, fmt, "value", value) for value in values]
-        pending = self._pending
         if fixed is not None:
-            for v in encoded:
-                pending.append((fixed, k, v, timestamp))
-            return
+            return [(fixed, k, v, timestamp) for v in encoded]
+        out = []
         for v in encoded:   # keyless output: round robin
             self._rr += 1
-            pending.append((self._rr % self.partitions, k, v, timestamp))
+            out.append((self._rr % self.partitions, k, v, timestamp))
+        return out
+
+    def hold(self, encoded: list[tuple[int, bytes | None, bytes, int]]) -> None:
+        """Output ``encode`` made, held until the caller hands it on."""
+        self._pending += encoded
 
     def _key_and_partition(self, key_bytes: bytes) -> tuple[bytes | None, int]:
         """The sink key of a stream key, and its partition: where Kafka's default

@@ -19,6 +19,7 @@ and the staging dies with it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -31,7 +32,7 @@ from ..protocol import wire
 from ..state import TaskStore
 from ..transport import Record
 from . import letters
-from .operators import Chain, decode_key, encode_key
+from .operators import Chain, Program, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
 
 __all__ = ["RecordPath"]
@@ -40,15 +41,30 @@ _unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without 
 
 
 class RecordPath:
-    def __init__(self, job: str, task_id: int, stage: StagePlan, chain: Chain,
-                 channels: ChannelWriter | None, sink: SinkWriter | None,
-                 dead: SinkWriter | None, stats: Any, lag: float = 0.0,
-                 store: TaskStore | None = None, max_record_bytes: int | None = None) -> None:
-        """``max_record_bytes``: the largest record the transport's producers send (None:
-        not known), which a dead letter must fit."""
-        self.job, self.task_id, self.stage, self.chain = job, task_id, stage, chain
+    def __init__(self, job: str, task_id: int, stage: StagePlan,
+                 writers: Sequence[ChannelWriter | SinkWriter], dead: SinkWriter | None,
+                 stats: Any, lag: float = 0.0, store: TaskStore | None = None,
+                 max_record_bytes: int | None = None) -> None:
+        """``writers``: one per output of the stage, in its order. ``max_record_bytes``:
+        the largest record the transport's producers send (None: not known), which a dead
+        letter must fit."""
+        self.job, self.task_id, self.stage = job, task_id, stage
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
-        self.channels, self.sink, self.dead, self.stats = channels, sink, dead, stats
+        self.writers = tuple(writers)
+        self.dead, self.stats = dead, stats
+        self.channels: ChannelWriter | None = None
+        self.sink: SinkWriter | None = None
+        self.chain: Chain | Program
+        if stage.is_chain:   # the fast path: one list of values to one writer
+            self.chain = Chain(stage.steps, store)
+            only = self.writers[0]
+            if isinstance(only, ChannelWriter):
+                self.channels = only
+            else:
+                self.sink = only
+        else:
+            self.chain = Program(stage.program, len(stage.outputs), store)
+            self._emit = self._emit_each   # type: ignore[method-assign]
         self._letter_bound = letters.letter_bound(max_record_bytes)
         # Only a record set aside (dead letters) must take back its state writes, and
         # only a stateful step makes any.
@@ -60,8 +76,9 @@ class RecordPath:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
             self._src_value = FORMATS[src.value_format][1]
-        if sink is not None:
-            sink.value_origin, sink.key_origin = _origins(stage)
+        for w in self.writers:
+            if isinstance(w, SinkWriter):
+                w.value_origin, w.key_origin = _origins(stage)
 
     def source_record(self, r: Record, version: int) -> None:
         """A raw input record of a source task, processed in ``version``."""
@@ -136,17 +153,33 @@ class RecordPath:
 
     def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
         assert self.stage.shuffle is not None and self.channels is not None
-        key_fn = self.stage.shuffle.key_fn
-        try:  # every key first: a record whose key_by raises sends nothing downstream
-            keys = [key_fn(value) for value in outs]
-        except Exception as exc:
-            raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
-        try:
-            encoded = [encode_key(key) for key in keys]
-        except UserFunctionError as exc:
-            name = getattr(key_fn, "__name__", "key_by")
-            raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
+        encoded = _keys(self.stage.shuffle.key_fn, outs)
         self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
+
+    def _emit_each(self, key_bytes: bytes | None, outs: list[list[Any]], timestamp: int,
+                   version: int) -> None:
+        """A graph stage's output of one record, to each of its writers: every value of
+        every output encoded first, then all held, so the record's output is all or
+        nothing across its outputs as it is for one."""
+        staged: list[tuple[Any, ...]] = []
+        for spec, writer, values in zip(self.stage.outputs, self.writers, outs, strict=True):
+            if not values:
+                continue
+            if spec.shuffle is not None:
+                assert isinstance(writer, ChannelWriter)
+                staged.append((writer, _keys(spec.shuffle.key_fn, values),
+                                writer.pack(values)))
+            else:
+                assert isinstance(writer, SinkWriter)
+                staged.append((writer, writer.encode(key_bytes, values, timestamp)))
+        for item in staged:
+            writer = item[0]
+            if isinstance(writer, ChannelWriter):
+                writer.append_packed(writer.generation, version, item[1], item[2], timestamp)
+                self.stats.emitted += len(item[2])
+            else:
+                writer.hold(item[1])
+                self.stats.emitted += len(item[1])
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
                     timestamp: int, key: bytes | None, value: bytes | None) -> None:
@@ -177,6 +210,20 @@ class RecordPath:
             error=f"{type(why).__name__}: {why}", key=key, value=value, channel=channel,
             bound=self._letter_bound)], timestamp)
         self.stats.dead_letters += 1
+
+
+def _keys(key_fn: Any, values: list[Any]) -> list[bytes]:
+    """Each value's key_by key, encoded; every key first, so a record whose key_by raises
+    sends nothing downstream."""
+    try:
+        keys = [key_fn(value) for value in values]
+    except Exception as exc:
+        raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+    try:
+        return [encode_key(key) for key in keys]
+    except UserFunctionError as exc:
+        name = getattr(key_fn, "__name__", "key_by")
+        raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
 
 
 def _origins(stage: StagePlan) -> tuple[str, str]:

@@ -38,8 +38,7 @@ from ..protocol.runs import finished_run, guarantee_named, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
-from .operators import Chain
-from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter
+from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter, channels_of
 from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
 from .progress import TaskProgress
 from .records import RecordPath
@@ -236,20 +235,24 @@ class _Task:
         # Where operators and experiments find the process running the task.
         (self.dir / f"task-{self.id}.pid").write_text(f"{os.getpid()} {attempt}\n")
         stage = self.stage
-        self.channels = (ChannelWriter(transport.producer(), stage.output_topic,
-                                       stage.output_partitions, self.id,
-                                       batch_messages=config.channel_batch)
-                         if stage.shuffle is not None else None)
-        sink = SinkWriter(stage.sink, stage.output_partitions) if stage.sink is not None else None
+        # One writer per output of the stage; its channel writers share one producer.
+        producer = transport.producer() if stage.shuffles else None
+        writers: list[ChannelWriter | SinkWriter] = [
+            ChannelWriter(producer, o.topic, o.partitions, self.id,
+                          batch_messages=config.channel_batch)
+            if o.shuffle is not None and producer is not None
+            else SinkWriter(cast(Sink, o.sink), o.partitions) for o in stage.outputs]
+        self.channels = channels_of([w for w in writers if isinstance(w, ChannelWriter)])
         dead = (SinkWriter(Sink(self.plan.dead_letter_topic, None, "json"),
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
-                                   self.channels, sink, dead, self.stats, pending,
-                                   config.transaction_chunk, guarantee=self.guarantee,
+                                   self.channels,
+                                   [w for w in writers if isinstance(w, SinkWriter)], dead,
+                                   self.stats, pending, config.transaction_chunk,
+                                   guarantee=self.guarantee,
                                    snapshot_min_records=config.snapshot_min_records)
-        self.records = RecordPath(self.plan.name, self.id, stage, Chain(stage.steps, self.store),
-                                  self.channels, sink, dead, self.stats,
+        self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes())
         self.consumer: Consumer | None = None
