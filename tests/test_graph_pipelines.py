@@ -107,3 +107,24 @@ def test_a_graph_matches_its_oracle_on_kafka(tmp_path, kafka_bootstrap):
     run_routes(tmp_path, {"bootstrap_servers": kafka_bootstrap},
                fault=[{"point": "task.checkpoint.before_commit", "task": 4, "hit": 2,
                        "attempt": 0}])
+
+
+def test_sink_overrides_name_the_sink_to_move_when_there_are_several():
+    from eos_runtime.cli.pipeline import apply_overrides
+    from eos_runtime.errors import ConfigError
+
+    p = routes("o")
+    apply_overrides(p, "moved", None, ["long-o=long-x", "counts-o=counts-x"])
+    assert p.name == "moved"
+    assert [s.topic for s in p.sinks] == ["long-x", "counts-x", "letters-o"]
+    with pytest.raises(ConfigError, match=r"has 3 sinks \(long-x, counts-x, letters-o\): "
+                                          r"name the one to move, --sink OLD=NEW"):
+        apply_overrides(p, None, None, ["elsewhere"])
+    with pytest.raises(ConfigError, match=r"no sink 'nope'.*its sinks: counts-x, letters-o"):
+        apply_overrides(p, None, None, ["nope=x"])
+    with pytest.raises(ConfigError, match=r"two sinks would write one topic"):
+        apply_overrides(p, None, None, ["long-x=counts-x"])
+    one = Pipeline("one")
+    one.source("in").sink("out")
+    apply_overrides(one, None, None, ["out2"])        # the one sink, as before
+    assert one.sink_topic == "out2"

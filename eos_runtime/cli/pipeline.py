@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +207,10 @@ def override_options(name_help: str, topic_help: str) -> Callable[[Callable[...,
     """``--name``, ``--source``, ``--sink``: run (or stop) a pipeline file under another job
     name and other topics, without editing it (``Pipeline.rename``)."""
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn = click.option("--sink", "sink_override", default=None, metavar="TOPIC",
-                          help=f"Write TOPIC instead of the pipeline's sink topic{topic_help}. "
-                               f"Default: the pipeline's.")(fn)
+        fn = click.option("--sink", "sink_override", multiple=True, metavar="TOPIC",
+                          help=f"Write TOPIC instead of the pipeline's sink topic{topic_help}; "
+                               f"a pipeline with several sinks names the one to move, "
+                               f"OLD=NEW, once per sink. Default: the pipeline's.")(fn)
         fn = click.option("--source", "source_override", default=None, metavar="TOPIC",
                           help=f"Read TOPIC instead of the pipeline's source topic{topic_help}. "
                                f"Default: the pipeline's.")(fn)
@@ -220,14 +221,30 @@ def override_options(name_help: str, topic_help: str) -> Callable[[Callable[...,
 
 
 def apply_overrides(pipeline: Any, name: str | None, source: str | None,
-                    sink: str | None) -> None:
-    """Rename ``pipeline`` and retarget its source and sink as the options ask."""
-    if name is None and source is None and sink is None:
+                    sinks: Sequence[str] = ()) -> None:
+    """Rename ``pipeline`` and retarget its source and sinks as the options ask: each
+    ``--sink`` a TOPIC (the one sink's) or OLD=NEW (a sink named by its topic)."""
+    if name is None and source is None and not sinks:
         return
-    for option, value in (("--name", name), ("--source", source), ("--sink", sink)):
+    for option, value in (("--name", name), ("--source", source),
+                          *(("--sink", s) for s in sinks)):
         if value is not None and not value.strip():
             raise ConfigError(f"{option}: give a non-empty value")
-    pipeline.rename(pipeline.name if name is None else name, source=source, sink=sink)
+    moves: dict[str, str] = {}
+    plain = [s for s in sinks if "=" not in s]
+    for given in sinks:
+        if "=" in given:
+            old, new = given.split("=", 1)
+            if not old or not new:
+                raise ConfigError(f"--sink {given!r}: give OLD=NEW, both topics")
+            moves[old] = new
+    if plain and (len(plain) > 1 or moves or len(pipeline.sinks) > 1):
+        topics = ", ".join(t.topic for t in pipeline.sinks)
+        raise ConfigError(f"--sink {plain[0]!r}: pipeline {pipeline.name!r} has "
+                          f"{len(pipeline.sinks)} sinks ({topics}): name the one to move, "
+                          f"--sink OLD=NEW, once per sink")
+    pipeline.rename(pipeline.name if name is None else name, source=source,
+                    sink=plain[0] if plain else None, sinks=moves)
 
 
 # --------------------------------------------------------------------------- eos run
@@ -403,7 +420,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             checkpoint_store: str | None, job_id: str | None, take_over: bool,
             lease_timeout: float,
             name_override: str | None, source_override: str | None,
-            sink_override: str | None, as_json: bool) -> None:
+            sink_override: tuple[str, ...], as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
 
     A bounded run (the default) reads what the source topic holds when it starts, takes
@@ -669,7 +686,7 @@ class _RunView:
                   "by its name alone)")
 def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None,
              name_override: str | None, source_override: str | None,
-             sink_override: str | None) -> None:
+             sink_override: tuple[str, ...]) -> None:
     """Ask the live run of a job (the one holding its lease) to stop gracefully.
 
     JOB is the pipeline's name, or a pipeline file (with eos run's --name, --source and
@@ -690,7 +707,7 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
         apply_overrides(pipeline, name_override, source_override, sink_override)
         job = pipeline.name
         opts = with_pipeline_settings(opts, pipeline)
-    elif name_override is not None or source_override is not None or sink_override is not None:
+    elif name_override is not None or source_override is not None or sink_override:
         raise click.UsageError("--name, --source and --sink go with a PIPELINE.py (a JOB is "
                                "already a name)")
     _check_writable(opts)
