@@ -435,11 +435,11 @@ class Pipeline:
         if offset_default not in OFFSET_DEFAULTS:
             raise ConfigError(f"source {topic!r}: offset_default {offset_default!r}: use "
                               f"'oldest', 'upcoming' or 'none'")
-        if any(n.kind == "source" for n in self._nodes):
-            raise ConfigError("a pipeline has one source for now (several sources come "
-                              "later): branch the one stream instead")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
+        if topic in {s.topic for s in self.sources}:
+            raise ConfigError(f"source {topic!r}: the pipeline already reads it: use the "
+                              f"stream the first source() returned (a stream may branch)")
         return self._stream("source", Source(topic, _key_format(key, f"source {topic!r} key"),
                                              _format(value, f"source {topic!r} value"),
                                              parallelism, reset_offset, offset_default,
@@ -485,9 +485,13 @@ class Pipeline:
 
     @property
     def source_topic(self) -> str:
+        """The source's topic (a pipeline with several sources: ``sources``)."""
         sources = self.sources
         if not sources:
             raise ConfigError(f"pipeline {self.name!r} has no source: call pipeline.source(...)")
+        if len(sources) > 1:
+            raise ConfigError(f"pipeline {self.name!r} has {len(sources)} sources "
+                              f"({', '.join(s.topic for s in sources)}): name the one meant")
         return sources[0].topic
 
     @property
@@ -501,36 +505,54 @@ class Pipeline:
                               f"({', '.join(s.topic for s in sinks)}): name the one meant")
         return sinks[0].topic
 
+    def reset_source(self, topic: str) -> None:
+        """Set ``reset_offset=True`` on source ``topic`` (``eos run --reset-offset STREAM``
+        of a pipeline with several sources: only that stream is read again)."""
+        for node in self._nodes:
+            if node.kind == "source" and node.payload.topic == topic:
+                node.payload = replace(node.payload, reset_offset=True)
+                return
+        raise ConfigError(f"pipeline {self.name!r} has no source {topic!r}")
+
     def rename(self, name: str, *, source: str | None = None, sink: str | None = None,
+               sources: Mapping[str, str] | None = None,
                sinks: Mapping[str, str] | None = None) -> None:
         """Another job name and, optionally, other source and sink topics: the same
         definition can then run several times side by side (on one broker, say).
-        ``sink`` renames the one sink; ``sinks`` maps sink topics to new ones (a
-        pipeline with several sinks names the ones it moves)."""
+        ``source`` and ``sink`` move the one source and sink; ``sources`` and ``sinks``
+        map topics to new ones (a pipeline with several names the ones it moves)."""
         _check_name(name)
         if not self.sources or not self.sinks:
             raise ConfigError(f"pipeline {self.name!r} needs a source and a sink to be renamed")
-        moves = dict(sinks or {})
+        source_moves = dict(sources or {})
+        if source is not None:
+            source_moves[self.source_topic] = source
+        sink_moves = dict(sinks or {})
         if sink is not None:
-            moves[self.sink_topic] = sink
-        known = {s.topic for s in self.sinks}
-        for old, new in moves.items():
-            if old not in known:
-                raise ConfigError(f"pipeline {self.name!r} has no sink {old!r} to move to "
-                                  f"{new!r}; its sinks: {', '.join(sorted(known))}")
-            if not isinstance(new, str) or not new:
-                raise ConfigError(f"sink {old!r}: a new topic must be a non-empty string, "
-                                  f"not {new!r}")
-        targets = [moves.get(t, t) for t in known]
-        if len(set(targets)) < len(targets):
-            raise ConfigError(f"pipeline {self.name!r}: two sinks would write one topic "
-                              f"({', '.join(sorted(targets))})")
+            sink_moves[self.sink_topic] = sink
+        _check_moves(self.name, "source", source_moves, [s.topic for s in self.sources])
+        _check_moves(self.name, "sink", sink_moves, [s.topic for s in self.sinks])
         self.name = name
         for node in self._nodes:
-            if node.kind == "source" and source is not None:
-                node.payload = replace(node.payload, topic=source)
-            elif node.kind == "sink" and node.payload.topic in moves:
+            moves = (source_moves if node.kind == "source" else
+                     sink_moves if node.kind == "sink" else {})
+            if node.payload is not None and getattr(node.payload, "topic", None) in moves:
                 node.payload = replace(node.payload, topic=moves[node.payload.topic])
+
+
+def _check_moves(job: str, what: str, moves: Mapping[str, str], known: list[str]) -> None:
+    """Refuse a rename of a topic the pipeline does not have, to nothing, or onto another."""
+    for old, new in moves.items():
+        if old not in known:
+            raise ConfigError(f"pipeline {job!r} has no {what} {old!r} to move to {new!r}; "
+                              f"its {what}s: {', '.join(sorted(known))}")
+        if not isinstance(new, str) or not new:
+            raise ConfigError(f"{what} {old!r}: a new topic must be a non-empty string, "
+                              f"not {new!r}")
+    targets = [moves.get(t, t) for t in known]
+    if len(set(targets)) < len(targets):
+        raise ConfigError(f"pipeline {job!r}: two {what}s would be one topic "
+                          f"({', '.join(sorted(targets))})")
 
 
 def _check_name(name: object) -> None:

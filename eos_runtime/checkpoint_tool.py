@@ -139,7 +139,7 @@ def plan_from_layout(job: str, layout: tuple[str, ...]) -> JobPlan:
         upstream = tuple(t for u in layouts if st.input_topic in {o for o, _ in u.outputs}
                          for t in u.task_ids)
         stages.append(StagePlan(index=st.index, input_topic=st.input_topic,
-                                input_partitions=st.input_partitions, is_source=st.index == 0,
+                                input_partitions=st.input_partitions, is_source=not upstream,
                                 source=None, program=(),
                                 outputs=tuple(OutputPlan(o, n, None, None) for o, n in st.outputs),
                                 task_ids=st.task_ids, upstream_task_ids=upstream))

@@ -137,6 +137,14 @@ class JobPlan:
         return self.stages[self.tasks[task_id].stage]
 
     @property
+    def source_stages(self) -> tuple[StagePlan, ...]:
+        return tuple(st for st in self.stages if st.is_source)
+
+    @property
+    def source_topics(self) -> tuple[str, ...]:
+        return tuple(st.input_topic for st in self.source_stages)
+
+    @property
     def sinks(self) -> tuple[OutputPlan, ...]:
         """Every sink of the job, once each (several stages may write one after a merge)."""
         seen: dict[str, OutputPlan] = {}
@@ -175,21 +183,26 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                           f"with its state and output; use --guarantee at-least-once or the "
                           f"change log")
 
-    source = graph[0].source
-    assert source is not None
     if offset_default is not None and offset_default not in ("oldest", "upcoming", "none"):
         raise ConfigError(f"offset_default {offset_default!r}: use oldest, upcoming or none")
-    if reset_offset is not None or offset_default is not None:
-        # Run options beat the source's own settings, for this run only.
-        source = replace(source, reset_offset=source.reset_offset if reset_offset is None
-                         else reset_offset,
-                         offset_default=offset_default or source.offset_default)
-    try:
-        src_spec = transport.describe(source.topic)
-    except TopicNotFound:
-        raise ConfigError(f"source topic {source.topic!r} does not exist on the {transport.name} "
-                          f"transport: create it (eos produce creates it) "
-                          f"or fix the name") from None
+    # Run options beat each source's own settings, for this run only.
+    sources: dict[int, Source] = {}
+    source_parts: dict[int, int] = {}
+    for g in graph:
+        if g.source is None:
+            continue
+        source = g.source
+        if reset_offset is not None or offset_default is not None:
+            source = replace(source, reset_offset=source.reset_offset if reset_offset is None
+                             else reset_offset,
+                             offset_default=offset_default or source.offset_default)
+        try:
+            source_parts[g.index] = transport.describe(source.topic).partitions
+        except TopicNotFound:
+            raise ConfigError(f"source topic {source.topic!r} does not exist on the "
+                              f"{transport.name} transport: create it (eos produce creates "
+                              f"it) or fix the name") from None
+        sources[g.index] = source
     sink_parts: dict[str, int] = {}
     for sink in pipeline.sinks:
         try:
@@ -205,12 +218,11 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     in_parts: list[int] = []
     for g in graph:
         if g.source is not None:
-            par = source.parallelism or parallelism or src_spec.partitions
-            if par > src_spec.partitions:
-                raise ConfigError(f"source {source.topic!r} has {src_spec.partitions} "
-                                  f"partitions; a source stage cannot run {par} tasks: lower "
-                                  f"its parallelism")
-            parts = src_spec.partitions
+            source, parts = sources[g.index], source_parts[g.index]
+            par = source.parallelism or parallelism or parts
+            if par > parts:
+                raise ConfigError(f"source {source.topic!r} has {parts} partitions; a source "
+                                  f"stage cannot run {par} tasks: lower its parallelism")
         else:
             shuffle = g.shuffle_in
             assert shuffle is not None
@@ -232,19 +244,19 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
                                                           if p % par == i)))
     for g, parts, ids in zip(graph, in_parts, ids_of, strict=True):
         outputs = tuple(_output(pipeline.name, o, in_parts, sink_parts) for o in g.outputs)
+        src = sources.get(g.index)
         stages.append(StagePlan(
             index=g.index,
-            input_topic=source.topic if g.source is not None
-            else f"{pipeline.name}.shuffle-{g.index}",
-            input_partitions=parts, is_source=g.source is not None,
-            source=source if g.source is not None else None, program=g.program,
+            input_topic=src.topic if src is not None else f"{pipeline.name}.shuffle-{g.index}",
+            input_partitions=parts, is_source=src is not None, source=src, program=g.program,
             outputs=outputs, task_ids=ids,
             upstream_task_ids=tuple(t for u in g.upstream for t in ids_of[u])))
     dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
         f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
     dead_parts = 1
     if dead_topic is not None:
-        if dead_topic in {o.topic for s in stages for o in s.outputs} | {source.topic}:
+        if dead_topic in {o.topic for s in stages for o in s.outputs} | {
+                s.topic for s in sources.values()}:
             raise ConfigError(f"dead-letter topic {dead_topic!r} is also an input or output of "
                               f"the job: give it a topic of its own")
         try:

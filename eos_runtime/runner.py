@@ -255,8 +255,8 @@ class PipelineRun:
         self._committed = dict(begin)           # the sources' committed positions, refreshed
         self._committed_next = 0.0
         self._committed_every = 2.0 if transport.name == "local" else 5.0
-        src = plan.stages[0]
-        self._source_tps = [TopicPartition(src.input_topic, p) for p in range(src.input_partitions)]
+        self._source_tps = [TopicPartition(st.input_topic, p) for st in plan.source_stages
+                            for p in range(st.input_partitions)]
         self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
         self._sink_tps = [TopicPartition(o.topic, p) for o in plan.sinks
                           for p in range(o.partitions)]
@@ -511,7 +511,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                buffer_max_bytes=buffer_max_bytes, poll_records=poll_records,
                                outage_budget=budget,
                                **({"channel_batch": channel_batch} if channel_batch else {}))
-        ends = {TopicPartition(plan.stages[0].input_topic, p): end
+        ends = {TopicPartition(plan.stage_of(c.task_id).input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
@@ -619,18 +619,22 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
              write: bool = True) -> dict[int, dict[int, Any]]:
     """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
-    src = plan.stages[0]
-    readers = {p: t.task_id for t in plan.tasks if t.stage == 0 for p in t.partitions}
-    found = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run, write=write)
-    resolvers = src.source.startpoint_resolvers if src.source is not None else {}
-    for by_part in found.values():
-        for p, sp in by_part.items():
-            if sp.kind == "custom" and sp.resolver not in resolvers:
-                raise ConfigError(f"the custom startpoint of {src.input_topic}[{p}] names "
-                                  f"resolver {sp.resolver!r}, which source {src.input_topic!r} "
-                                  f"does not have (it has: {', '.join(resolvers) or 'none'}): "
-                                  f"pass it in source(..., startpoint_resolvers=...) or clear "
-                                  f"the startpoint")
+    found: dict[int, dict[int, Any]] = {}
+    for src in plan.source_stages:
+        readers = {p: t.task_id for t in plan.tasks if t.stage == src.index
+                   for p in t.partitions}
+        of_source = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run,
+                                        write=write)
+        resolvers = src.source.startpoint_resolvers if src.source is not None else {}
+        for by_part in of_source.values():
+            for p, sp in by_part.items():
+                if sp.kind == "custom" and sp.resolver not in resolvers:
+                    raise ConfigError(
+                        f"the custom startpoint of {src.input_topic}[{p}] names resolver "
+                        f"{sp.resolver!r}, which source {src.input_topic!r} does not have (it "
+                        f"has: {', '.join(resolvers) or 'none'}): pass it in source(..., "
+                        f"startpoint_resolvers=...) or clear the startpoint")
+        found.update(of_source)   # task ids are the job's: each reads one source
     return found
 
 
@@ -639,15 +643,15 @@ def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartitio
     none)."""
     out: dict[TopicPartition, int] = {}
     for t in plan.tasks:
-        if t.stage == 0:
-            out.update(_committed_or_low(transport, plan, t.partitions,
+        if plan.stages[t.stage].is_source:
+            out.update(_committed_or_low(transport, plan, t.task_id,
                                          _last_commit(transport, plan, t.task_id)))
     return out
 
 
-def _committed_or_low(transport: Transport, plan: JobPlan, parts: tuple[int, ...],
+def _committed_or_low(transport: Transport, plan: JobPlan, task: int,
                       commit: Any) -> dict[TopicPartition, int]:
-    topic = plan.stages[0].input_topic
+    topic, parts = plan.stage_of(task).input_topic, plan.tasks[task].partitions
     committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
     return {TopicPartition(topic, p): committed.get((topic, p),
                                                     transport.watermarks(
@@ -663,19 +667,19 @@ def _last_commit(transport: Transport, plan: JobPlan, task: int) -> Any:
 
 
 def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
-              startpoints: dict[int, dict[int, Any]], ends: dict[int, int],
+              startpoints: dict[int, dict[int, Any]], ends: dict[str, dict[int, int]],
               ) -> dict[TopicPartition, int]:
     """Where each source partition starts in run ``run``: the tasks' own rule
     (``start_positions``: Startpoints, reset, checkpoint, default, the run's ends), so the
     summary counts the input from there. A custom Startpoint's resolver runs in its task,
     so its partition counts from the checkpoint; a position its task will refuse counts
     from there too (the run fails, naming it)."""
-    stage = plan.stages[0]
     out: dict[TopicPartition, int] = {}
     store = position_store(transport, plan, state_dir, create=False)
     try:
         for t in plan.tasks:
-            if t.stage != 0:
+            stage = plan.stages[t.stage]
+            if not stage.is_source:
                 continue
             kept = None
             if store is not None:
@@ -688,9 +692,10 @@ def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
             commit = _last_commit(transport, plan, t.task_id)   # read once per task
             try:
                 starts = start_positions(transport, stage, t.partitions, commit, run, given,
-                                         kept, job=plan.name, run_start_ends=ends)
+                                         kept, job=plan.name,
+                                         run_start_ends=ends.get(stage.input_topic, {}))
             except EosError:
-                out.update(_committed_or_low(transport, plan, t.partitions, commit))
+                out.update(_committed_or_low(transport, plan, t.task_id, commit))
                 continue
             for p, (offset, _) in starts.items():
                 out[TopicPartition(stage.input_topic, p)] = offset
@@ -703,28 +708,32 @@ def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
 def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
                  state_dir: str, *, bounded: bool = True,
                  startpoints: dict[int, dict[int, Any]] | None = None,
-                 ends: dict[int, int] | None = None, **options: Any) -> list:
+                 ends: dict[str, dict[int, int]] | None = None, **options: Any) -> list:
     """One ``TaskConfig`` per task. Sources get the end offsets the run started with
     (``ends``, or now), the same in every attempt of the run: where ``upcoming`` starts
     (P5) and, in a bounded run, where the input ends."""
     if ends is None:
         ends = run_start_ends(transport, plan)
     found = startpoints or {}
-    return [TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
-                       state_dir=state_dir, bounded=bounded,
-                       startpoints=dict(found.get(t.task_id, {})),
-                       end_offsets={p: ends[p] for p in t.partitions}
-                       if t.stage == 0 and bounded else {},
-                       run_start_ends={p: ends[p] for p in t.partitions} if t.stage == 0 else {},
-                       **options)
-            for t in plan.tasks]
+    configs = []
+    for t in plan.tasks:
+        stage = plan.stages[t.stage]
+        own = ({p: ends[stage.input_topic][p] for p in t.partitions} if stage.is_source
+               else {})
+        configs.append(TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
+                                  state_dir=state_dir, bounded=bounded,
+                                  startpoints=dict(found.get(t.task_id, {})),
+                                  end_offsets=dict(own) if bounded else {},
+                                  run_start_ends=own, **options))
+    return configs
 
 
-def run_start_ends(transport: Transport, plan: JobPlan) -> dict[int, int]:
-    """Per source partition, its end offset now (read_committed: the last stable offset)."""
-    src = plan.stages[0]
-    return {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
-            for p in range(src.input_partitions)}
+def run_start_ends(transport: Transport, plan: JobPlan) -> dict[str, dict[int, int]]:
+    """Per source topic and partition, its end offset now (read_committed: the last stable
+    offset)."""
+    return {src.input_topic: {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
+                              for p in range(src.input_partitions)}
+            for src in plan.source_stages}
 
 
 def create_job_topics(transport: Transport, plan: JobPlan) -> None:
@@ -746,13 +755,18 @@ def check_topics(transport: Transport, plan: JobPlan) -> None:
     local log), for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
     only that job's commit records tell them apart, which a source does not read."""
-    source = plan.stages[0].input_topic
-    if source in {o.topic for o in plan.sinks}:
-        raise ConfigError(f"sink {source!r} is the job's own source: its output would be "
-                          f"appended to its input for good; give the sink another topic "
-                          f"(eos run --sink TOPIC)")
+    for source in plan.source_topics:
+        if source in {o.topic for o in plan.sinks}:
+            raise ConfigError(f"sink {source!r} is the job's own source: its output would be "
+                              f"appended to its input for good; give the sink another topic "
+                              f"(eos run --sink TOPIC)")
     if transport.supports_transactions:
         return
+    for source in plan.source_topics:
+        _check_source_not_uncommitted(transport, plan, source)
+
+
+def _check_source_not_uncommitted(transport: Transport, plan: JobPlan, source: str) -> None:
     for job in jobs_with_sink(transport, source):
         if job != plan.name and ControlLog(transport, job).guarantee() == "exactly-once":
             raise ConfigError(

@@ -114,17 +114,96 @@ def test_sink_overrides_name_the_sink_to_move_when_there_are_several():
     from eos_runtime.errors import ConfigError
 
     p = routes("o")
-    apply_overrides(p, "moved", None, ["long-o=long-x", "counts-o=counts-x"])
+    apply_overrides(p, "moved", (), ["long-o=long-x", "counts-o=counts-x"])
     assert p.name == "moved"
     assert [s.topic for s in p.sinks] == ["long-x", "counts-x", "letters-o"]
     with pytest.raises(ConfigError, match=r"has 3 sinks \(long-x, counts-x, letters-o\): "
                                           r"name the one to move, --sink OLD=NEW"):
-        apply_overrides(p, None, None, ["elsewhere"])
+        apply_overrides(p, None, (), ["elsewhere"])
     with pytest.raises(ConfigError, match=r"no sink 'nope'.*its sinks: counts-x, letters-o"):
-        apply_overrides(p, None, None, ["nope=x"])
-    with pytest.raises(ConfigError, match=r"two sinks would write one topic"):
-        apply_overrides(p, None, None, ["long-x=counts-x"])
+        apply_overrides(p, None, (), ["nope=x"])
+    with pytest.raises(ConfigError, match=r"two sinks would be one topic"):
+        apply_overrides(p, None, (), ["long-x=counts-x"])
     one = Pipeline("one")
     one.source("in").sink("out")
-    apply_overrides(one, None, None, ["out2"])        # the one sink, as before
+    apply_overrides(one, None, (), ["out2"])        # the one sink, as before
     assert one.sink_topic == "out2"
+
+
+# --------------------------------------------------------------------------- several sources
+
+def two_sources(suffix: str) -> Pipeline:
+    """Lines of two topics (2 and 3 partitions) counted together per word; the second
+    topic's lines also go, upper-cased, to a sink of their own."""
+    p = Pipeline(f"two-{suffix}", parallelism=2)
+    eu = p.source(f"eu-{suffix}")
+    us = p.source(f"us-{suffix}", parallelism=3)
+    us.map(str.upper).sink(f"us-upper-{suffix}")
+    (eu.merge(us).flat_map(str.split)
+        .key_by(lambda w: w).map(_count, stateful=True)
+        .sink(f"counts-{suffix}", key="utf8"))
+    return p
+
+
+def run_two_sources(tmp_path, opts, guarantee="exactly-once", fault=None):
+    suffix = uuid.uuid4().hex[:8]
+    p = two_sources(suffix)
+    eu, us = word_lines(600), [line[::-1] for line in word_lines(500)]
+    with open_transport(**opts) as t:
+        produce(t, f"eu-{suffix}", encode_lines(eu), partitions=2)
+        produce(t, f"us-{suffix}", encode_lines(us), partitions=3)
+    summary = run_pipeline(p, guarantee=guarantee, commit_every=150, commit_interval=1e9,
+                           poll_records=100, state_dir=str(tmp_path / "state"), fault=fault,
+                           **opts)
+    assert summary.input_records == 1100
+    words = [w for line in eu + us for w in line.split()]
+    with open_transport(**opts) as t:
+        counts = read_output(t, f"counts-{suffix}", job=p.name)
+        upper = [r.value.decode() for r in read_output(t, f"us-upper-{suffix}", job=p.name)]
+    if guarantee == "exactly-once":
+        _in_order(counts, Counter(words), "counts")
+        assert Counter(upper) == Counter(line.upper() for line in us)
+    else:
+        assert set(upper) == {line.upper() for line in us}
+    return p, summary
+
+
+def test_two_sources_plan_as_two_source_stages_whose_tasks_all_feed_the_merge(tmp_path):
+    from eos_runtime.plan import plan_job
+
+    p = two_sources("plan")
+    with open_transport(data_dir=str(tmp_path)) as t:
+        produce(t, "eu-plan", [], partitions=2)
+        produce(t, "us-plan", [], partitions=3)
+        plan = plan_job(p, t)
+    eu, us, counts = plan.stages
+    assert (eu.input_topic, eu.task_ids, us.input_topic, us.task_ids) == (
+        "eu-plan", (0, 1), "us-plan", (2, 3, 4))
+    assert counts.upstream_task_ids == (0, 1, 2, 3, 4) and not counts.is_source
+    assert plan.source_topics == ("eu-plan", "us-plan")
+    assert [o.topic for o in us.outputs] == ["us-upper-plan", "two-plan.shuffle-2"]
+    with pytest.raises(Exception, match=r"has 2 sources \(eu-plan, us-plan\): name the one"):
+        assert p.source_topic
+    with pytest.raises(Exception, match=r"already reads it"):
+        p.source("eu-plan")
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_two_sources_match_their_oracle(guarantee, tmp_path):
+    run_two_sources(tmp_path, {"data_dir": str(tmp_path / "data")}, guarantee)
+
+
+@pytest.mark.parametrize("point,task,hit", [
+    ("task.checkpoint.after_commit", 3, 1),     # a task of the second source
+    ("task.checkpoint.before_commit", 5, 2),    # aligning producers of two sources
+])
+def test_two_sources_are_exact_under_a_crash(point, task, hit, tmp_path):
+    _, summary = run_two_sources(tmp_path, {"data_dir": str(tmp_path / "data")}, fault=[
+        {"point": point, "task": task, "hit": hit, "attempt": 0}])
+    assert summary.tasks[task]["attempt"] == 1, "the crash point did not fire"
+
+
+@pytest.mark.kafka
+def test_two_sources_on_kafka(tmp_path, kafka_bootstrap):
+    run_two_sources(tmp_path, {"bootstrap_servers": kafka_bootstrap}, fault=[
+        {"point": "task.checkpoint.before_commit", "task": 5, "hit": 2, "attempt": 0}])

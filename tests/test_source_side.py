@@ -235,4 +235,5 @@ def test_the_driver_counts_a_runs_input_from_where_its_sources_start(how, begin,
                     1, 5, inputs=(wire.InputPosition(source, 0, 4),))))
                 p.flush()
         got = run_begin(t, plan, 1, str(tmp_path / "state"), {}, run_start_ends(t, plan))
+        assert set(run_start_ends(t, plan)) == {source}
         assert got == {TopicPartition(source, 0): begin}

@@ -37,7 +37,13 @@ __all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
     """What ``eos jobs --json`` says of one job."""
     from ..joblog.changelog import last_commit
-    from ..joblog.control import ControlLog, layout_guarantee, layout_sinks, layout_stages
+    from ..joblog.control import (
+        ControlLog,
+        layout_guarantee,
+        layout_sinks,
+        layout_sources,
+        layout_stages,
+    )
     from ..protocol.runs import run_of
     from ..transport import TopicPartition
 
@@ -49,7 +55,9 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
     info: dict[str, Any] = {
         "job": job,
         "guarantee": layout_guarantee(layout),
-        "source": stages[0].input_topic if stages else None,
+        "source": (", ".join(s.input_topic for s in layout_sources(stages)) or None)
+        if stages else None,
+        "sources": [s.input_topic for s in layout_sources(stages)],
         "sink": (", ".join(layout_sinks(stages)) or None) if stages else None,
         "sinks": layout_sinks(stages),
         "stages": [{"stage": s.index, "input": s.input_topic, "output": s.output_topic,
@@ -155,6 +163,7 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         heartbeat_topic,
         layout_channels,
         layout_sinks,
+        layout_sources,
         layout_stages,
         scan_jobs,
     )
@@ -167,8 +176,8 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
 
     for job, last in scan_jobs(transport).jobs.items():
         stages = layout_stages(last.start.layout) if last is not None else []
-        if stages:
-            use(stages[0].input_topic, job, "source")
+        for src in layout_sources(stages):
+            use(src.input_topic, job, "source")
         for topic in layout_sinks(stages):
             use(topic, job, "sink")
         for topic in layout_channels(stages):

@@ -211,40 +211,52 @@ def override_options(name_help: str, topic_help: str) -> Callable[[Callable[...,
                           help=f"Write TOPIC instead of the pipeline's sink topic{topic_help}; "
                                f"a pipeline with several sinks names the one to move, "
                                f"OLD=NEW, once per sink. Default: the pipeline's.")(fn)
-        fn = click.option("--source", "source_override", default=None, metavar="TOPIC",
-                          help=f"Read TOPIC instead of the pipeline's source topic{topic_help}. "
-                               f"Default: the pipeline's.")(fn)
+        fn = click.option("--source", "source_override", multiple=True, metavar="TOPIC",
+                          help=f"Read TOPIC instead of the pipeline's source topic{topic_help}; "
+                               f"a pipeline with several sources names the one to move, "
+                               f"OLD=NEW, once per source. Default: the pipeline's.")(fn)
         fn = click.option("--name", "name_override", default=None, metavar="NAME",
                           help=f"{name_help} Default: the pipeline's name.")(fn)
         return fn
     return wrap
 
 
-def apply_overrides(pipeline: Any, name: str | None, source: str | None,
+def apply_overrides(pipeline: Any, name: str | None, sources: Sequence[str] = (),
                     sinks: Sequence[str] = ()) -> None:
-    """Rename ``pipeline`` and retarget its source and sinks as the options ask: each
-    ``--sink`` a TOPIC (the one sink's) or OLD=NEW (a sink named by its topic)."""
-    if name is None and source is None and not sinks:
+    """Rename ``pipeline`` and retarget its sources and sinks as the options ask: each
+    ``--source`` or ``--sink`` a TOPIC (the one source's or sink's) or OLD=NEW (one named by
+    its topic)."""
+    if name is None and not sources and not sinks:
         return
-    for option, value in (("--name", name), ("--source", source),
-                          *(("--sink", s) for s in sinks)):
-        if value is not None and not value.strip():
-            raise ConfigError(f"{option}: give a non-empty value")
+    if name is not None and not name.strip():
+        raise ConfigError("--name: give a non-empty value")
+    source, source_moves = _moves("--source", sources, [t.topic for t in pipeline.sources])
+    sink, sink_moves = _moves("--sink", sinks, [t.topic for t in pipeline.sinks])
+    pipeline.rename(pipeline.name if name is None else name, source=source, sink=sink,
+                    sources=source_moves, sinks=sink_moves)
+
+
+def _moves(option: str, given: Sequence[str],
+           topics: list[str]) -> tuple[str | None, dict[str, str]]:
+    """One plain TOPIC (for a pipeline with one such topic), or OLD=NEW moves."""
+    what = option.lstrip("-")
     moves: dict[str, str] = {}
-    plain = [s for s in sinks if "=" not in s]
-    for given in sinks:
-        if "=" in given:
-            old, new = given.split("=", 1)
+    plain = []
+    for value in given:
+        if not value.strip():
+            raise ConfigError(f"{option}: give a non-empty value")
+        if "=" in value:
+            old, new = value.split("=", 1)
             if not old or not new:
-                raise ConfigError(f"--sink {given!r}: give OLD=NEW, both topics")
+                raise ConfigError(f"{option} {value!r}: give OLD=NEW, both topics")
             moves[old] = new
-    if plain and (len(plain) > 1 or moves or len(pipeline.sinks) > 1):
-        topics = ", ".join(t.topic for t in pipeline.sinks)
-        raise ConfigError(f"--sink {plain[0]!r}: pipeline {pipeline.name!r} has "
-                          f"{len(pipeline.sinks)} sinks ({topics}): name the one to move, "
-                          f"--sink OLD=NEW, once per sink")
-    pipeline.rename(pipeline.name if name is None else name, source=source,
-                    sink=plain[0] if plain else None, sinks=moves)
+        else:
+            plain.append(value)
+    if plain and (len(plain) > 1 or moves or len(topics) > 1):
+        raise ConfigError(f"{option} {plain[0]!r}: the pipeline has {len(topics)} {what}s "
+                          f"({', '.join(topics)}): name the one to move, {option} OLD=NEW, "
+                          f"once per {what}")
+    return (plain[0] if plain else None), moves
 
 
 # --------------------------------------------------------------------------- eos run
@@ -419,7 +431,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             crash_task: int | None, reset_stream: str | None, offset_default: str | None,
             checkpoint_store: str | None, job_id: str | None, take_over: bool,
             lease_timeout: float,
-            name_override: str | None, source_override: str | None,
+            name_override: str | None, source_override: tuple[str, ...],
             sink_override: tuple[str, ...], as_json: bool) -> None:
     """Run the pipeline defined in PIPELINE.py on Spark.
 
@@ -450,9 +462,14 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     if fault is not None:
         _check_crash_task(pipeline, opts, fault["task"], parallelism=parallelism,
                           sink_partitions=sink_partitions)
-    if reset_stream is not None and reset_stream != pipeline.source_topic:
+    topics = [src.topic for src in pipeline.sources]
+    if reset_stream is not None and reset_stream not in topics:
         raise ConfigError(f"--reset-offset {reset_stream}: job {pipeline.name!r} reads "
-                          f"{pipeline.source_topic!r} (its only source stream); give that")
+                          f"{' and '.join(repr(t) for t in topics)}; give "
+                          f"{'that' if len(topics) == 1 else 'one of them'}")
+    if reset_stream is not None and len(topics) > 1:
+        pipeline.reset_source(reset_stream)   # that stream only, not every source
+        reset_stream = None
 
     kwargs: dict[str, Any] = dict(
         state_dir=state_dir, guarantee=guarantee, commit_interval=commit_interval,
@@ -685,7 +702,7 @@ class _RunView:
                   "that file.", " (with PIPELINE.py, as given to eos run; the job is known "
                   "by its name alone)")
 def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str | None,
-             name_override: str | None, source_override: str | None,
+             name_override: str | None, source_override: tuple[str, ...],
              sink_override: tuple[str, ...]) -> None:
     """Ask the live run of a job (the one holding its lease) to stop gracefully.
 
@@ -707,7 +724,7 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
         apply_overrides(pipeline, name_override, source_override, sink_override)
         job = pipeline.name
         opts = with_pipeline_settings(opts, pipeline)
-    elif name_override is not None or source_override is not None or sink_override:
+    elif name_override is not None or source_override or sink_override:
         raise click.UsageError("--name, --source and --sink go with a PIPELINE.py (a JOB is "
                                "already a name)")
     _check_writable(opts)

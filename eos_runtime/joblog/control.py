@@ -48,7 +48,8 @@ __all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "S
            "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
            "scan_jobs",
            "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
-           "layout_stages", "layout_sinks", "layout_channels", "DEFAULT_LEASE_TIMEOUT"]
+           "layout_stages", "layout_sinks", "layout_sources", "layout_channels",
+           "DEFAULT_LEASE_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,12 @@ def layout_sinks(stages: list[StageLayout]) -> list[str]:
     the job's channels), in the order the stages name them."""
     inputs = {st.input_topic for st in stages}
     return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t not in inputs))
+
+
+def layout_sources(stages: list[StageLayout]) -> list[StageLayout]:
+    """The source stages of a layout: those whose input no stage writes."""
+    outputs = {t for st in stages for t, _ in st.outputs}
+    return [st for st in stages if st.input_topic not in outputs]
 
 
 def layout_channels(stages: list[StageLayout]) -> list[str]:

@@ -34,7 +34,14 @@ from ..protocol.retention import retention_cuts
 from ..transport import TopicPartition, Transport
 from .changelog import last_commit
 from .checkpoints import TopicCheckpoints
-from .control import ControlLog, job_layout, jobs_on, layout_job_id, layout_stages
+from .control import (
+    ControlLog,
+    job_layout,
+    jobs_on,
+    layout_job_id,
+    layout_sources,
+    layout_stages,
+)
 
 __all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners"]
 
@@ -121,13 +128,13 @@ class DeleteConsumedInput:
             return
         self._next = now + self.every
         plan, t = self.context.plan, self.context.transport
-        source = plan.stages[0].input_topic
+        sources = list(plan.source_topics)
         channels = list(plan.channel_topics)
         own_store = [line for line in _layout_lines(plan) if line.startswith("checkpoints ")]
         others = {sp: _other_readers(t, plan.name, sp)
                   + _store_positions(t, plan.name, own_store, task, sp, len(plan.tasks))
-                  for sp in offsets if sp[0] == source}
-        for (topic, partition), cut in retention_cuts(offsets, [source, *channels],
+                  for sp in offsets if sp[0] in sources}
+        for (topic, partition), cut in retention_cuts(offsets, [*sources, *channels],
                                                       others).items():
             tp = TopicPartition(topic, partition)
             if cut > t.watermarks(tp, read_committed=False)[0]:
@@ -172,9 +179,10 @@ def _other_readers(transport: Transport, job: str, sp: tuple[str, int]) -> list[
         last = ControlLog(transport, other).last_run()
         layout = last.start.layout if last is not None else ()
         stages = layout_stages(layout)
-        if not stages or stages[0].input_topic != topic:
+        reading = [st for st in layout_sources(stages) if st.input_topic == topic]
+        if not reading:
             continue
-        readers = stages[0].task_ids
+        readers = reading[0].task_ids
         task = readers[partition % len(readers)]
         try:
             commit = last_commit(transport, TopicPartition(f"{other}.changelog", task))

@@ -44,7 +44,7 @@ from ..errors import ConfigError, TopicNotFound
 from ..protocol.positions import fan_out
 from ..transport import TopicPartition, TopicSpec, Transport, open_transport
 from .committed import read_topic
-from .control import ControlLog, layout_stages
+from .control import ControlLog, layout_sources, layout_stages
 
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
            "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",
@@ -227,22 +227,25 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
-def _source_of(transport: Transport, job: str) -> tuple[str, int, dict[int, int]] | None:
-    """The job's source topic, its partitions and the task reading each (from its last
-    run's layout), or None if the job never ran."""
+def _sources_of(transport: Transport, job: str) -> dict[str, tuple[int, dict[int, int]]] | None:
+    """The job's source topics, each with its partitions and the task reading each (from
+    its last run's layout), or None if the job never ran."""
     last = ControlLog(transport, job).last_run()
     stages = layout_stages(last.start.layout) if last is not None else []
     if not stages:
         return None
-    src = stages[0]
-    tasks = src.task_ids
-    readers = {p: tasks[p % len(tasks)] for p in range(src.input_partitions)} if tasks else {}
-    return src.input_topic, src.input_partitions, readers
+    out = {}
+    for src in layout_sources(stages):
+        tasks = src.task_ids
+        readers = ({p: tasks[p % len(tasks)] for p in range(src.input_partitions)}
+                   if tasks else {})
+        out[src.input_topic] = (src.input_partitions, readers)
+    return out
 
 
 def check_source_partition(transport: Transport, job: str, key: StartpointKey) -> None:
     """Refuse a Startpoint for anything but a partition of the job's source stream."""
-    known = _source_of(transport, job)
+    known = _sources_of(transport, job)
     internal = (f"{job}.shuffle-", f"{job}.changelog", f"{job}.control", f"{job}.heartbeats",
                 f"{job}.metadata", f"{job}.dead-letters")
     if key.topic.startswith(internal):
@@ -250,10 +253,12 @@ def check_source_partition(transport: Transport, job: str, key: StartpointKey) -
                           f"to the job's source stream only (a channel's position follows its "
                           f"producers' markers and restores; moving it would break alignment)")
     if known is not None:
-        topic, parts, readers = known
-        if key.topic != topic:
-            raise ConfigError(f"job {job!r} reads {topic!r}, not {key.topic!r}: Startpoints apply "
-                              f"to the job's source stream only")
+        if key.topic not in known:
+            named = " and ".join(repr(t) for t in known)
+            raise ConfigError(f"job {job!r} reads {named}, not {key.topic!r}: Startpoints apply "
+                              f"to the job's source streams only")
+        topic = key.topic
+        parts, readers = known[topic]
         if not 0 <= key.partition < parts:
             raise ConfigError(f"{topic!r} has partitions 0..{parts - 1}, not {key.partition}")
         if key.task is not None and readers.get(key.partition) != key.task:

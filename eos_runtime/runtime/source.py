@@ -91,14 +91,15 @@ def check_fallback(transport: Transport, plan: JobPlan, state_dir: str,
     """Before a run is recorded: with ``offset_default`` ``none`` every source partition
     needs a checkpoint (not reset) or a Startpoint (P4); ``ConfigError`` naming the first
     that has neither, so the run fails before anything is read."""
-    stage = plan.stages[0]
-    src = stage.source
-    if src is None or src.offset_default != "none":
+    if all(st.source is None or st.source.offset_default != "none"
+           for st in plan.source_stages):
         return
     store = position_store(transport, plan, state_dir)
     try:
         for task in plan.tasks:
-            if task.stage != 0:
+            stage = plan.stages[task.stage]
+            src = stage.source
+            if src is None or src.offset_default != "none":
                 continue
             try:
                 commit = last_commit(transport, TopicPartition(plan.changelog_topic,
