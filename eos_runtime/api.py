@@ -44,7 +44,7 @@ from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
 
-__all__ = ["Pipeline", "Stream", "State", "GUARANTEES", "FORMATS"]
+__all__ = ["Pipeline", "Stream", "State", "Table", "GUARANTEES", "FORMATS"]
 
 GUARANTEES = ("exactly-once", "at-least-once")
 
@@ -133,11 +133,13 @@ class Source:
     # custom Startpoints' resolvers by name (eos_runtime/joblog/startpoints.py)
     startpoint_resolvers: Mapping[str, Callable[..., int]] = field(default_factory=dict,
                                                                    compare=False)
+    # a table's topic (Pipeline.table): a null value deletes its key, a null key is an error
+    table: bool = False
 
 
 @dataclass(frozen=True)
 class Shuffle:
-    key_fn: Callable[[Any], Any]
+    key_fn: Callable[[Any], Any] | None   # None: each record's own key (a table's rows)
     parallelism: int | None
     partitions: int | None
 
@@ -147,6 +149,27 @@ class Sink:
     topic: str
     key_format: str | None
     value_format: str
+
+
+@dataclass(frozen=True, eq=False)   # a table is its pipeline's: equal only to itself
+class Table:
+    """A keyed topic read as a table: the latest value per key (a None value deletes it).
+    Returned by ``Pipeline.table``; a stream enriches its values from it with ``lookup``."""
+
+    topic: str
+    key_format: str
+    value_format: str
+    parallelism: int | None = None
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A lookup step: each value with the table's current row for its key."""
+
+    table: Table
+    how: str                                   # inner | left
+    join: Callable[[Any, Any], Any] | None     # None: the pair (value, row)
+    name: str = ""
 
 
 class _Node:
@@ -175,6 +198,10 @@ class _Node:
             return f".key_by({_name(p.key_fn, 'key_by')})"
         if self.kind == "sink":
             return f".sink({p.topic!r})"
+        if self.kind == "table":
+            return f"table {p.topic!r}"
+        if self.kind == "lookup":
+            return f".lookup({p.table.topic!r})"
         return ".merge(...)"
 
 
@@ -237,6 +264,38 @@ class Stream:
         node_id = self._pipeline._next_id()
         return self._pipeline._stream("key_by", Shuffle(key_fn, parallelism, partitions),
                                       (self._node,), True, frozenset({node_id}))
+
+    def lookup(self, table: Table, *, on: Callable[[Any], Any] | None = None,
+               how: str = "inner", join: Callable[[Any, Any], Any] | None = None) -> Stream:
+        """Each value with ``table``'s current row for its key: ``join(value, row)``, or the
+        pair ``(value, row)`` without ``join``. ``on(value)`` is the key to look up, and the
+        stream is shuffled by it to the tasks that hold those keys of the table (a
+        ``key_by(on)``); without ``on`` the stream must be keyed by a ``key_by`` already,
+        whose key is the one looked up. ``how="inner"`` drops a value whose key the table
+        does not hold; ``"left"`` passes it on with the row None."""
+        if not isinstance(table, Table) or table not in self._pipeline._tables():
+            raise ConfigError(f"lookup: expected a table of this pipeline "
+                              f"(pipeline.table(topic, ...)), got {table!r}")
+        if how not in ("inner", "left"):
+            raise ConfigError(f"lookup {table.topic!r}: how={how!r}: use 'inner' or 'left'")
+        if join is not None:
+            if not callable(join):
+                raise ConfigError(f"lookup {table.topic!r}: join must be a function "
+                                  f"(value, row), not {join!r}")
+            _check_arity(join, f"lookup({table.topic!r})", _name(join, "join"), True,
+                         role="a join function")
+        stream = self
+        if on is not None:
+            stream = self.key_by(on)
+        else:
+            roots = [self._pipeline._nodes[r] for r in self._node.roots]
+            if len(roots) != 1 or roots[0].kind != "key_by":
+                raise ConfigError(f"lookup {table.topic!r}: the stream {self._describe()} is not "
+                                  f"keyed by a key_by: give on=key_fn, the key of each value "
+                                  f"to look up in the table")
+        node = stream._node
+        return self._pipeline._stream("lookup", Lookup(table, how, join, table.topic),
+                                      (node,), node.keyed, node.roots)
 
     def merge(self, *others: Stream) -> Stream:
         """One stream of this one and ``others``: every value of each, in the order each
@@ -437,7 +496,7 @@ class Pipeline:
                               f"'oldest', 'upcoming' or 'none'")
         if not isinstance(topic, str) or not topic:
             raise ConfigError(f"source: topic must be a non-empty string, not {topic!r}")
-        if topic in {s.topic for s in self.sources}:
+        if topic in {s.topic for s in self.sources} | {t.topic for t in self._tables()}:
             raise ConfigError(f"source {topic!r}: the pipeline already reads it: use the "
                               f"stream the first source() returned (a stream may branch)")
         return self._stream("source", Source(topic, _key_format(key, f"source {topic!r} key"),
@@ -445,6 +504,30 @@ class Pipeline:
                                              parallelism, reset_offset, offset_default,
                                              resolvers),
                             (), key is not None, frozenset({self._next_id()}))
+
+    def table(self, topic: str, *, key: str = "utf8", value: str = "json",
+              parallelism: int | None = None) -> Table:
+        """Read ``topic`` as a table: its records' keys (``key`` format) map to their latest
+        values (``value`` format); a record whose value is null deletes its key. Streams
+        enrich their values from it with ``stream.lookup(table, ...)``. The table is task
+        state of the tasks that look it up, so exactly-once covers it. ``parallelism``:
+        the tasks that read the topic (default: one per partition)."""
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError(f"table: topic must be a non-empty string, not {topic!r}")
+        if key is None:
+            raise ConfigError(f"table {topic!r}: a table needs a key format (its records' "
+                              f"keys are the table's keys)")
+        if topic in {s.topic for s in self.sources} | {t.topic for t in self._tables()}:
+            raise ConfigError(f"table {topic!r}: the pipeline already reads it")
+        if parallelism is not None:
+            check("parallelism", parallelism, what=f"table {topic!r} parallelism")
+        table = Table(topic, _format(key, f"table {topic!r} key"),
+                      _format(value, f"table {topic!r} value"), parallelism)
+        self._stream("table", table, (), True, frozenset({self._next_id()}))
+        return table
+
+    def _tables(self) -> tuple[Table, ...]:
+        return tuple(n.payload for n in self._nodes if n.kind == "table")
 
     # ------------------------------------------------------------------ the graph
 
@@ -470,6 +553,10 @@ class Pipeline:
     @property
     def sources(self) -> tuple[Source, ...]:
         return tuple(n.payload for n in self._nodes if n.kind == "source")
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        return self._tables()
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -530,13 +617,20 @@ class Pipeline:
         sink_moves = dict(sinks or {})
         if sink is not None:
             sink_moves[self.sink_topic] = sink
-        _check_moves(self.name, "source", source_moves, [s.topic for s in self.sources])
+        _check_moves(self.name, "source", source_moves,
+                     [s.topic for s in self.sources] + [t.topic for t in self._tables()])
         _check_moves(self.name, "sink", sink_moves, [s.topic for s in self.sinks])
         self.name = name
+        moved = {t: replace(t, topic=source_moves[t.topic]) for t in self._tables()
+                 if t.topic in source_moves}
         for node in self._nodes:
             moves = (source_moves if node.kind == "source" else
                      sink_moves if node.kind == "sink" else {})
-            if node.payload is not None and getattr(node.payload, "topic", None) in moves:
+            if node.kind == "table" and node.payload in moved:
+                node.payload = moved[node.payload]
+            elif node.kind == "lookup" and node.payload.table in moved:
+                node.payload = replace(node.payload, table=moved[node.payload.table])
+            elif node.payload is not None and getattr(node.payload, "topic", None) in moves:
                 node.payload = replace(node.payload, topic=moves[node.payload.topic])
 
 

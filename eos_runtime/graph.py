@@ -16,27 +16,39 @@ before graphs. Nothing here does I/O (``plan.py`` adds topics, partitions and ta
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .api import Pipeline, Shuffle, Sink, Source, Step, _Node
+from .api import Lookup, Pipeline, Shuffle, Sink, Source, Step, Table, _Node
 from .errors import ConfigError
 
-__all__ = ["Op", "StageGraph", "StageOutput", "is_chain", "stage_graph", "steps_of", "stores_of"]
+__all__ = ["Op", "StageGraph", "StageOutput", "TableFeed", "is_chain", "stage_graph", "steps_of",
+           "stores_of"]
 
 
 @dataclass(frozen=True)
 class Op:
     """One node of a stage's program. ``step`` None: it passes values on (the stage's
-    entry, a merge)."""
+    entry, a merge), or, with ``lookup``, adds the row of table store ``store``."""
 
     step: Step | None
     next: tuple[int, ...]       # program indices fed by this node's values
     outputs: tuple[int, ...]    # stage output indices fed by this node's values
-    store: str | None = None    # a stateful step's store
+    store: str | None = None    # a stateful step's store, or a lookup's table store
+    lookup: Lookup | None = None
 
     @property
     def stateful(self) -> bool:
-        return self.store is not None
+        return self.store is not None and self.lookup is None
+
+
+@dataclass(frozen=True)
+class TableFeed:
+    """Stage ``stage`` (a table's) writes the table's rows into table store ``store`` of
+    the stage that looks them up, through that stage's channels."""
+
+    stage: int
+    store: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class StageGraph:
     program: tuple[Op, ...]        # program[0] is the entry; each op feeds later ones only
     outputs: tuple[StageOutput, ...]
     upstream: tuple[int, ...]      # stages whose tasks write this stage's channels
+    tables: tuple[TableFeed, ...] = ()   # which of them are tables, and into which store
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -63,7 +76,7 @@ class StageGraph:
 
     @property
     def stores(self) -> tuple[str, ...]:
-        return stores_of(self.program)
+        return stores_of(self.program, (t.store for t in self.tables))
 
     @property
     def is_chain(self) -> bool:
@@ -74,16 +87,18 @@ def steps_of(program: tuple[Op, ...]) -> tuple[Step, ...]:
     return tuple(op.step for op in program if op.step is not None)
 
 
-def stores_of(program: tuple[Op, ...]) -> tuple[str, ...]:
-    return tuple(op.store for op in program if op.store is not None)
+def stores_of(program: tuple[Op, ...], tables: Iterable[str] = ()) -> tuple[str, ...]:
+    """The stage's stores: its stateful steps' and its table stores."""
+    return tuple(dict.fromkeys([*(op.store for op in program if op.store is not None),
+                                *tables]))
 
 
 def is_chain(program: tuple[Op, ...], outputs: int) -> bool:
-    """One path from the entry to one output: the record path's fast path."""
+    """One path from the entry through steps to one output: the record path's fast path."""
     last = len(program) - 1
     return outputs == 1 and all(
         op.next == (() if i == last else (i + 1,)) and len(op.outputs) == (i == last)
-        for i, op in enumerate(program))
+        and op.lookup is None for i, op in enumerate(program))
 
 
 def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
@@ -93,27 +108,47 @@ def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
         raise ConfigError(f"pipeline {pipeline.name!r} has no source: call pipeline.source(...)")
     if not any(n.kind == "sink" for n in nodes):
         raise ConfigError(f"pipeline {pipeline.name!r} has no sink: end it with .sink(topic)")
+    lookups = [n for n in nodes if n.kind == "lookup"]
     for n in nodes:
-        if not n.nexts and n.kind != "sink":
+        if n.kind == "table":
+            if not any(lk.payload.table == n.payload for lk in lookups):
+                raise ConfigError(f"pipeline {pipeline.name!r}: table {n.payload.topic!r} is "
+                                  f"looked up by no stream: stream.lookup(table, on=...), or "
+                                  f"drop it")
+        elif not n.nexts and n.kind != "sink":
             where = f"from {n.describe()}" if n.kind == "source" else f"after {n.describe()}"
             raise ConfigError(f"pipeline {pipeline.name!r}: the stream {where} goes nowhere: "
                               f"end it with .sink(topic), or drop it")
-    roots = [n for n in nodes if n.kind in ("source", "key_by")]
+    roots = [n for n in nodes if n.kind in ("source", "table", "key_by")]
     stage_of = {r.id: i for i, r in enumerate(roots)}
+    table_stage = {r.payload: stage_of[r.id] for r in roots if r.kind == "table"}
     stages: list[StageGraph] = []
     upstream: dict[int, list[int]] = {i: [] for i in range(len(roots))}
     bodies = [_body(r) for r in roots]
+    # Per stage, the tables it looks up (table stage, store), in the order first looked up.
+    feeds: dict[int, dict[int, str]] = {i: {} for i in range(len(roots))}
     for i, body in enumerate(bodies):
         for n in body:
             for nxt in n.nexts:
                 if nxt.kind == "key_by" and i not in upstream[stage_of[nxt.id]]:
                     upstream[stage_of[nxt.id]].append(i)
+            if n.kind == "lookup":
+                t = table_stage[n.payload.table]
+                feeds[i].setdefault(t, f"table{len(feeds[i])}")
+                if t not in upstream[i]:
+                    upstream[i].append(t)
     for i, (root, body) in enumerate(zip(roots, bodies, strict=True)):
         index = {n.id: k for k, n in enumerate(body)}
         outs: list[_Node] = []
         for n in body:
             outs += [x for x in n.nexts if x.kind in ("key_by", "sink") and x not in outs]
         out_index = {n.id: k for k, n in enumerate(outs)}
+        outputs = [StageOutput(o.payload if o.kind == "key_by" else None,
+                               o.payload if o.kind == "sink" else None,
+                               stage_of[o.id] if o.kind == "key_by" else None) for o in outs]
+        if root.kind == "table":   # into the channels of every stage that looks it up
+            outputs = [StageOutput(Shuffle(None, None, None), None, s)
+                       for s in range(len(roots)) if i in feeds[s]]
         program = []
         steps = 0
         for n in body:
@@ -122,19 +157,32 @@ def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
             if step is not None:
                 store = f"step{steps}" if step.stateful else None
                 steps += 1
+            lookup = n.payload if n.kind == "lookup" else None
+            if lookup is not None:
+                store = feeds[i][table_stage[lookup.table]]
             program.append(Op(step, tuple(index[x.id] for x in n.nexts if x.id in index),
                               tuple(out_index[x.id] for x in n.nexts if x.id in out_index),
-                              store))
+                              store, lookup))
+        if root.kind == "table":
+            program = [Op(None, (), tuple(range(len(outputs))))]
         stages.append(StageGraph(
-            index=i, source=root.payload if root.kind == "source" else None,
-            shuffle_in=root.payload if root.kind == "key_by" else None,
-            program=tuple(program),
-            outputs=tuple(StageOutput(o.payload if o.kind == "key_by" else None,
-                                      o.payload if o.kind == "sink" else None,
-                                      stage_of[o.id] if o.kind == "key_by" else None)
-                          for o in outs),
-            upstream=tuple(sorted(upstream[i]))))
+            index=i, source=_source_of(root), shuffle_in=root.payload if root.kind == "key_by"
+            else None, program=tuple(program), outputs=tuple(outputs),
+            upstream=tuple(sorted(upstream[i])),
+            tables=tuple(TableFeed(t, store) for t, store in feeds[i].items())))
     return tuple(stages)
+
+
+def _source_of(root: _Node) -> Source | None:
+    """What a source stage reads: a source, or a table's topic as a source of rows."""
+    if root.kind == "source":
+        source: Source = root.payload
+        return source
+    if root.kind == "table":
+        table: Table = root.payload
+        return Source(table.topic, table.key_format, table.value_format, table.parallelism,
+                      table=True)
+    return None
 
 
 def _body(root: _Node) -> list[_Node]:
@@ -144,7 +192,7 @@ def _body(root: _Node) -> list[_Node]:
     todo = [root]
     while todo:
         for nxt in todo.pop().nexts:
-            if nxt.kind in ("step", "merge") and nxt.id not in seen:
+            if nxt.kind in ("step", "merge", "lookup") and nxt.id not in seen:
                 seen[nxt.id] = nxt
                 todo.append(nxt)
     return [seen[k] for k in sorted(seen)]

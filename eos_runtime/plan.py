@@ -50,6 +50,8 @@ class StagePlan:
     outputs: tuple[OutputPlan, ...]
     task_ids: tuple[int, ...]
     upstream_task_ids: tuple[int, ...]   # producers of this stage's channels (empty for a source)
+    # producers of table rows among them, and the table store each one's rows go to
+    table_rows: tuple[tuple[int, str], ...] = ()
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -57,7 +59,7 @@ class StagePlan:
 
     @property
     def stores(self) -> tuple[str, ...]:
-        return stores_of(self.program)
+        return stores_of(self.program, (store for _, store in self.table_rows))
 
     @property
     def is_chain(self) -> bool:
@@ -250,7 +252,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
             input_topic=src.topic if src is not None else f"{pipeline.name}.shuffle-{g.index}",
             input_partitions=parts, is_source=src is not None, source=src, program=g.program,
             outputs=outputs, task_ids=ids,
-            upstream_task_ids=tuple(t for u in g.upstream for t in ids_of[u])))
+            upstream_task_ids=tuple(t for u in g.upstream for t in ids_of[u]),
+            table_rows=tuple((t, feed.store) for feed in g.tables for t in ids_of[feed.stage])))
     dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
         f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
     dead_parts = 1

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .api import FORMATS, Pipeline, Sink
+from .api import FORMATS, Pipeline, Sink, Source
 from .errors import ConfigError, UserFunctionError
 from .graph import StageGraph, stage_graph
 from .protocol.wire import CheckpointData
@@ -84,10 +84,9 @@ class TestRun:
 
     def __init__(self, pipeline: Pipeline) -> None:
         graph = stage_graph(pipeline)
-        source = graph[0].source
-        assert source is not None
         self.pipeline = pipeline
-        self._source = source
+        # Each source's (or table's) stage, by topic.
+        self._source_stages = {g.source.topic: g for g in graph if g.source is not None}
         self._sinks = [s.topic for s in pipeline.sinks]
         self.directory = tempfile.mkdtemp(prefix=f"eos-testrun-{pipeline.name}-")
         self._stages: list[_Stage] = []
@@ -104,15 +103,31 @@ class TestRun:
         ``send``; a ``send`` that raises keeps none of its own changes."""
         if not self._finalizer.alive:
             raise ConfigError("this TestRun is closed: make a new one")
-        if isinstance(records, (str, bytes, bytearray, dict, tuple)):
+        if isinstance(records, dict):
+            by_topic = dict(records)
+            for topic in by_topic:
+                if topic not in self._source_stages:
+                    raise ConfigError(f"TestRun.send: {topic!r} is not a source or table of "
+                                      f"pipeline {self.pipeline.name!r} (it reads "
+                                      f"{', '.join(self._source_stages)})")
+        elif isinstance(records, (str, bytes, bytearray, tuple)):
             raise ConfigError(f"TestRun.send takes a list of records, not a single "
                               f"{type(records).__name__}: send([record])")
+        elif len(self._source_stages) > 1:
+            raise ConfigError(f"pipeline {self.pipeline.name!r} reads "
+                              f"{', '.join(self._source_stages)}: send records per topic, "
+                              f"send({{topic: [records], ...}}), the topics in turn")
+        else:
+            by_topic = {next(iter(self._source_stages)): records}
         out: dict[str, list[tuple[Any, Any]]] = {topic: [] for topic in self._sinks}
         try:
-            for record in records:
-                key, value = self._decode_input(record)
-                kb = encode_key(key) if key is not None else None
-                self._through(0, key, kb, value, out)
+            for topic, topic_records in by_topic.items():
+                graph = self._source_stages[topic]
+                assert graph.source is not None
+                for record in topic_records:
+                    key, value = self._decode_input(graph.source, record)
+                    kb = encode_key(key) if key is not None else None
+                    self._through(graph.index, key, kb, value, out)
         except BaseException:
             for stage in self._stages:
                 if stage.store is not None:
@@ -137,9 +152,14 @@ class TestRun:
 
     # ------------------------------------------------------------------ the record path
 
-    def _decode_input(self, record: Any) -> tuple[Any, Any]:
-        """A test record as a task would see it: through the source's formats."""
-        src = self._source
+    def _decode_input(self, src: Source, record: Any) -> tuple[Any, Any]:
+        """A test record as a task would see it: through the source's formats (a table's
+        record: a ``(key, value)`` pair, the value None to delete the key)."""
+        if src.table and isinstance(record, tuple) and len(record) == 2 and record[1] is None:
+            if record[0] is None:
+                raise ConfigError(f"table {src.topic!r}: a record without a key cannot be a "
+                                  f"row, not {record!r}")
+            return record[0], None
         if src.key_format is None:
             key, value = None, record
         else:
@@ -166,9 +186,14 @@ class TestRun:
                 continue
             if spec.shuffle is not None:
                 assert spec.to_stage is not None
-                name = getattr(spec.shuffle.key_fn, "__name__", "key_by")
+                key_fn = spec.shuffle.key_fn
+                if key_fn is None:   # a table's rows, into the table store of the stage
+                    assert kb is not None
+                    self._row(spec.to_stage, index, kb, values[-1])
+                    continue
+                name = getattr(key_fn, "__name__", "key_by")
                 try:  # every key first, as the runtime: a record whose key_by raises sends nothing
-                    raw_keys = [spec.shuffle.key_fn(v) for v in values]
+                    raw_keys = [key_fn(v) for v in values]
                 except Exception as exc:
                     raise UserFunctionError(f"key_by({name}) raised {type(exc).__name__}: "
                                             f"{exc}") from exc
@@ -183,6 +208,19 @@ class TestRun:
                 assert spec.sink is not None
                 for v in values:
                     out[spec.sink.topic].append(_sink_record(spec.sink, key, v))
+
+
+    def _row(self, index: int, table_stage: int, kb: bytes, value: Any) -> None:
+        """A table's row for stage ``index``'s table store (None: the key is deleted)."""
+        stage = self._stages[index]
+        store = next(f.store for f in stage.graph.tables if f.stage == table_stage)
+        assert stage.store is not None
+        _, put, delete = stage.store.accessors(store)
+        if value is None:
+            delete(kb)
+        else:
+            put(kb, _pack(_round_trip("msgpack", value, _channel_error(
+                value, index, "a table's key"))))
 
 
 def _channel_error(value: Any, stage: int, key_by: str) -> Callable[[str], Exception]:

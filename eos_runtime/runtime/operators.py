@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from ..api import State, Step
+from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
 from ..graph import Op
 from ..state import TaskStore
@@ -73,11 +73,12 @@ class Program:
     def __init__(self, ops: tuple[Op, ...], outputs: int, store: TaskStore | None) -> None:
         self._ops = ops
         self._outputs = outputs
-        self._states: list[State | None] = []
+        self._states: list[Any] = []
         for op in ops:
             if op.store is not None:
                 assert store is not None
-                self._states.append(State(*store.accessors(op.store)))
+                access = store.accessors(op.store)
+                self._states.append(access[0] if op.lookup is not None else State(*access))
             else:
                 self._states.append(None)
 
@@ -90,11 +91,32 @@ class Program:
                 continue
             if op.step is not None:
                 values = _apply(op.step, state, key_bytes, values)
+            elif op.lookup is not None:
+                values = _look_up(op.lookup, state, key_bytes, values)
             for j in op.next:
                 inputs[j] += values
             for k in op.outputs:
                 outs[k] += values
         return outs
+
+
+def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,
+             values: list[Any]) -> list[Any]:
+    """A lookup step on ``values`` (all of one record, so of one key): each with the
+    table's row for the key, or dropped (inner) / with None (left) where there is none."""
+    raw = get(key_bytes) if key_bytes is not None else None
+    row = None if raw is None else msgpack.unpackb(raw, raw=False)
+    if row is None and lookup.how == "inner":
+        return []
+    join = lookup.join
+    if join is None:
+        return [(v, row) for v in values]
+    try:
+        return [join(v, row) for v in values]
+    except Exception as exc:
+        name = getattr(join, "__name__", "join")
+        raise UserFunctionError(f"lookup({lookup.table.topic!r}) join {name} raised "
+                                f"{type(exc).__name__}: {exc}") from exc
 
 
 def _apply(step: Step, state: State | None, key_bytes: bytes | None,

@@ -38,6 +38,7 @@ from .outputs import ChannelWriter, SinkWriter
 __all__ = ["RecordPath"]
 
 _unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without a lambda
+_PACKED_NONE = msgpack.packb(None)              # a table row that deletes its key
 
 
 class RecordPath:
@@ -76,6 +77,15 @@ class RecordPath:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
             self._src_value = FORMATS[src.value_format][1]
+            if src.table:
+                self.source_record = self._table_record   # type: ignore[method-assign]
+        # The table rows this task keeps, by the producer that sends them (a table's task).
+        self._rows: dict[int, tuple[Any, Any]] = {}
+        if stage.table_rows:
+            assert store is not None
+            for producer, table_store in stage.table_rows:
+                _, put, delete = store.accessors(table_store)
+                self._rows[producer] = (put, delete)
         for w in self.writers:
             if isinstance(w, SinkWriter):
                 w.value_origin, w.key_origin = _origins(stage)
@@ -98,11 +108,50 @@ class RecordPath:
                 raise  # the runtime's own failure, not the user's function
             self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
 
+    def _table_record(self, r: Record, version: int) -> None:
+        """A record of a table's topic: its key and value (None: the key is deleted) to the
+        tasks that look the table up. A record without a key cannot be a row."""
+        try:
+            if r.key is None:
+                raise UserFunctionError(f"table {r.topic!r}: a record without a key cannot be "
+                                        f"a row (the table's rows are its records' keys)")
+            key_de = self._src_key
+            assert key_de is not None
+            kb = encode_key(key_de(r.key))
+            value = None if r.value is None else self._src_value(r.value)
+            self._emit(kb, self.chain.run(kb, value), r.timestamp, version)
+        except Exception as exc:
+            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                raise
+            self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
+
+    def _table_rows(self, msg: wire.Envelope | wire.DataBatch) -> None:
+        """Rows a table's task sent: each key's row staged in its table store (a row of
+        None deletes the key), with the task's other state writes of the version."""
+        put, delete = self._rows[msg.producer_id]
+        if type(msg) is wire.DataBatch:
+            rows = zip(msg.keys, msg.values, strict=True)
+        else:
+            assert type(msg) is wire.Envelope
+            rows = zip((msg.key,), (msg.value,), strict=True)
+        n = 0
+        for key, value in rows:
+            n += 1
+            if key is None:
+                continue   # never sent: a keyless row is refused where it is read
+            if value is None or value == _PACKED_NONE:
+                delete(key)
+            else:
+                put(key, value)
+        self.stats.processed += n
+
     def data(self, msg: wire.Envelope | wire.DataBatch, topic: str, partition: int,
              offset: int, version: int) -> None:
         """A data record read from a channel (an envelope, or a batch of messages: each
         one in turn), processed in ``version``."""
-        if type(msg) is wire.DataBatch:
+        if self._rows and msg.producer_id in self._rows:
+            self._table_rows(msg)
+        elif type(msg) is wire.DataBatch:
             self.batch(msg, topic, partition, offset, version)
         else:
             assert type(msg) is wire.Envelope
@@ -146,14 +195,15 @@ class RecordPath:
         if not outs:
             return
         if self.channels is not None:
-            self._shuffle(outs, timestamp, version)
+            self._shuffle(key_bytes, outs, timestamp, version)
         elif self.sink is not None:
             self.sink.write(key_bytes, outs, timestamp)
         self.stats.emitted += len(outs)
 
-    def _shuffle(self, outs: list[Any], timestamp: int, version: int) -> None:
+    def _shuffle(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
+                 version: int) -> None:
         assert self.stage.shuffle is not None and self.channels is not None
-        encoded = _keys(self.stage.shuffle.key_fn, outs)
+        encoded = _keys(self.stage.shuffle.key_fn, outs, key_bytes)
         self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
 
     def _emit_each(self, key_bytes: bytes | None, outs: list[list[Any]], timestamp: int,
@@ -167,7 +217,7 @@ class RecordPath:
                 continue
             if spec.shuffle is not None:
                 assert isinstance(writer, ChannelWriter)
-                staged.append((writer, _keys(spec.shuffle.key_fn, values),
+                staged.append((writer, _keys(spec.shuffle.key_fn, values, key_bytes),
                                 writer.pack(values)))
             else:
                 assert isinstance(writer, SinkWriter)
@@ -212,9 +262,12 @@ class RecordPath:
         self.stats.dead_letters += 1
 
 
-def _keys(key_fn: Any, values: list[Any]) -> list[bytes]:
+def _keys(key_fn: Any, values: list[Any], key_bytes: bytes | None) -> list[bytes]:
     """Each value's key_by key, encoded; every key first, so a record whose key_by raises
-    sends nothing downstream."""
+    sends nothing downstream. No ``key_fn`` (a table's rows): the record's own key."""
+    if key_fn is None:
+        assert key_bytes is not None
+        return [key_bytes] * len(values)
     try:
         keys = [key_fn(value) for value in values]
     except Exception as exc:

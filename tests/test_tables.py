@@ -1,0 +1,177 @@
+"""Tables and lookups (issue 24): a keyed topic read as a table, whose rows the tasks
+that look it up keep as task state, fed through their channels by the table's own tasks.
+In-process through the testing helper, and on Spark under crashes, each click checked
+against an oracle: once in the enriched output with a country the user could have had,
+and each user's counts exactly 1..n."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.errors import ConfigError
+from eos_runtime.graph import stage_graph
+from eos_runtime.joblog.committed import read_output
+from eos_runtime.runner import load_pipeline, run_pipeline
+from eos_runtime.testing import TestRun, run_steps
+from eos_runtime.transport import TopicSpec, open_transport
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "clickstream.py"
+
+
+def clickstream(suffix: str = ""):
+    p = load_pipeline(EXAMPLE)
+    if suffix:
+        p.rename(f"clickstream-{suffix}",
+                 sources={"users": f"users-{suffix}", "clicks": f"clicks-{suffix}"},
+                 sinks={"enriched-clicks": f"enriched-{suffix}",
+                        "clicks-per-user": f"per-user-{suffix}"})
+    return p
+
+
+# --------------------------------------------------------------------------- the API
+
+def test_a_lookup_sees_the_latest_row_and_a_null_value_deletes_it():
+    p = clickstream()
+    with TestRun(p) as test:
+        out = test.send({"users": [("u1", {"name": "Ann", "country": "NO"})],
+                         "clicks": [{"id": 1, "user": "u1"}, {"id": 2, "user": "u2"}]})
+        assert out["enriched-clicks"] == [(None, {"id": 1, "user": "u1", "country": "NO"}),
+                                          (None, {"id": 2, "user": "u2", "country": None})]
+        assert out["clicks-per-user"] == [("u1", "1"), ("u2", "1")]
+        out = test.send({"users": [("u1", {"name": "Ann", "country": "SE"}), ("u2", None)],
+                         "clicks": [{"id": 3, "user": "u1"}]})
+        assert out["enriched-clicks"] == [(None, {"id": 3, "user": "u1", "country": "SE"})]
+        out = test.send({"users": [("u1", None)], "clicks": [{"id": 4, "user": "u1"}]})
+        assert out["enriched-clicks"] == [(None, {"id": 4, "user": "u1", "country": None})]
+        assert out["clicks-per-user"] == [("u1", "3")]
+
+
+def test_an_inner_lookup_drops_what_the_table_lacks_and_without_join_gives_pairs():
+    p = Pipeline("inner")
+    prices = p.table("prices", key="utf8", value="json")
+    (p.source("orders", value="json").lookup(prices, on=lambda o: o["item"])
+        .sink("priced", value="json"))
+    out = run_steps(p, {"prices": [("pen", 2)],
+                        "orders": [{"item": "pen"}, {"item": "ink"}]})
+    assert out == [(None, [{"item": "pen"}, 2])]    # a pair crosses as a list
+
+
+def test_the_table_is_a_stage_of_its_own_feeding_the_lookup_stage():
+    stages = stage_graph(clickstream())
+    table, clicks, lookup, per_user = stages
+    assert table.source is not None and table.source.table and table.source.topic == "users"
+    assert [o.to_stage for o in table.outputs] == [2] and table.outputs[0].shuffle.key_fn is None
+    assert lookup.upstream == (0, 1) and [(f.stage, f.store) for f in lookup.tables] == [
+        (0, "table0")]
+    assert lookup.stores == ("table0",) and not lookup.is_chain
+    assert per_user.upstream == (2,)
+
+
+def test_lookups_refuse_what_cannot_run_where_it_is_written():
+    p = Pipeline("bad")
+    t = p.table("t")
+    s = p.source("s")
+    with pytest.raises(ConfigError, match=r"not keyed by a key_by: give on=key_fn"):
+        s.lookup(t)
+    with pytest.raises(ConfigError, match=r"how='outer': use 'inner' or 'left'"):
+        s.lookup(t, on=str, how="outer")
+    with pytest.raises(ConfigError, match=r"expected a table of this pipeline"):
+        s.lookup(Pipeline("other").table("t"), on=str)
+    with pytest.raises(ConfigError, match=r"a join function is called as"):
+        s.lookup(t, on=str, join=lambda only: only)
+    with pytest.raises(ConfigError, match=r"already reads it"):
+        p.table("s")
+    lonely = Pipeline("lonely")
+    lonely.table("t")
+    lonely.source("s").sink("out")
+    with pytest.raises(ConfigError, match=r"table 't' is looked up by no stream"):
+        stage_graph(lonely)
+
+
+def test_several_topics_are_sent_per_topic():
+    with TestRun(clickstream()) as test:
+        with pytest.raises(ConfigError, match=r"reads users, clicks: send records per topic"):
+            test.send([{"id": 1, "user": "u1"}])
+        with pytest.raises(ConfigError, match=r"'orders' is not a source or table"):
+            test.send({"orders": []})
+
+
+# --------------------------------------------------------------------------- on Spark
+
+USERS = {f"u{i}": {"name": f"user {i}", "country": random.Random(i).choice("NO SE DK".split())}
+         for i in range(20)}
+
+
+def _produce(t, suffix: str, clicks: list[dict]) -> None:
+    t.create_topics([TopicSpec(f"users-{suffix}", 2), TopicSpec(f"clicks-{suffix}", 2)])
+    with t.producer() as prod:
+        for i, (user, row) in enumerate(USERS.items()):
+            prod.produce(f"users-{suffix}", i % 2, json.dumps(row).encode(), key=user.encode())
+        prod.produce(f"users-{suffix}", 0, None, key=b"u0")       # u0 deleted again
+        for i, click in enumerate(clicks):
+            prod.produce(f"clicks-{suffix}", i % 2, json.dumps(click).encode())
+        prod.flush()
+
+
+def _check(t, p, suffix: str, clicks: list[dict], exactly_once: bool) -> None:
+    enriched = [json.loads(r.value) for r in read_output(t, f"enriched-{suffix}", job=p.name)]
+    per_user = read_output(t, f"per-user-{suffix}", job=p.name)
+    ids = Counter(c["id"] for c in enriched)
+    if exactly_once:
+        assert ids == Counter(c["id"] for c in clicks), "each click exactly once"
+    else:
+        assert set(ids) == {c["id"] for c in clicks}, "no click lost"
+    for c in enriched:   # a row the user had at some point, or none yet
+        row = USERS.get(c["user"])
+        assert c["country"] in ({None, row["country"]} if row else {None}), c
+    if exactly_once:
+        got: dict[str, list[str]] = {}
+        for r in per_user:
+            got.setdefault(r.key.decode(), []).append(r.value.decode())
+        want = Counter(c["user"] for c in clicks)
+        assert got == {u: [str(i) for i in range(1, n + 1)] for u, n in want.items()}
+
+
+def run_clicks(tmp_path, opts, guarantee="exactly-once", fault=None):
+    suffix = uuid.uuid4().hex[:8]
+    p = clickstream(suffix)
+    rng = random.Random(7)
+    clicks = [{"id": i, "user": f"u{rng.randrange(25)}"} for i in range(1200)]
+    with open_transport(**opts) as t:
+        _produce(t, suffix, clicks)
+    summary = run_pipeline(p, guarantee=guarantee, commit_every=150, commit_interval=1e9,
+                           poll_records=100, state_dir=str(tmp_path / "state"), fault=fault,
+                           **opts)
+    with open_transport(**opts) as t:
+        _check(t, p, suffix, clicks, guarantee == "exactly-once")
+    return summary
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_clickstream_matches_its_oracle(guarantee, tmp_path):
+    run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, guarantee)
+
+
+# Tasks: the users table 0-1, clicks 2-3, the lookup 4-5, the counts 6-7.
+@pytest.mark.parametrize("point,task,hit", [
+    ("task.checkpoint.after_commit", 0, 1),      # a table task after its first commit
+    ("task.checkpoint.before_commit", 4, 2),     # the lookup, table rows staged
+    ("task.checkpoint.after_store", 5, 3),       # the lookup, rows in RocksDB, no markers
+])
+def test_clickstream_is_exact_under_a_crash(point, task, hit, tmp_path):
+    summary = run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, fault=[
+        {"point": point, "task": task, "hit": hit, "attempt": 0}])
+    assert summary.tasks[task]["attempt"] == 1, "the crash point did not fire"
+
+
+@pytest.mark.kafka
+def test_clickstream_on_kafka(tmp_path, kafka_bootstrap):
+    run_clicks(tmp_path, {"bootstrap_servers": kafka_bootstrap}, fault=[
+        {"point": "task.checkpoint.before_commit", "task": 4, "hit": 2, "attempt": 0}])
