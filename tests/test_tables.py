@@ -175,3 +175,31 @@ def test_clickstream_is_exact_under_a_crash(point, task, hit, tmp_path):
 def test_clickstream_on_kafka(tmp_path, kafka_bootstrap):
     run_clicks(tmp_path, {"bootstrap_servers": kafka_bootstrap}, fault=[
         {"point": "task.checkpoint.before_commit", "task": 4, "hit": 2, "attempt": 0}])
+
+
+def test_eos_produce_writes_a_tables_keyed_rows_and_deletes(tmp_path):
+    from click.testing import CliRunner
+
+    from eos_runtime.cli import main
+    from eos_runtime.runtime.outputs import kafka_partition
+
+    data = str(tmp_path / "data")
+    rows, bad_rows = tmp_path / "rows.txt", tmp_path / "bad.txt"
+    rows.write_text('u1\t{"country": "NO"}\nu2\t{"country": "SE"}\nu1\tnull\n')
+    bad_rows.write_text("u3\tx\nno separator\n")
+    result = CliRunner().invoke(main, ["produce", "users", "--data-dir", data, "--lines-from",
+                                       str(rows), "--key-separator", "\t", "--null-value",
+                                       "null"])
+    assert result.exit_code == 0, result.output
+    with open_transport(data_dir=data) as t:
+        got = [(r.partition, r.key, r.value) for r in read_output(t, "users", committed=False)]
+    assert Counter(got) == Counter([(kafka_partition(b"u1", 2), b"u1", b'{"country": "NO"}'),
+                                    (kafka_partition(b"u2", 2), b"u2", b'{"country": "SE"}'),
+                                    (kafka_partition(b"u1", 2), b"u1", None)])
+    u1 = [v for p, k, v in got if k == b"u1"]
+    assert u1 == [b'{"country": "NO"}', None], "a key's records in order, in one partition"
+    bad = CliRunner().invoke(main, ["produce", "users", "--data-dir", data, "--lines-from",
+                                    str(bad_rows), "--key-separator", "\t"])
+    said = str(bad.exception)
+    assert "record 2: 'no separator' has no key before" in said
+    assert "the 1 records before it were written" in said

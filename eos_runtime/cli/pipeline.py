@@ -31,6 +31,7 @@ from click.core import ParameterSource
 from ..demo import generate_words
 from ..errors import ConfigError, DeliveryFailed, TopicNotFound
 from ..limits import option as in_range
+from ..runtime.outputs import kafka_partition
 
 __all__ = ["run_cmd", "produce_cmd", "consume_cmd", "DEFAULT_DATA_DIR", "PRODUCE_BATCH"]
 
@@ -770,14 +771,23 @@ def _read_lines(stream: Any, source: str) -> Iterator[bytes]:
 
 
 def produce_records(transport: Any, topic: str, values: Iterable[bytes], partitions: int, *,
-                    batch: int = PRODUCE_BATCH) -> int:
+                    batch: int = PRODUCE_BATCH, key_separator: bytes | None = None,
+                    null_value: bytes | None = None) -> int:
     """Write ``values`` round-robin over ``partitions`` partitions of ``topic``; flush in
-    batches of ``batch`` records. Returns how many were written."""
+    batches of ``batch`` records. Returns how many were written. With ``key_separator``
+    each value is ``KEY SEP VALUE``, written keyed where Kafka's default partitioner puts
+    the key (so a key's records stay in order, as a table needs), a VALUE equal to
+    ``null_value`` as a null value (a table's delete)."""
     written = 0
     with transport.producer() as producer:
         try:
             for value in values:
-                producer.produce(topic, written % partitions, value)
+                if key_separator is None:
+                    producer.produce(topic, written % partitions, value)
+                else:
+                    key, row = _keyed(value, key_separator, written + 1)
+                    producer.produce(topic, kafka_partition(key, partitions),
+                                     None if row == null_value else row, key=key)
                 written += 1
                 if written % batch == 0:
                     producer.flush()
@@ -795,6 +805,17 @@ def produce_records(transport: Any, topic: str, values: Iterable[bytes], partiti
         except DeliveryFailed as exc:
             raise _stopped(topic, written, exc, at_end=True) from None
     return written
+
+
+def _keyed(line: bytes, separator: bytes, number: int) -> tuple[bytes, bytes]:
+    """A ``KEY SEP VALUE`` line as its key and value; ``ConfigError`` naming the record when
+    it has no separator or no key."""
+    key, sep, value = line.partition(separator)
+    if not sep or not key:
+        raise ConfigError(f"record {number}: {line[:60].decode('utf-8', 'replace')!r} has no "
+                          f"key before {separator.decode()!r} (--key-separator: each line is "
+                          f"KEY{separator.decode()}VALUE)")
+    return key, value
 
 
 def _stopped(topic: str, handed: int, exc: DeliveryFailed, *, at_end: bool) -> DeliveryFailed:
@@ -830,13 +851,20 @@ def _were(n: int) -> str:
               help="Seed of --generate. Default: 0.")
 @click.option("--partitions", type=click.IntRange(1), default=2, show_default=True, metavar="N",
               help="Partitions of the topic when eos produce creates it (when it is missing).")
+@click.option("--key-separator", "key_separator", default=None, metavar="SEP",
+              help="Each line is KEY SEP VALUE: keyed records, each in the partition Kafka's "
+                   "default partitioner gives its key (a table's topic, say).")
+@click.option("--null-value", "null_value", default=None, metavar="TEXT",
+              help="With --key-separator, a VALUE equal to TEXT is written as a null value "
+                   "(deletes its key from a table).")
 def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
                 lines_from: Any, generate: str | None, count: int | None, seed: int | None,
-                partitions: int) -> None:
+                partitions: int, key_separator: str | None, null_value: str | None) -> None:
     """Write records to TOPIC (a pipeline's input), creating it if missing.
 
-    Records have no key; values go round-robin over the topic's partitions. Prints how
-    many records were written.
+    Records have no key and values go round-robin over the topic's partitions, unless
+    --key-separator splits each line into a key and a value. Prints how many records
+    were written.
     """
     from ..transport import TopicSpec, open_transport
 
@@ -844,6 +872,11 @@ def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
         raise click.UsageError("give exactly one of --lines-from FILE and --generate words")
     if lines_from is not None and (count is not None or seed is not None):
         raise click.UsageError("--count and --seed go with --generate")
+    if key_separator is not None and (not key_separator or lines_from is None):
+        raise click.UsageError("--key-separator takes a non-empty SEP and goes with "
+                               "--lines-from")
+    if null_value is not None and key_separator is None:
+        raise click.UsageError("--null-value goes with --key-separator")
     opts = resolve_transport(bootstrap_servers, data_dir)
     _check_writable(opts)
     started = time.monotonic()
@@ -864,7 +897,10 @@ def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
         else:
             name = "stdin" if lines_from.name in ("-", "<stdin>") else repr(lines_from.name)
             values = _read_lines(lines_from, name)
-        written = produce_records(transport, topic, values, parts)
+        written = produce_records(
+            transport, topic, values, parts,
+            key_separator=None if key_separator is None else key_separator.encode(),
+            null_value=None if null_value is None else null_value.encode())
     seconds = time.monotonic() - started
     click.echo(f"wrote {written:,} records to {topic} ({parts} partition{'s' * (parts != 1)}) "
                f"on {_where(opts)} in {seconds:.2f} s")
