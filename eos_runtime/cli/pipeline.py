@@ -465,9 +465,9 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
                           sink_partitions=sink_partitions)
     topics = [src.topic for src in pipeline.sources]
     if reset_stream is not None and reset_stream not in topics:
-        raise ConfigError(f"--reset-offset {reset_stream}: job {pipeline.name!r} reads "
-                          f"{' and '.join(repr(t) for t in topics)}; give "
-                          f"{'that' if len(topics) == 1 else 'one of them'}")
+        which = (f"{topics[0]!r} (its only source stream); give that" if len(topics) == 1
+                 else f"{' and '.join(repr(t) for t in topics)}; give one of them")
+        raise ConfigError(f"--reset-offset {reset_stream}: job {pipeline.name!r} reads {which}")
     if reset_stream is not None and len(topics) > 1:
         pipeline.reset_source(reset_stream)   # that stream only, not every source
         reset_stream = None
