@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..api import FORMATS
 from ..errors import EosError
 from ..outage import is_transient
 from ..transport import TopicSpec, open_transport
@@ -140,7 +141,8 @@ def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> lis
     pipeline = workload.make_pipeline()
     with tempfile.TemporaryDirectory(prefix="eos-plan-") as scratch:
         with open_transport(data_dir=scratch) as t:
-            t.create_topics([TopicSpec(pipeline.source_topic, workload.source_partitions)])
+            t.create_topics([TopicSpec(topic, workload.source_partitions)
+                             for topic in input_topics(pipeline)])
             plan = plan_job(pipeline, t, guarantee=guarantee)
             if then and workload.then is not None:   # B reads A's sink, as A makes it
                 pipeline = workload.then()
@@ -600,7 +602,7 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
     if settings.transport_name == "local":
         pipeline.rename(job)
     else:
-        pipeline.rename(job, source=f"{job}-{pipeline.source_topic}",
+        pipeline.rename(job, sources={t: f"{job}-{t}" for t in input_topics(pipeline)},
                         sinks={s.topic: f"{job}-{s.topic}" for s in pipeline.sinks})
     if settings.transport_name == "local":
         root = Path(settings.transport["data_dir"]).absolute() / job
@@ -610,6 +612,47 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
         opts = dict(settings.transport)
     (root / "state" / job).mkdir(parents=True, exist_ok=True)
     return job, pipeline, opts, root
+
+
+def input_topics(pipeline: Any) -> list[str]:
+    """Every topic the pipeline reads: its sources' and its tables'."""
+    return [s.topic for s in pipeline.sources] + [t.topic for t in pipeline.tables]
+
+
+def _fed(settings: Settings, job: str, feed: dict[str, Any]) -> dict[str, Any]:
+    """A graph workload's input by the topics of the run's job (on Kafka: named after it)."""
+    if settings.transport_name == "local":
+        return feed
+    return {f"{job}-{topic}": records for topic, records in feed.items()}
+
+
+def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
+    """Create each input topic and write its records, each to the partition it names."""
+    t.create_topics([TopicSpec(topic, partitions) for topic in feed])
+    with t.producer() as producer:
+        for topic, records in feed.items():
+            for partition, key, value in records:
+                producer.produce(topic, partition, value, key=key)
+        producer.flush()
+
+
+def verify_sinks(t: Any, settings: Settings, job: str, pipeline: Any,
+                 expected: dict[str, Any]) -> Any:
+    """A graph workload's verdict: every sink against its oracle, one verdict of them."""
+    from .verify import merge
+
+    verdicts = []
+    for sink, name in zip(pipeline.sinks, _original_sinks(settings, job, pipeline),
+                          strict=True):
+        key = FORMATS[sink.key_format][1] if sink.key_format else None
+        verdicts.append(verify_output(t, sink.topic, job, expected[name], settings.guarantee,
+                                      key_decode=key, value_decode=FORMATS[sink.value_format][1]))
+    return merge(verdicts, settings.guarantee)
+
+
+def _original_sinks(settings: Settings, job: str, pipeline: Any) -> list[str]:
+    prefix = "" if settings.transport_name == "local" else f"{job}-"
+    return [s.topic[len(prefix):] for s in pipeline.sinks]
 
 
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
@@ -630,10 +673,17 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     log = job_dir / "faults.log"
 
     values = w.generate(seed, settings.records())
-    payloads = w.input_bytes(values, pipeline)
+    if w.feed is not None:   # a graph: input into each source and table topic
+        fed_topics = _fed(settings, job, w.feed(values))
+        with open_transport(**opts) as t:
+            feed_graph(t, fed_topics, w.source_partitions)
+        payloads: list[bytes] = []
+    else:
+        payloads = w.input_bytes(values, pipeline)
     with open_transport(**opts) as t:
-        t.create_topics([TopicSpec(pipeline.source_topic, w.source_partitions)])
-        if not settings.soak:
+        if w.feed is None:
+            t.create_topics([TopicSpec(pipeline.source_topic, w.source_partitions)])
+        if not settings.soak and w.feed is None:
             with t.producer() as producer:
                 for i, v in enumerate(payloads):
                     producer.produce(pipeline.source_topic, i % w.source_partitions, v)
@@ -735,27 +785,31 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
         run.close()
         injector.finish()
 
-    key_decode, value_decode = sink_formats(pipeline)
     soak: dict[str, Any] | None = None
     then: dict[str, Any] | None = None
     with open_transport(**opts) as t:
-        if feeder is None:
-            expected = w.oracle(values)
+        if w.sinks_oracle is not None:   # a graph: every sink against its oracle
+            verdict = verify_sinks(t, settings, job, pipeline, w.sinks_oracle(values))
         else:
-            # Exactly what reached the source, not what was meant to: an outage may have
-            # cost the feeder records, and the run can only be judged on what it was given.
-            fed = source_inputs(t, pipeline.source_topic, payloads, values)
-            expected = w.oracle(fed)
-            soak = {"duration": settings.duration, "rate": settings.rate,
-                    "generated": len(values), "handed_to_producer": feeder.sent,
-                    "fed": len(fed), "failed_flushes": feeder.failed_flushes,
-                    "feeder_error": feeder.error,
-                    "drain_seconds": (None if drain_started is None
-                                      else round(seconds - drain_started, 3))}
-            if feeder.error is not None and error is None:
-                error = f"the soak's feeder stopped: {feeder.error}"
-        verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
-                                key_decode=key_decode, value_decode=value_decode)
+            key_decode, value_decode = sink_formats(pipeline)
+            if feeder is None:
+                expected = w.oracle(values)
+            else:
+                # Exactly what reached the source, not what was meant to: an outage may
+                # have cost the feeder records, and the run can only be judged on what it
+                # was given.
+                fed = source_inputs(t, pipeline.source_topic, payloads, values)
+                expected = w.oracle(fed)
+                soak = {"duration": settings.duration, "rate": settings.rate,
+                        "generated": len(values), "handed_to_producer": feeder.sent,
+                        "fed": len(fed), "failed_flushes": feeder.failed_flushes,
+                        "feeder_error": feeder.error,
+                        "drain_seconds": (None if drain_started is None
+                                          else round(seconds - drain_started, 3))}
+                if feeder.error is not None and error is None:
+                    error = f"the soak's feeder stopped: {feeder.error}"
+            verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
+                                    key_decode=key_decode, value_decode=value_decode)
         if w.then is not None and error is None and feeder is None:
             from .chained import run_then
             from .verify import merge

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import runpy
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,10 @@ def _count_past(results: dict[Any, list[Any]],
     return replayed
 
 
+#: A graph workload's input: per topic, records (partition, key, value).
+Feed = dict[str, list[tuple[int, bytes | None, bytes | None]]]
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -87,6 +92,11 @@ class Workload:
     # pipeline, reading the sink's topic), and the oracle of B's sink over this job's input
     then: Callable[[], Pipeline] | None = None
     then_oracle: Callable[[list[Any]], Expected] | None = None
+    # a graph workload: its input per source (or table) topic, each record (partition,
+    # key, value) (None: the values round robin into the one source), and the expected
+    # output of each sink by its topic (None: ``oracle``'s, of the one sink)
+    feed: Callable[[list[Any]], Feed] | None = None
+    sinks_oracle: Callable[[list[Any]], dict[str, Expected]] | None = None
 
     def input_bytes(self, values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
         return encode_values(values, pipeline)
@@ -208,8 +218,9 @@ def pageviews_expected(views: Sequence[dict[str, str]]) -> Expected:
                     replayed=_count_past(results, _views_part))
 
 
-def _user(view: dict[str, str]) -> str:
-    return view["user"]
+def _user(view: dict[str, Any]) -> str:
+    user: str = view["user"]
+    return user
 
 
 def _page(visit: dict[str, Any]) -> str:
@@ -341,6 +352,119 @@ def chained_expected(lines: Sequence[str]) -> Expected:
     return Expected(results, replayed=_count_past(results, lambda v: int(v.split(":")[0])))
 
 
+# --------------------------------------------------------------------------- a graph
+
+#: Users of the clickstream workload: the table holds rows of the first 12 only.
+CLICK_USERS = [f"u{i}" for i in range(15)]
+
+
+def clickstream_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """n events: about one in five updates a user's row in the table (its version + 1,
+    one in ten of those deletes it instead), the rest are clicks of a user (three users
+    never get a row)."""
+    rng = random.Random(f"clickstream:{seed}")
+    versions: dict[str, int] = {}
+    events: list[dict[str, Any]] = []
+    for i in range(n):
+        if rng.random() < 0.2:
+            user = rng.choice(CLICK_USERS[:12])
+            if rng.random() < 0.1:
+                events.append({"table": user, "v": None})
+            else:
+                versions[user] = versions.get(user, 0) + 1
+                events.append({"table": user, "v": versions[user]})
+        else:
+            events.append({"click": i, "user": rng.choice(CLICK_USERS)})
+    return events
+
+
+def _click_version(click: dict[str, Any], row: Any) -> dict[str, Any]:
+    return {"id": click["click"], "user": click["user"], "v": None if row is None else row["v"]}
+
+
+def count_clicks(click: dict[str, Any], state: Any) -> str:
+    n = state.get("n", 0) + 1
+    state.set("n", n)
+    return str(n)
+
+
+def clickstream_pipeline() -> Pipeline:
+    """Clicks looked up in a users table that changes as the job reads it, branched to
+    two sinks: each click with the version of its user's row it saw, and each user's
+    running click count."""
+    pipeline = Pipeline("clickstream", processing_guarantee="exactly-once",
+                        commit_interval=1.0, parallelism=2)
+    users = pipeline.table("users", key="utf8", value="json")
+    seen = (pipeline.source("clicks", value="json")
+            .lookup(users, on=_user, how="left", join=_click_version))
+    seen.sink("clicks-seen", key="utf8", value="json")
+    (seen.key_by(_user)
+        .map(count_clicks, stateful=True)
+        .sink("clicks-per-user", key="utf8", value="utf8"))
+    return pipeline
+
+
+def clickstream_feed(events: list[dict[str, Any]]) -> Feed:
+    """The table's rows keyed by user, in the partition Kafka's default partitioner gives
+    the user (a key's rows in order); each user's clicks all in one partition, so the
+    order of a user's clicks is the order they were made."""
+    from ..runtime.outputs import kafka_partition
+
+    feed: Feed = {"users": [], "clicks": []}
+    for e in events:
+        if "table" in e:
+            key = e["table"].encode()
+            row = None if e["v"] is None else json.dumps({"v": e["v"]}).encode()
+            feed["users"].append((kafka_partition(key, 2), key, row))
+        else:
+            feed["clicks"].append((zlib.crc32(e["user"].encode()) % 2, None,
+                                   json.dumps(e).encode()))
+    return feed
+
+
+def clickstream_expected(events: list[dict[str, Any]]) -> dict[str, Expected]:
+    """Per user, the clicks in the order made, each exactly once (``clicks-seen``) with a
+    row version the user had (any, or none: a lookup sees the table as far as the job has
+    read it), never falling back: a later click sees the same version or a later one, or
+    no row only where a delete came after the version seen; and the counts 1..n
+    (``clicks-per-user``). Strict on each click, tolerant on which row it met."""
+    clicks: dict[str, list[int]] = defaultdict(list)
+    last: dict[str, int] = {}
+    last_delete: dict[str, int] = {}   # the version the user's last delete came after
+    for e in events:
+        if "click" in e:
+            clicks[e["user"]].append(e["click"])
+        elif e["v"] is not None:
+            last[e["table"]] = e["v"]
+        else:
+            last_delete[e["table"]] = last.get(e["table"], 0)
+
+    def check(user: Any, values: list[Any]) -> list[str]:
+        problems = []
+        top = last.get(user)
+        before = 0
+        for value in values:
+            v = value.get("v") if isinstance(value, dict) else "?"
+            if v is None:
+                if before and last_delete.get(user, -1) < before:
+                    problems.append(f"click {value!r}: no row after version {before}, which "
+                                    f"no delete followed")
+                continue
+            if top is None or not isinstance(v, int) or not 1 <= v <= top:
+                problems.append(f"click {value!r}: user {user!r} never had row version {v!r}")
+            elif v < before:   # rows only move forward, and versions only grow
+                problems.append(f"click {value!r}: saw version {v} after {before}")
+            before = v if isinstance(v, int) else before
+        return problems
+
+    seen = Expected({u: ids for u, ids in clicks.items()}, identity=lambda value: value["id"],
+                    check=check)
+    counts: dict[Any, list[Any]] = {u: [str(i) for i in range(1, len(ids) + 1)]
+                                    for u, ids in clicks.items()}
+    return {"clicks-seen": seen,
+            "clicks-per-user": Expected(counts, replayed=_count_past(counts, int))}
+
+
 BUILTIN: dict[str, Workload] = {
     "wordcount": Workload(
         "wordcount", "word count: two stages, state in the second (examples/wordcount.py)",
@@ -349,6 +473,12 @@ BUILTIN: dict[str, Workload] = {
         "pageviews", "page views: three stages, state in two, several producers per channel "
         "(examples/pageviews.py)",
         pageviews_pipeline, lambda seed, n: page_views(n, seed), pageviews_expected),
+    "clickstream": Workload(
+        "clickstream", "clicks looked up in a users table that changes as the job reads "
+        "it, branched to two sinks (a graph: two sources, a table, a lookup, a branch)",
+        clickstream_pipeline, lambda seed, n: clickstream_events(n, seed),
+        lambda events: clickstream_expected(events)["clicks-per-user"],
+        feed=clickstream_feed, sinks_oracle=clickstream_expected),
     "deadletters": Workload(
         "deadletters", "word count with dead letters on, over records some of which fail "
         "part-way through their flat_map (a value msgpack cannot carry, a raise), two of "
