@@ -203,3 +203,36 @@ def test_eos_produce_writes_a_tables_keyed_rows_and_deletes(tmp_path):
     said = str(bad.exception)
     assert "record 2: 'no separator' has no key before" in said
     assert "the 1 records before it were written" in said
+
+
+# --------------------------------------------------------------------------- the crash matrix
+
+#: Every named point a lookup task (4: it aligns the clicks' and the table's producers,
+#: keeps the table's rows, writes a sink and the counts' channels) and a table task (0)
+#: reach in every run. task.rewind and task.checkpoint.after_cut need a restore or a
+#: snapshot to happen first: tests/test_crashes.py and test_changelog_snapshot.py have them.
+LOOKUP_POINTS = [
+    ("locallog.append.mid_data", 2), ("locallog.append.after_data", 2),
+    ("task.mid_version", 3), ("task.aligning", 3), ("task.checkpoint.after_output_flush", 2),
+    ("task.checkpoint.before_commit", 2), ("task.checkpoint.after_commit", 2),
+    ("task.checkpoint.after_store", 2), ("task.checkpoint.mid_marker_fanout", 2),
+    ("task.recovery", 1)]
+TABLE_POINTS = [("task.checkpoint.before_commit", 1), ("task.checkpoint.after_store", 1),
+                ("task.checkpoint.mid_marker_fanout", 1), ("task.recovery", 1)]
+# In a retry, the first hit of each point (it resumes, so it has less left to do).
+CASES = ([(point, task, hit, 0) for task, points in ((4, LOOKUP_POINTS), (0, TABLE_POINTS))
+          for point, hit in points]
+         + [(point, task, 1, 1) for task, points in ((4, LOOKUP_POINTS), (0, TABLE_POINTS))
+            for point, _ in points])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point,task,hit,attempt", CASES)
+def test_a_lookup_is_exact_under_a_crash_at_every_point(point, task, hit, attempt, tmp_path):
+    """A crash at ``point`` in the first attempt, or in the retry of an attempt that
+    crashed mid-version: the restarted task rebuilds its table rows and goes on."""
+    faults = [{"point": point, "task": task, "hit": hit, "attempt": attempt}]
+    if attempt == 1:
+        faults.insert(0, {"point": "task.mid_version", "task": task, "hit": 1, "attempt": 0})
+    summary = run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, fault=faults)
+    assert summary.tasks[task]["attempt"] == attempt + 1, "the crash point did not fire"
