@@ -134,14 +134,15 @@ def check_install_block(code: str) -> None:
 def test_the_tutorials_blocks_are_what_the_walk_expects():
     doc = blocks(DOCS / "tutorial.md")
     files = [file_name(b) for b in doc if file_name(b)]
-    assert files == ["totals.py", "test_totals.py", "purchases.txt"]
+    assert files == ["totals.py", "test_totals.py", "purchases.txt", "shops.py",
+                     "customers.txt", "orders.txt"]
     sections = {b.section.split(".")[0] for b in doc if b.lang == "bash"}
-    assert sections == {"1", "3", "4", "5", "6"}
-    assert sum(expected_output(doc, i) is not None for i in range(len(doc))) == 3
+    assert sections == {"1", "3", "4", "5", "6", "7"}
+    assert sum(expected_output(doc, i) is not None for i in range(len(doc))) == 5
 
 
 def test_the_tutorial_on_the_local_log(tmp_path):
-    shell = walk_tutorial(tmp_path, ("1.", "2.", "3.", "4.", "5."))
+    shell = walk_tutorial(tmp_path, ("1.", "2.", "3.", "4.", "5.", "7."))
     assert (shell.cwd / ".eos" / "data").is_dir()
     assert shell.cwd.name == "totals"
 
