@@ -288,17 +288,13 @@ class SinkWriter:
         self.value_origin: str | None = None
         self.key_origin: str | None = None
 
-    def write(self, key_bytes: bytes | None, values: list[Any], timestamp: int) -> None:
+    def write(self, key_bytes: bytes | None, values: list[Any], timestamp: int,
+              into: list[tuple[int, bytes | None, bytes, int]] | None = None) -> None:
         """Encode ``values`` (and the key, from its stream form ``key_bytes``) with the
-        sink's formats and hold them until the caller hands them on. A value or key the
-        format cannot encode is a ``UserFunctionError`` naming the sink, the format and
-        what to change; nothing of the record is held."""
-        self._pending += self.encode(key_bytes, values, timestamp)
-
-    def encode(self, key_bytes: bytes | None, values: list[Any],
-               timestamp: int) -> list[tuple[int, bytes | None, bytes, int]]:
-        """``write``'s encoding without holding anything: ``(partition, key, value,
-        timestamp)`` per value, for ``hold``. Raises as ``write`` does."""
+        sink's formats and hold them until the caller hands them on (``into``: append
+        them there instead, for ``hold``). A value or key the format cannot encode is a
+        ``UserFunctionError`` naming the sink, the format and what to change; nothing of
+        the record is held."""
         if key_bytes is not None:
             known = self._by_key.get(key_bytes)
             k, fixed = known if known is not None else self._key_and_partition(key_bytes)
@@ -313,12 +309,21 @@ class SinkWriter:
         if encoded is None:
             ser, encode, fmt = self._value, self._encode, self.value_format
             encoded = [encode(ser, fmt, "value", value) for value in values]
+        pending = self._pending if into is None else into
         if fixed is not None:
-            return [(fixed, k, v, timestamp) for v in encoded]
-        out = []
+            for v in encoded:
+                pending.append((fixed, k, v, timestamp))
+            return
         for v in encoded:   # keyless output: round robin
             self._rr += 1
-            out.append((self._rr % self.partitions, k, v, timestamp))
+            pending.append((self._rr % self.partitions, k, v, timestamp))
+
+    def encode(self, key_bytes: bytes | None, values: list[Any],
+               timestamp: int) -> list[tuple[int, bytes | None, bytes, int]]:
+        """``write``'s encoding without holding anything: ``(partition, key, value,
+        timestamp)`` per value, for ``hold``. Raises as ``write`` does."""
+        out: list[tuple[int, bytes | None, bytes, int]] = []
+        self.write(key_bytes, values, timestamp, out)
         return out
 
     def hold(self, encoded: list[tuple[int, bytes | None, bytes, int]]) -> None:

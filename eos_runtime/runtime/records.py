@@ -61,6 +61,10 @@ class RecordPath:
             only = self.writers[0]
             if isinstance(only, ChannelWriter):
                 self.channels = only
+                # looked up once: the stage's properties are not free per record
+                shuffle = stage.outputs[0].shuffle
+                assert shuffle is not None
+                self._key_fn = shuffle.key_fn
             else:
                 self.sink = only
         else:
@@ -202,9 +206,10 @@ class RecordPath:
 
     def _shuffle(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
                  version: int) -> None:
-        assert self.stage.shuffle is not None and self.channels is not None
-        encoded = _keys(self.stage.shuffle.key_fn, outs, key_bytes)
-        self.channels.write_keyed(self.channels.generation, version, encoded, outs, timestamp)
+        channels = self.channels
+        assert channels is not None
+        encoded = _keys(self._key_fn, outs, key_bytes)
+        channels.write_keyed(channels.generation, version, encoded, outs, timestamp)
 
     def _emit_each(self, key_bytes: bytes | None, outs: list[list[Any]], timestamp: int,
                    version: int) -> None:
