@@ -230,14 +230,17 @@ class Actor:
 uids = itertools.count()
 
 
-def producer_actors(draw, p, n_channels):
+def producer_actors(draw, p, n_channels, written=None, idle=False):
     """Appends of producer p: generations 1, 2, 3, ... each of which may crash (mid-version,
     mid-marker-fan-out, or mid-restore-fan-out) and linger as a zombie that writes any of
-    its uncommitted versions late, in any order with its successors."""
+    its uncommitted versions late, in any order with its successors. ``written``: the
+    versions it closes (its stage's, on one commit grid); ``idle``: it sends no data, only
+    markers and restores (a source with nothing to read, a table nobody updates)."""
     # Versions need not be consecutive (R2a): a producer may skip some, as a new run does.
-    written = sorted(draw(st.sets(st.integers(1, 8), min_size=1, max_size=4)))
+    if written is None:
+        written = sorted(draw(st.sets(st.integers(1, 8), min_size=1, max_size=4)))
     every = list(range(n_channels))
-    chans = st.lists(st.integers(0, n_channels - 1), max_size=3)
+    chans = st.lists(st.integers(0, n_channels - 1), max_size=0 if idle else 3)
     crashes_left = draw(st.integers(0, 3), label="crashes")
 
     def emit(gen, v):
@@ -388,13 +391,25 @@ def test_a_restart_whose_markers_are_all_read_checkpoints_at_once():
 
 def run_model(draw, *, check_after_restart=True):
     n_channels = draw(st.integers(1, 3), label="channels")
-    n_producers = draw(st.integers(1, 3), label="producers")
     channels = [("ch", i) for i in range(n_channels)]
+    # The producers of one or two upstream stages (a chain; a merge or a lookup of two,
+    # docs/protocol.md, Graphs): a stage's producers close the same versions (one commit
+    # grid), stages close different ones, and the second may be idle.
+    n_stages = draw(st.integers(1, 2), label="stages")
     actors, restores = [], {}
-    for p in range(n_producers):
-        acts, rs = producer_actors(draw, p, n_channels)
-        actors += acts
-        restores[p] = rs
+    p = 0
+    for stage in range(n_stages):
+        shared = draw(st.booleans(), label="one version set per stage")
+        written = (sorted(draw(st.sets(st.integers(1, 8), min_size=1, max_size=4)))
+                   if shared else None)
+        idle = stage > 0 and draw(st.booleans(), label="an idle stage")
+        most = 3 if n_stages == 1 else 2
+        for _ in range(draw(st.integers(1, most), label="producers")):
+            acts, rs = producer_actors(draw, p, n_channels, written, idle)
+            actors += acts
+            restores[p] = rs
+            p += 1
+    n_producers = p
 
     # Interleave every actor's appends into the channel logs.
     logs = [[] for _ in range(n_channels)]
