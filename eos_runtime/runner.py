@@ -73,8 +73,9 @@ def stage_totals(stages: list[dict[str, Any]],
     out = []
     for st in stages:
         got = [tasks[i] for i in st["tasks"] if i in tasks]
+        outputs = [o["topic"] for o in st.get("outputs", [])] or [st["output"]]
         row: dict[str, Any] = {"stage": st["stage"], "input": st["input"],
-                               "output": st["output"], "tasks": len(st["tasks"]),
+                               "output": ", ".join(outputs), "tasks": len(st["tasks"]),
                                "reporting": len(got)}
         for key in STAGE_COUNTERS:
             row[key] = sum(int(t.get(key, 0) or 0) for t in got)
