@@ -455,7 +455,7 @@ def _summary(input_records: int, tasks: list[dict]):
 
 
 def test_a_summary_counts_the_work_with_singular_and_plural_right():
-    from eos_runtime.cli.pipeline import _summary_lines
+    from eos_runtime.cli.run import _summary_lines
 
     one = {"task_id": 0, "checkpoints": 1, "rewinds": 1, "processed": 1, "emitted": 1,
            "dead_letters": 1, "attempt": 0}
@@ -476,7 +476,7 @@ def test_a_summary_counts_the_work_with_singular_and_plural_right():
 
 
 def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
-    from eos_runtime.cli.pipeline import _summary_lines
+    from eos_runtime.cli.run import _summary_lines
 
     tasks = [{"task_id": 0, "checkpoints": 1}, {"task_id": 1, "processed": 7000,
                                                  "emitted": 7000, "checkpoints": 3},
@@ -489,7 +489,7 @@ def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
 
 
 def test_progress_reads_the_counters_the_tasks_write(tmp_path):
-    from eos_runtime.cli.pipeline import _progress_line
+    from eos_runtime.cli.run import _progress_line
     from eos_runtime.runner import stage_totals
     from eos_runtime.runtime.progress import TaskProgress, read_task_progress
 

@@ -110,7 +110,7 @@ def test_a_graph_matches_its_oracle_on_kafka(tmp_path, kafka_bootstrap):
 
 
 def test_sink_overrides_name_the_sink_to_move_when_there_are_several():
-    from eos_runtime.cli.pipeline import apply_overrides
+    from eos_runtime.cli.options import apply_overrides
     from eos_runtime.errors import ConfigError
 
     p = routes("o")

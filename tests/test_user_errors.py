@@ -470,7 +470,7 @@ def test_a_produce_stopped_in_a_later_batch_says_where_it_stopped_reading(
         tmp_path, kafka_bootstrap):
     import uuid
 
-    from eos_runtime.cli.pipeline import produce_records
+    from eos_runtime.cli.produce import produce_records
     from eos_runtime.errors import DeliveryFailed
     from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 

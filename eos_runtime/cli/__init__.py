@@ -22,18 +22,16 @@ def main() -> None:
 main.add_command(kafka_group)
 
 # `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
-from .pipeline import (  # noqa: E402
-    _n,
-    consume_cmd,
+from .options import (  # noqa: E402
     json_error,
     json_mode,
     json_option,
     kafka_client_config,
     kafka_settings_options,
-    produce_cmd,
-    run_cmd,
-    stop_cmd,
+    n_of,
 )
+from .produce import consume_cmd, produce_cmd  # noqa: E402
+from .run import run_cmd, stop_cmd  # noqa: E402
 
 main.add_command(run_cmd)
 main.add_command(produce_cmd)
@@ -137,13 +135,13 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
     s = result.summary
-    click.echo(f"ran {_n(len(s.tasks), 'task')} in {_n(len(s.plan), 'stage')}: "
-               f"{_n(s.input_records, 'line')} in {s.seconds:.1f} s "
+    click.echo(f"ran {n_of(len(s.tasks), 'task')} in {n_of(len(s.plan), 'stage')}: "
+               f"{n_of(s.input_records, 'line')} in {s.seconds:.1f} s "
                f"({s.records_per_second:,.0f} lines/s, Spark start-up included)")
-    click.echo(f"verified: {_n(result.output_records, 'committed output record')} for "
-               f"{_n(result.words, 'word')}; each word seen n times has exactly the counts 1..n"
+    click.echo(f"verified: {n_of(result.output_records, 'committed output record')} for "
+               f"{n_of(result.words, 'word')}; each word seen n times has exactly the counts 1..n"
                if guarantee == "exactly-once" else
-               f"verified: no count lost; {_n(result.duplicates, 'duplicate record')}")
+               f"verified: no count lost; {n_of(result.duplicates, 'duplicate record')}")
 
 
 def run() -> None:

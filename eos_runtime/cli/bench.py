@@ -177,7 +177,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     from ..bench.report import summarize, write_report
     from ..bench.systems import SYSTEM_NAMES, all_systems
     from ..bench.workloads import WORKLOADS, aggregate_keys
-    from .pipeline import _stdout_to_stderr
+    from .options import stdout_to_stderr
 
     chosen_m = _names(measures, MEASURES, "measures")
     chosen_w = _names(workloads, list(WORKLOADS), "workloads")
@@ -224,7 +224,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
         out["targets"] = judge(out)
         return out
 
-    with _stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
+    with stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()
         settings = Settings(bootstrap=bootstrap, partitions=partitions,
                             commit_interval=commit_interval, idle_timeout=idle_timeout,

@@ -24,7 +24,7 @@ import click
 from ..errors import ConfigError
 from ..limits import option as in_range
 from ..redact import redact
-from .pipeline import kafka_client_config, kafka_settings_options
+from .options import kafka_client_config, kafka_settings_options
 
 #: Change-log offsets before a task's first snapshot in an experiment (recovery C8).
 EXPERIMENT_SNAPSHOT_RECORDS = 4
@@ -187,7 +187,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.run import Settings, run_experiment, task_roles
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
     from ..experiments.workloads import load_workload
-    from .pipeline import _stdout_to_stderr
+    from .options import stdout_to_stderr
 
     if data_dir is not None and bootstrap_servers:
         raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
@@ -298,7 +298,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
             s, count, fault_kinds, roles, transport_name, duration=duration,
             then_roles=then_roles)
         show.start(i, s, schedule)
-        with _stdout_to_stderr():
+        with stdout_to_stderr():
             result = run_experiment(settings, s, schedule, on_progress=show.progress)
         write_run(result, report_dir)
         results.append(result)

@@ -20,13 +20,13 @@ from typing import Any
 import click
 
 from ..errors import ConfigError, TopicNotFound
-from .pipeline import (
-    _absolute,
-    _check_writable,
-    _n,
-    _reading_local_log,
-    _where,
+from .options import (
+    absolute_paths,
+    check_writable,
     json_option,
+    log_named,
+    n_of,
+    reading_local_log,
     resolve_transport,
     transport_options,
 )
@@ -100,8 +100,8 @@ def _job_lines(info: dict[str, Any]) -> list[str]:
     tasks = sum(len(s["tasks"]) for s in info["stages"])
     lines = [f"{info['job']} ({info['guarantee'] or 'guarantee unknown'}): "
              f"{info['source'] or '?'} -> {info['sink'] or '?'}, "
-             f"{_n(len(info['stages']), 'stage')}, {_n(tasks, 'task')}, "
-             f"{_n(len(info['runs']), 'run')}"]
+             f"{n_of(len(info['stages']), 'stage')}, {n_of(tasks, 'task')}, "
+             f"{n_of(len(info['runs']), 'run')}"]
     for r in info["runs"]:
         kind = "bounded" if r["bounded"] else "unbounded"
         stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
@@ -138,7 +138,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
     from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    with _reading_local_log(opts), open_transport(**opts) as transport:
+    with reading_local_log(opts), open_transport(**opts) as transport:
         scan = scan_jobs(transport)
         infos = [job_info(transport, job, commits=not no_commits) for job in scan.jobs]
     if as_json:
@@ -148,7 +148,7 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
         click.echo(f"note: topic {topic!r} is not a job's control topic ({why}); skipped",
                    err=True)
     if not infos:
-        click.echo(f"no jobs on {_where(opts)}")
+        click.echo(f"no jobs on {log_named(opts)}")
         return
     for info in infos:
         for line in _job_lines(info):
@@ -207,7 +207,7 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
     from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    with _reading_local_log(opts), open_transport(**opts) as transport:
+    with reading_local_log(opts), open_transport(**opts) as transport:
         names = sorted(t for t in transport.list_topics() if not t.startswith("__"))
         parts = {t: transport.describe(t).partitions for t in names}
         uses = topic_uses(transport, names)
@@ -216,12 +216,12 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
                                for t in names], indent=1))
         return
     if not names:
-        click.echo(f"no topics on {_where(opts)}")
+        click.echo(f"no topics on {log_named(opts)}")
         return
     width = max(len(t) for t in names)
     for t in names:
         used = "; ".join(f"{_ROLE_TEXT[u['role']]} {u['job']}" for u in uses[t]) or "-"
-        click.echo(f"{t:<{width}}  {_n(parts[t], 'partition'):>13}  {used}")
+        click.echo(f"{t:<{width}}  {n_of(parts[t], 'partition'):>13}  {used}")
 
 
 @click.command("reset")
@@ -247,8 +247,8 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     from ..runner import state_root
     from ..transport import open_transport
 
-    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
-    _check_writable(opts)
+    opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
+    check_writable(opts)
     with open_transport(**opts) as transport:
         plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
         # A run on other machines holds no store lock here, but it holds the job's lease
@@ -281,7 +281,7 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     gone = ", ".join(deleted) or "no topics"
     dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
     cleared = f"; cleared {_startpoints_text(plan)}" if plan.startpoints else ""
-    click.echo(f"reset job {job!r} on {_where(opts)}: deleted {gone}{dirs}{cleared}"
+    click.echo(f"reset job {job!r} on {log_named(opts)}: deleted {gone}{dirs}{cleared}"
                f"{_unproven_text(plan)}; its next run "
                + ("uses the kept topics as they are" if plan.unproven else "starts from scratch"))
 
@@ -300,7 +300,7 @@ def _startpoints_text(plan: Any) -> str:
     each = [f"{k.describe()}: {sp.describe()}"
             + ("" if sp.run is None else f", given to run {sp.run}")
             for k, sp in sorted(plan.startpoints.items())]
-    return f"{_n(len(each), 'Startpoint')} ({'; '.join(each)})"
+    return f"{n_of(len(each), 'Startpoint')} ({'; '.join(each)})"
 
 
 def _reset_dirs(plan: Any) -> list[tuple[str, Any]]:
@@ -318,4 +318,4 @@ def _reset_text(plan: Any, opts: dict[str, Any]) -> str:
         parts.append(_startpoints_text(plan))
     kept = f" (kept: {', '.join(plan.kept)}, and the source and sink)" if plan.kept else (
         " (the source and sink topics are kept)")
-    return f"{' and '.join(parts)} on {_where(opts)}{kept}{_unproven_text(plan)}"
+    return f"{' and '.join(parts)} on {log_named(opts)}{kept}{_unproven_text(plan)}"

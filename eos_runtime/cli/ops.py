@@ -15,13 +15,13 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from .pipeline import (
-    _absolute,
-    _check_writable,
-    _n,
-    _reading_local_log,
-    _where,
+from .options import (
+    absolute_paths,
+    check_writable,
     json_option,
+    log_named,
+    n_of,
+    reading_local_log,
     resolve_transport,
     transport_options,
 )
@@ -35,7 +35,7 @@ def _job_plan(transport: Any, job: str, opts: dict[str, str]) -> Any:
 
     last = ControlLog(transport, job).last_run()
     if last is None:
-        raise ConfigError(f"job {job!r} has never run on {_where(opts)}: it has no checkpoints "
+        raise ConfigError(f"job {job!r} has never run on {log_named(opts)}: it has no checkpoints "
                           f"(`eos jobs` lists the jobs there)")
     return plan_from_layout(job, last.start.layout)
 
@@ -68,7 +68,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
-    with _reading_local_log(opts), open_transport(**opts) as t:
+    with reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
         # A running job's positions move with every commit: a file shown now would be
         # stale by the time it is written back, and writing is refused until the run ends
@@ -121,8 +121,8 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
     from ..transport import TopicPartition, open_transport
 
     text = file.read()
-    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
-    _check_writable(opts)
+    opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
+    check_writable(opts)
     with open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
         ControlLog(t, job).refuse_if_running("the checkpoint tool writes positions")
@@ -139,8 +139,8 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
         # The file is the newest word on these partitions: earlier Startpoints of them go.
         given = {(k.topic, k.partition) for k in puts}
         store.write(puts, [k for k in old if (k.topic, k.partition) in given and k not in puts])
-    click.echo(f"wrote {_n(len(puts), 'starting position')} for the next run of job {job!r} "
-               f"on {_where(opts)}: each task applies them at its start and records them with "
+    click.echo(f"wrote {n_of(len(puts), 'starting position')} for the next run of job {job!r} "
+               f"on {log_named(opts)}: each task applies them at its start and records them with "
                f"its next commit (`eos startpoint list {job}` shows them until then)")
     for key in sorted(puts):
         click.echo(f"  task-{key.task} {key.topic}[{key.partition}] -> offset "
@@ -205,8 +205,8 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
         sp = Startpoint.timestamp(_timestamp(timestamp))
     else:
         sp = Startpoint.oldest() if oldest else Startpoint.upcoming()
-    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
-    _check_writable(opts)
+    opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
+    check_writable(opts)
     from ..transport import open_transport
 
     with open_transport(**opts) as t:
@@ -229,7 +229,7 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
     opts = resolve_transport(bootstrap_servers, data_dir)
     from ..transport import open_transport
 
-    with _reading_local_log(opts), open_transport(**opts) as t:
+    with reading_local_log(opts), open_transport(**opts) as t:
         found = list_startpoints(job, transport=t)
     if as_json:
         click.echo(json.dumps([{"stream": k.topic, "partition": k.partition, "task": k.task,
@@ -238,7 +238,7 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
                                for k, sp in sorted(found.items())], indent=1))
         return
     if not found:
-        click.echo(f"no startpoints for job {job!r} on {_where(opts)}")
+        click.echo(f"no startpoints for job {job!r} on {log_named(opts)}")
         return
     for k, sp in sorted(found.items()):
         run = "" if sp.run is None else f" (given to run {sp.run})"
@@ -260,11 +260,11 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
 
     if partition is not None and stream is None:
         raise click.UsageError("--partition goes with --stream")
-    opts = _absolute(resolve_transport(bootstrap_servers, data_dir))
-    _check_writable(opts)
+    opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
+    check_writable(opts)
     from ..transport import open_transport
 
     with open_transport(**opts) as t:
         gone = clear_startpoints(job, stream, partition, transport=t)
-    click.echo(f"cleared {_n(len(gone), 'startpoint')} of job {job!r}"
+    click.echo(f"cleared {n_of(len(gone), 'startpoint')} of job {job!r}"
                + "".join(f"\n  {k.describe()}" for k in sorted(gone)))
