@@ -32,85 +32,19 @@ reference, by example.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import msgpack
-
-from .errors import ConfigError, UserFunctionError
+from .errors import ConfigError
 from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
+from .values import FORMATS, State, _format, _key_format
 
 __all__ = ["Pipeline", "Stream", "State", "Table", "GUARANTEES", "FORMATS"]
 
 GUARANTEES = ("exactly-once", "at-least-once")
-
-# Record formats for the edges of a pipeline: user topics hold bytes.
-FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
-    "bytes": (lambda v: v, lambda b: b),
-    "utf8": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
-    "json": (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads),
-    "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True),
-                lambda b: msgpack.unpackb(b, raw=False)),
-}
-
-
-def _format(name: str, what: str) -> str:
-    if name not in FORMATS:
-        raise ConfigError(f"{what}: unknown format {name!r}; use one of {', '.join(FORMATS)}")
-    return name
-
-
-def _key_format(name: str | None, what: str) -> str | None:
-    """No key format (None): an unkeyed stream."""
-    return None if name is None else _format(name, what)
-
-
-class State:
-    """Keyed state seen by a stateful step: the values of the current record's key.
-
-    Values are stored as msgpack, so they may be None, bool, numbers, str, bytes, lists
-    and dicts of those (a tuple comes back as a list). A record without a key (a keyed
-    source's record whose key is null) has no state: touching it raises
-    ``UserFunctionError``, where it would otherwise share one state with every other
-    keyless record.
-    """
-
-    __slots__ = ("_get", "_put", "_delete", "_prefix")
-
-    def __init__(self, get: Callable[[bytes], bytes | None], put: Callable[[bytes, bytes], None],
-                 delete: Callable[[bytes], None]) -> None:
-        self._get, self._put, self._delete = get, put, delete
-        # The current record's encoded key, set by the runtime's chain before each call.
-        # An encoded key is never empty (msgpack), so b"" means the record has no key.
-        self._prefix = b""
-
-    def _key(self, name: str) -> bytes:
-        prefix = self._prefix
-        if not prefix:
-            raise UserFunctionError(
-                "this record has no key, and a stateful step keeps its state per key (keyless "
-                "records would all share one state): key_by(...) before the stateful step, or "
-                "give every record of the source topic a key")
-        return prefix + name.encode("utf-8")
-
-    def get(self, name: str, default: Any = None) -> Any:
-        raw = self._get(self._key(name))
-        return default if raw is None else _unpackb(raw, raw=False)
-
-    def set(self, name: str, value: Any) -> None:
-        self._put(self._key(name), _pack(value))
-
-    def delete(self, name: str) -> None:
-        self._delete(self._key(name))
-
-
-# Bound once: msgpack.packb builds a Packer per call, a cost paid per state write.
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_unpackb = msgpack.unpackb
 
 
 @dataclass(frozen=True)
