@@ -47,7 +47,7 @@ from .joblog.control import (
     LeaseRequest,
     jobs_with_sink,
 )
-from .joblog.startpoints import fan_out_startpoints
+from .joblog.startpoints import fan_out_sources
 from .kafka_settings import merge
 from .limits import check
 from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient
@@ -620,22 +620,19 @@ def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
              write: bool = True) -> dict[int, dict[int, Any]]:
     """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
     one must name a resolver the source has, before any task starts."""
-    found: dict[int, dict[int, Any]] = {}
-    for src in plan.source_stages:
-        readers = {p: t.task_id for t in plan.tasks if t.stage == src.index
-                   for p in t.partitions}
-        of_source = fan_out_startpoints(transport, plan.name, src.input_topic, readers, run,
-                                        write=write)
+    readers = {src.input_topic: {p: t.task_id for t in plan.tasks if t.stage == src.index
+                                 for p in t.partitions} for src in plan.source_stages}
+    found = fan_out_sources(transport, plan.name, readers, run, write=write)
+    for task, by_part in found.items():   # task ids are the job's: each reads one source
+        src = plan.stage_of(task)
         resolvers = src.source.startpoint_resolvers if src.source is not None else {}
-        for by_part in of_source.values():
-            for p, sp in by_part.items():
-                if sp.kind == "custom" and sp.resolver not in resolvers:
-                    raise ConfigError(
-                        f"the custom startpoint of {src.input_topic}[{p}] names resolver "
-                        f"{sp.resolver!r}, which source {src.input_topic!r} does not have (it "
-                        f"has: {', '.join(resolvers) or 'none'}): pass it in source(..., "
-                        f"startpoint_resolvers=...) or clear the startpoint")
-        found.update(of_source)   # task ids are the job's: each reads one source
+        for p, sp in by_part.items():
+            if sp.kind == "custom" and sp.resolver not in resolvers:
+                raise ConfigError(
+                    f"the custom startpoint of {src.input_topic}[{p}] names resolver "
+                    f"{sp.resolver!r}, which source {src.input_topic!r} does not have (it "
+                    f"has: {', '.join(resolvers) or 'none'}): pass it in source(..., "
+                    f"startpoint_resolvers=...) or clear the startpoint")
     return found
 
 

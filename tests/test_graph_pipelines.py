@@ -207,3 +207,63 @@ def test_two_sources_are_exact_under_a_crash(point, task, hit, tmp_path):
 def test_two_sources_on_kafka(tmp_path, kafka_bootstrap):
     run_two_sources(tmp_path, {"bootstrap_servers": kafka_bootstrap}, fault=[
         {"point": "task.checkpoint.before_commit", "task": 5, "hit": 2, "attempt": 0}])
+
+
+TWO_SOURCES_FILE = '''
+from eos_runtime import Pipeline
+
+pipeline = Pipeline("two", parallelism=1)
+
+
+def count(word, state):
+    n = state.get("n", 0) + 1
+    state.set("n", n)
+    return str(n)
+
+
+eu = pipeline.source("eu")
+us = pipeline.source("us")
+us.map(str.upper).sink("us-upper")
+eu.merge(us).flat_map(str.split).key_by(lambda w: w).map(count, stateful=True).sink(
+    "counts", key="utf8")
+'''
+
+
+def test_an_operators_tools_cover_every_source_of_a_graph(tmp_path):
+    """Startpoints, the checkpoint tool, eos jobs and eos reset on a job of two sources."""
+    import json
+
+    from test_cli import error_line, ok
+
+    (tmp_path / "two.py").write_text(TWO_SOURCES_FILE)
+    d = ("--data-dir", str(tmp_path / "data"))
+    (tmp_path / "eu.txt").write_text("a b\nb\n")
+    (tmp_path / "us.txt").write_text("x\ny a\nz\n")
+    ok("produce", "eu", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
+    ok("produce", "us", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
+    ok("run", str(tmp_path / "two.py"), *d, cwd=tmp_path)
+    show = ok("checkpoint", "show", "two", *d).stdout
+    assert "streams.eu.partitions.0=2" in show and "streams.us.partitions.0=3" in show
+    info = json.loads(ok("jobs", "--json", *d).stdout)
+    [job] = [j for j in info if j["job"] == "two"]
+    assert job["sources"] == ["eu", "us"] and sorted(job["sinks"]) == ["counts", "us-upper"]
+    # a Startpoint on the second source: its partition is read again from offset 1
+    assert error_line(eos_of("startpoint", "set", "two", "nope", "0", "--offset", "0", *d)) \
+        .startswith("error: job 'two' reads 'eu' and 'us', not 'nope'")
+    ok("startpoint", "set", "two", "us", "0", "--offset", "1", *d)
+    ok("run", str(tmp_path / "two.py"), *d, cwd=tmp_path)
+    upper = ok("consume", "us-upper", "--job", "two", *d).stdout.split()
+    assert upper == ["X", "Y", "A", "Z", "Y", "A", "Z"]
+    counts = [line.split() for line in ok("consume", "counts", "--job", "two", *d).stdout
+              .splitlines()]
+    assert [v for k, v in counts if k == "a"] == ["1", "2", "3"]   # y a read again: a 3rd a
+    ok("reset", "two", "--yes", *d)
+    topics = ok("topics", *d).stdout
+    assert "two.shuffle-2" not in topics and "two.changelog" not in topics
+    assert all(t in topics for t in ("eu ", "us ", "counts", "us-upper"))
+
+
+def eos_of(*args):
+    from test_cli import eos
+
+    return eos(*args)

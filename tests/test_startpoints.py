@@ -321,7 +321,7 @@ def test_a_startpoint_no_task_reads_stops_the_run_before_it_is_recorded(tmp_path
     p = Pipeline("fresh")
     p.source("words").map(str.upper).sink("out")
     with pytest.raises(ConfigError, match=r"job 'fresh' has Startpoints for other\[1\], which no "
-                                          r"task of this run reads \(its source is 'words'\): "
+                                          r"task of this run reads \(it reads 'words'\): "
                                           r"clear them with `eos startpoint clear fresh`"):
         run_pipeline(p, state_dir=str(tmp_path / "state"), **opts)
     with open_transport(**opts) as t:

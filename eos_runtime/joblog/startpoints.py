@@ -48,6 +48,7 @@ from .control import ControlLog, layout_sources, layout_stages
 
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
            "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",
+           "fan_out_sources",
            "check_source_partition", "delete_applied", "resolve_startpoint"]
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming", "custom")
@@ -332,38 +333,50 @@ def clear_startpoints(job: str, topic: str | None = None, partition: int | None 
 def fan_out_startpoints(transport: Transport, job: str, topic: str,
                         readers: Mapping[int, int], run: int, *,
                         write: bool = True) -> dict[int, dict[int, Startpoint]]:
+    """``fan_out_sources`` for a job of one source."""
+    return fan_out_sources(transport, job, {topic: readers}, run, write=write)
+
+
+def fan_out_sources(transport: Transport, job: str, readers: Mapping[str, Mapping[int, int]],
+                    run: int, *, write: bool = True) -> dict[int, dict[int, Startpoint]]:
     """At run ``run``'s start (the driver holds the lease): per source task, the Startpoint
     of each partition it reads (P1a), tagged with the run that first carries it; the
-    metadata store then holds them under task keys only. Partition keys of partitions no
-    task reads are refused. ``write=False`` only checks (before the run is recorded)."""
+    metadata store then holds them under task keys only. ``readers``: per source topic,
+    the task reading each partition. Keys of topics or partitions no task reads are
+    refused. ``write=False`` only checks (before the run is recorded)."""
     store = MetadataStore(transport, job)
     found = store.startpoints()
     if not found:
         return {}
-    part_keys = {k.partition: sp for k, sp in found.items()
-                 if k.task is None and k.topic == topic}
-    task_keys = {(k.task, k.partition): sp for k, sp in found.items()
-                 if k.task is not None and k.topic == topic}
-    others = sorted(k.describe() for k in found if k.topic != topic)
-    chosen, unread = fan_out(part_keys, task_keys, readers)
+    others = sorted(k.describe() for k in found if k.topic not in readers)
+    chosen_by_topic = {}
+    unread: list[str] = []
+    for topic, of_topic in readers.items():
+        part_keys = {k.partition: sp for k, sp in found.items()
+                     if k.task is None and k.topic == topic}
+        task_keys = {(k.task, k.partition): sp for k, sp in found.items()
+                     if k.task is not None and k.topic == topic}
+        chosen, missed = fan_out(part_keys, task_keys, of_topic)
+        chosen_by_topic[topic] = (chosen, part_keys)
+        unread += [f"{topic}[{p}]" for p in missed]
     if others or unread:
-        bad = others + [f"{topic}[{p}]" for p in unread]
-        raise ConfigError(f"job {job!r} has Startpoints for {', '.join(bad)}, which no task of "
-                          f"this run reads (its source is {topic!r}): clear them with `eos "
+        named = " and ".join(repr(t) for t in readers)
+        raise ConfigError(f"job {job!r} has Startpoints for {', '.join(others + unread)}, which "
+                          f"no task of this run reads (it reads {named}): clear them with `eos "
                           f"startpoint clear {job}`")
     out: dict[int, dict[int, Startpoint]] = {}
     puts: dict[StartpointKey, Startpoint] = {}
-    if not write:
+    gone: list[StartpointKey] = []
+    for topic, (chosen, part_keys) in chosen_by_topic.items():
         for (task, partition), sp in chosen.items():
-            out.setdefault(task, {})[partition] = sp
-        return out
-    for (task, partition), sp in chosen.items():
-        tagged = sp if sp.run is not None else replace(sp, run=run)
-        out.setdefault(task, {})[partition] = tagged
-        key = StartpointKey(topic, partition, task)
-        if found.get(key) != tagged:
-            puts[key] = tagged
-    store.write(puts, [StartpointKey(topic, p) for p in part_keys])
+            tagged = sp if sp.run is not None or not write else replace(sp, run=run)
+            out.setdefault(task, {})[partition] = tagged
+            key = StartpointKey(topic, partition, task)
+            if found.get(key) != tagged:
+                puts[key] = tagged
+        gone += [StartpointKey(topic, p) for p in part_keys]
+    if write:
+        store.write(puts, gone)
     return out
 
 
