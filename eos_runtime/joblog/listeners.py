@@ -128,7 +128,9 @@ class DeleteConsumedInput:
             return
         self._next = now + self.every
         plan, t = self.context.plan, self.context.transport
-        sources = list(plan.source_topics)
+        # A table's topic is its rows' home (often compacted, read by others): never cut.
+        sources = [st.input_topic for st in plan.source_stages
+                   if st.source is None or not st.source.table]
         channels = list(plan.channel_topics)
         own_store = [line for line in _layout_lines(plan) if line.startswith("checkpoints ")]
         others = {sp: _other_readers(t, plan.name, sp)
