@@ -236,3 +236,20 @@ def test_a_lookup_is_exact_under_a_crash_at_every_point(point, task, hit, attemp
         faults.insert(0, {"point": "task.mid_version", "task": task, "hit": 1, "attempt": 0})
     summary = run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, fault=faults)
     assert summary.tasks[task]["attempt"] == attempt + 1, "the crash point did not fire"
+
+
+def test_the_retention_helper_never_cuts_a_tables_topic(tmp_path):
+    """The helper cuts consumed source input; a table's records are its rows, kept."""
+    from eos_runtime.joblog.listeners import DeleteConsumedInput, ListenerContext
+    from eos_runtime.plan import plan_job
+
+    p = clickstream()
+    with open_transport(data_dir=str(tmp_path)) as t:
+        _produce(t, "r", [{"id": i, "user": "u1"} for i in range(4)])
+        p.rename("clickstream", sources={"users": "users-r", "clicks": "clicks-r"})
+        plan = plan_job(p, t)
+        helper = DeleteConsumedInput(every=0)
+        for task, offsets in ((0, {("users-r", 0): 5}), (2, {("clicks-r", 0): 2})):
+            helper.open(ListenerContext(plan.name, task, plan, t))
+            helper.on_checkpoint(task, offsets)
+        assert helper.cuts == [("clicks-r", 0, 2)]
