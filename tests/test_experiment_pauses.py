@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from eos_runtime.experiments.run import resume
+from eos_runtime.experiments.injector import resume
 
 CHILD = ("import os, signal, sys\n"
          "sys.stdin.readline()\n"                      # noted; not yet stopped

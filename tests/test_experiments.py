@@ -249,7 +249,7 @@ def test_eos_experiment_runs_a_user_pipeline_file(tmp_path, monkeypatch):
 
 def test_unknown_workloads_and_incomplete_files_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="unknown workload 'wordcont': use one of chained, "
-                                          "deadletters, pageviews, wordcount"):
+                                          "clickstream, deadletters, pageviews, wordcount"):
         load_workload("wordcont")
     path = tmp_path / "half.py"
     path.write_text(USER_FILE.split("def generate")[0])
@@ -303,7 +303,7 @@ def test_a_zombie_splits_into_a_dead_parent_and_a_stopped_child_that_goes_on(tmp
     import signal
     import time
 
-    from eos_runtime.experiments.run import _alive
+    from eos_runtime.experiments.injector import alive
 
     proc, log = probe(tmp_path, "zombie")
     assert proc.wait(timeout=30) == -signal.SIGKILL     # the parent, as the engine sees it
@@ -312,7 +312,7 @@ def test_a_zombie_splits_into_a_dead_parent_and_a_stopped_child_that_goes_on(tmp
         time.sleep(0.02)
     split = json.loads(log.read_text().splitlines()[0])
     zombie = split["pid"]
-    assert split["action"] == "zombie" and zombie != proc.pid and _alive(zombie)
+    assert split["action"] == "zombie" and zombie != proc.pid and alive(zombie)
 
     def state() -> str:
         with open(f"/proc/{zombie}/stat") as f:
@@ -322,7 +322,7 @@ def test_a_zombie_splits_into_a_dead_parent_and_a_stopped_child_that_goes_on(tmp
         time.sleep(0.02)
     assert state() == "T"
     os.kill(zombie, signal.SIGCONT)
-    while _alive(zombie) and time.monotonic() < deadline:
+    while alive(zombie) and time.monotonic() < deadline:
         time.sleep(0.02)
     notes = [json.loads(line) for line in log.read_text().splitlines()]
     assert [n["action"] for n in notes] == ["zombie", "zombie-end"]   # it went on to its end
@@ -332,7 +332,7 @@ def test_a_zombie_splits_into_a_dead_parent_and_a_stopped_child_that_goes_on(tmp
 # --------------------------------------------------------------------------- schedules
 
 def roles_of(name="wordcount"):
-    from eos_runtime.experiments.run import task_roles
+    from eos_runtime.experiments.setup import task_roles
 
     return task_roles(BUILTIN[name], "exactly-once")
 
@@ -724,7 +724,7 @@ def test_durations_and_the_soak_s_fault_count():
 
 
 def test_broker_outages_take_turns_with_the_broker_up_between_them():
-    from eos_runtime.experiments.run import BROKER_REST, broker_may_stop
+    from eos_runtime.experiments.injector import BROKER_REST, broker_may_stop
 
     assert not broker_may_stop(9.9, 10.0, False, None)            # not due yet
     assert broker_may_stop(10.0, 10.0, False, None)
@@ -738,7 +738,7 @@ def test_no_outage_starts_once_the_run_is_over(tmp_path):
     after it (seen in a soak: an outage 3 s after the stop, tested nothing, cost 20 s)."""
     import os
 
-    from eos_runtime.experiments.run import Injector
+    from eos_runtime.experiments.injector import Injector
     from eos_runtime.experiments.schedule import parse_schedule
 
     (tmp_path / "task-0.pid").write_text(f"{os.getpid()} 0\n")
@@ -753,7 +753,8 @@ def test_no_outage_starts_once_the_run_is_over(tmp_path):
 def test_a_soak_feeds_then_drains_then_stops():
     """The soak's steps: feed for the duration; then wait until the sources committed
     every record that arrived (not one fewer), or give up waiting after DRAIN_LIMIT."""
-    from eos_runtime.experiments.run import DRAIN_LIMIT, soak_phase
+    from eos_runtime.experiments.setup import DRAIN_LIMIT
+    from eos_runtime.experiments.soak import soak_phase
 
     assert soak_phase(10.0, 30.0, 500, 500, None) == "feed"       # caught up, still feeding
     assert soak_phase(30.0, 30.0, 3000, 2999, 30.0) == "drain"
@@ -764,7 +765,7 @@ def test_a_soak_feeds_then_drains_then_stops():
 
 def test_the_soak_s_oracle_input_is_what_the_source_holds(tmp_path):
     from eos_runtime.errors import EosError
-    from eos_runtime.experiments.run import source_inputs
+    from eos_runtime.experiments.soak import source_inputs
 
     values = ["a b", "c", "a b", "d"]
     payloads = [v.encode() for v in values]
@@ -1094,14 +1095,14 @@ def test_clock_steps_go_to_the_tasks_as_the_runtime_s_clock_action(tmp_path, mon
     """The interface the runtime's clock hook takes: {"point", "task", "attempt", "hit",
     "action": "clock", "step"}; until a build has the hook, the kind is refused."""
     from eos_runtime import faults
-    from eos_runtime.experiments.run import _fault_dicts
     from eos_runtime.experiments.schedule import check_kinds, check_schedule, parse_schedule
+    from eos_runtime.experiments.setup import fault_dicts
 
     s = parse_schedule({"fault": [
         {"kind": "clock", "task": 3, "attempt": 1, "point": "task.checkpoint.before_commit",
          "hit": 2, "step": 900.5},
         {"kind": "append", "task": 0, "records": 5}]})
-    got = _fault_dicts(s, tmp_path / "log", 0.0)
+    got = fault_dicts(s, tmp_path / "log", 0.0)
     assert got == [
         {"point": "task.checkpoint.before_commit", "task": 3, "attempt": 1, "hit": 2,
          "action": "clock", "step": 900.5, "log": str(tmp_path / "log")},

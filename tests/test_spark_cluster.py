@@ -117,7 +117,7 @@ def _payloads(n: int, **cfg) -> list[bytes]:
     return [json.dumps({"n": n, **cfg}).encode() for _ in range(n)]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -159,7 +159,7 @@ def test_a_sigkilled_python_worker_is_retried_by_the_cluster(cluster: Standalone
     assert sorted(p.name for p in tmp_path.glob("started-*")) == [
         "started-0-0", "started-1-0", "started-1-1", "started-2-0"]
     killed = int((tmp_path / "started-1-0").read_text())
-    assert results[1]["pid"] != killed and not _alive(killed)  # a fresh worker process
+    assert results[1]["pid"] != killed and not alive(killed)  # a fresh worker process
     for i in (0, 2):                                           # peers kept their worker
         assert results[i]["pid"] == int((tmp_path / f"started-{i}-0").read_text())
     status = job.status()

@@ -112,7 +112,7 @@ def _payloads(n: int, **cfg) -> list[bytes]:
     return [json.dumps({"n": n, **cfg}).encode() for _ in range(n)]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -149,7 +149,7 @@ def test_sigkilled_worker_is_retried_on_a_fresh_worker(tmp_path: Path) -> None:
     assert [r["index"] for r in results] == [0, 1, 2]
     assert [r["attempt"] for r in results] == [0, 1, 0]        # only the victim restarted
     killed = int((tmp_path / "started-1-0").read_text())
-    assert results[1]["pid"] != killed and not _alive(killed)  # a new worker process
+    assert results[1]["pid"] != killed and not alive(killed)  # a new worker process
     for i in (0, 2):                                           # peers kept their worker
         assert results[i]["pid"] == int((tmp_path / f"started-{i}-0").read_text())
         assert not (tmp_path / f"started-{i}-1").exists()
@@ -239,7 +239,7 @@ def test_cancel_kills_the_tasks(tmp_path: Path) -> None:
     with pytest.raises(JobCancelled):
         job.result()
     assert job.status().state == "cancelled"
-    assert not any(_alive(p) for p in pids)                      # no zombie task left
+    assert not any(alive(p) for p in pids)                      # no zombie task left
 
 
 CTRL_C_CHILD = """
@@ -273,4 +273,4 @@ def test_ctrl_c_cancels_the_job(tmp_path: Path) -> None:
             child.kill()
     assert child.returncode == 130, err[-3000:]
     assert out.split() == ["interrupted", "after"]
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)

@@ -184,8 +184,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     prints the command that replays it.
     """
     from ..experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
-    from ..experiments.run import Settings, run_experiment, task_roles
+    from ..experiments.run import run_experiment
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
+    from ..experiments.setup import Settings, task_roles
     from ..experiments.workloads import load_workload
     from .options import stdout_to_stderr
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from ..errors import EosError
 from ..transport import open_transport
-from .run import Injector, Settings, _fault_dicts, max_attempts_for, task_roles
+from .injector import Injector
 from .schedule import Schedule
+from .setup import Settings, fault_dicts, max_attempts_for, task_roles
 from .verify import Verdict, verify_output
 from .workloads import sink_formats
 
@@ -51,7 +52,7 @@ def run_then(settings: Settings, job: str, source: str, values: list[Any], sched
                          commit_interval=settings.commit_interval,
                          poll_records=settings.poll_records, state_dir=str(state),
                          max_attempts=max_attempts_for(schedule), bounded=True,
-                         fault=_fault_dicts(schedule, log, wall0), **opts)
+                         fault=fault_dicts(schedule, log, wall0), **opts)
     try:
         while not run.wait(0.05):
             injector.tick()

@@ -39,20 +39,19 @@ from typing import Any
 
 from ..errors import ConfigError, EosError
 from ..transport import TopicPartition, TopicSpec, open_transport
-from .run import (
-    SAMPLE_EVERY,
-    Injector,
-    RunResult,
-    Settings,
-    _fault_dicts,
-    _recovery,
-    max_attempts_for,
-    new_job,
-    resume,
-    task_roles,
-)
+from .injector import Injector, resume
 from .scenario import InputModel
 from .schedule import BETWEEN_RUNS, Fault, Schedule, TaskRole
+from .setup import (
+    SAMPLE_EVERY,
+    RunResult,
+    Settings,
+    fault_dicts,
+    max_attempts_for,
+    new_job,
+    recovery_times,
+    task_roles,
+)
 from .verify import Verdict, check_dead_letters, merge, verify_output
 from .workloads import sink_formats
 
@@ -187,7 +186,7 @@ def run_scenario(settings: Settings, seed: int, schedule: Schedule, *,
                    values, payloads, on_progress)
     scene.go(sizes)
     attempts = sorted(scene.attempts, key=lambda a: (a["run"], a["task"], a["attempt"]))
-    _recovery(scene.faults, attempts, scene.timeline)
+    recovery_times(scene.faults, attempts, scene.timeline)
     result = RunResult(seed, job, settings.guarantee, settings.transport_name, schedule,
                        scene.faults, attempts, scene.timeline, scene.tasks, scene.verdict,
                        scene.error, scene.now(), settings.replay(seed),
@@ -383,7 +382,7 @@ class _Scene:
                              commit_interval=self.s.commit_interval,
                              poll_records=self.s.poll_records, state_dir=str(self.state),
                              max_attempts=max_attempts_for(mine), bounded=True,
-                             fault=_fault_dicts(mine, log, self.wall0),
+                             fault=fault_dicts(mine, log, self.wall0),
                              **extra)
         ctx["run"] = run
         info["job_run"] = run.run

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .run import RunResult
+from .setup import RunResult
 
 __all__ = ["write_run", "write_summary", "table_lines", "verdict_word", "REPORT_MARKER"]
 
