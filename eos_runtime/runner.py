@@ -12,14 +12,12 @@ Each run of a job continues from the last one's checkpoints (``protocol/runs.py`
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import cloudpickle
@@ -33,29 +31,33 @@ from .errors import (
     EosError,
     JobRunning,
     OutageBudgetExceeded,
-    PipelineFileError,
     TaskFailed,
-    TopicNotFound,
     TransportError,
 )
-from .joblog.changelog import last_commit
-from .joblog.checkpoints import checkpoint_topic
 from .joblog.control import (
     DEFAULT_LEASE_TIMEOUT,
     ControlLog,
     LeaseKeeper,
     LeaseRequest,
-    jobs_with_sink,
 )
-from .joblog.startpoints import fan_out_sources
 from .kafka_settings import merge
 from .limits import check
 from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient
+from .pipeline_file import load_pipeline
 from .plan import JobPlan, describe_plan, plan_job
+from .run_start import (
+    check_topics,
+    create_job_topics,
+    fan_out,
+    run_begin,
+    run_start_ends,
+    source_positions,
+    task_configs,
+)
 from .runtime.progress import read_task_progress
-from .runtime.source import check_fallback, position_store, start_positions
-from .runtime.task import TaskConfig, run_task_payload
-from .transport import TopicPartition, TopicSpec, Transport, open_transport
+from .runtime.source import check_fallback
+from .runtime.task import run_task_payload
+from .transport import TopicPartition, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
            "run_pipeline", "start_pipeline", "task_configs", "watch_run", "STAGE_COUNTERS"]
@@ -121,66 +123,6 @@ class RunSummary:
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds, "stages": self.stages,
                 "plan": self.plan, "tasks": self.tasks}
-
-
-def load_pipeline(path: str | Path) -> Pipeline:
-    """Run a pipeline file and return the ``Pipeline`` it defines (``pipeline`` or the only one)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"pipeline file {str(path)!r} does not exist")
-    try:
-        namespace = runpy.run_path(str(path), run_name="eos_pipeline")
-    except SyntaxError as exc:
-        # The file (or a module it imports) does not compile: where the compiler stopped.
-        where = exc.filename or str(path)
-        line = exc.lineno
-        via = ""
-        if _same_file_key(Path(where)) != _same_file_key(path):
-            at = _line_in(path, exc.__traceback__)
-            via = f" (imported by {path}{f', line {at}' if at else ''})"
-        raise PipelineFileError(f"{where}{f', line {line}' if line else ''}: "
-                                f"{type(exc).__name__}: {exc.msg}{via}",
-                                path=str(where), line=line) from exc
-    except Exception as exc:
-        line = _line_in(path, exc.__traceback__)
-        raise PipelineFileError(f"{path}{f', line {line}' if line else ''}: {_one_line(exc)} "
-                                f"(raised while loading the pipeline file)",
-                                path=str(path), line=line) from exc
-    found = {name: v for name, v in namespace.items() if isinstance(v, Pipeline)}
-    chosen = namespace.get("pipeline")
-    if isinstance(chosen, Pipeline):
-        return chosen
-    if len(found) == 1:
-        return next(iter(found.values()))
-    if not found:
-        raise ConfigError(f'{path} defines no Pipeline object: make one, e.g. pipeline = '
-                          f'Pipeline("my-job")')
-    raise ConfigError(f"{path} defines {len(found)} Pipeline objects ({', '.join(found)}); "
-                      f"name the one to run `pipeline`")
-
-
-def _line_in(path: Path, tb: TracebackType | None) -> int | None:
-    """The line of ``path`` the traceback last passed through: the user's own line, even
-    when the exception came from a library their file called."""
-    target = _same_file_key(path)
-    line = None
-    while tb is not None:
-        if _same_file_key(Path(tb.tb_frame.f_code.co_filename)) == target:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def _same_file_key(path: Path) -> str:
-    try:
-        return str(path.resolve())
-    except OSError:
-        return str(path)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_writable_dir(path: str | Path, what: str, option: str) -> None:
@@ -332,7 +274,7 @@ class PipelineRun:
         if now >= self._committed_next:
             self._committed_next = now + self._committed_every
             try:
-                self._committed = _source_positions(self.t, self.plan)
+                self._committed = source_positions(self.t, self.plan)
             except EosError:
                 pass   # the next look
         committed = sum(max(self._committed.get(tp, b) - b, 0) for tp, b in self.begin.items())
@@ -400,7 +342,7 @@ class PipelineRun:
         while True:
             began = time.monotonic()
             try:
-                end = _source_positions(self.t, self.plan)   # the partitions of ``begin``
+                end = source_positions(self.t, self.plan)   # the partitions of ``begin``
                 break
             except TransportError as exc:
                 self._outage(exc, since=began)
@@ -493,7 +435,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
-        check_fallback(transport, plan, state_dir, _fan_out(transport, plan, -1, write=False))
+        check_fallback(transport, plan, state_dir, fan_out(transport, plan, -1, write=False))
         lease = LeaseRequest(lease_timeout, take_over)
         info = ControlLog(transport, plan.name).start_run(plan, bounded=bounded, lease=lease)
         keeper = LeaseKeeper(transport_opts, plan.name, info.start.run, lease)
@@ -502,7 +444,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         raise
     try:
         create_job_topics(transport, plan)
-        startpoints = _fan_out(transport, plan, info.start.run)
+        startpoints = fan_out(transport, plan, info.start.run)
         ends0 = run_start_ends(transport, plan)   # before any task reads: P5
         begin = run_begin(transport, plan, info.start.run, state_dir, startpoints, ends0)
         configs = task_configs(plan, transport, transport_opts, state_dir, bounded=bounded,
@@ -614,162 +556,3 @@ def watch_run(run: PipelineRun, *,
     finally:
         give_back()
         run.close()
-
-
-def _fan_out(transport: Transport, plan: JobPlan, run: int, *,
-             write: bool = True) -> dict[int, dict[int, Any]]:
-    """The job's Startpoints for this run, per source task (``joblog/startpoints.py``); a custom
-    one must name a resolver the source has, before any task starts."""
-    readers = {src.input_topic: {p: t.task_id for t in plan.tasks if t.stage == src.index
-                                 for p in t.partitions} for src in plan.source_stages}
-    found = fan_out_sources(transport, plan.name, readers, run, write=write)
-    for task, by_part in found.items():   # task ids are the job's: each reads one source
-        src = plan.stage_of(task)
-        resolvers = src.source.startpoint_resolvers if src.source is not None else {}
-        for p, sp in by_part.items():
-            if sp.kind == "custom" and sp.resolver not in resolvers:
-                raise ConfigError(
-                    f"the custom startpoint of {src.input_topic}[{p}] names resolver "
-                    f"{sp.resolver!r}, which source {src.input_topic!r} does not have (it "
-                    f"has: {', '.join(resolvers) or 'none'}): pass it in source(..., "
-                    f"startpoint_resolvers=...) or clear the startpoint")
-    return found
-
-
-def _source_positions(transport: Transport, plan: JobPlan) -> dict[TopicPartition, int]:
-    """Where each source partition's last committed checkpoint resumes (low watermark if
-    none)."""
-    out: dict[TopicPartition, int] = {}
-    for t in plan.tasks:
-        if plan.stages[t.stage].is_source:
-            out.update(_committed_or_low(transport, plan, t.task_id,
-                                         _last_commit(transport, plan, t.task_id)))
-    return out
-
-
-def _committed_or_low(transport: Transport, plan: JobPlan, task: int,
-                      commit: Any) -> dict[TopicPartition, int]:
-    topic, parts = plan.stage_of(task).input_topic, plan.tasks[task].partitions
-    committed = {(i.topic, i.partition): i.offset for i in commit.inputs} if commit else {}
-    return {TopicPartition(topic, p): committed.get((topic, p),
-                                                    transport.watermarks(
-                                                        TopicPartition(topic, p))[0])
-            for p in parts}
-
-
-def _last_commit(transport: Transport, plan: JobPlan, task: int) -> Any:
-    try:
-        return last_commit(transport, TopicPartition(plan.changelog_topic, task))
-    except TopicNotFound:
-        return None
-
-
-def run_begin(transport: Transport, plan: JobPlan, run: int, state_dir: str,
-              startpoints: dict[int, dict[int, Any]], ends: dict[str, dict[int, int]],
-              ) -> dict[TopicPartition, int]:
-    """Where each source partition starts in run ``run``: the tasks' own rule
-    (``start_positions``: Startpoints, reset, checkpoint, default, the run's ends), so the
-    summary counts the input from there. A custom Startpoint's resolver runs in its task,
-    so its partition counts from the checkpoint; a position its task will refuse counts
-    from there too (the run fails, naming it)."""
-    out: dict[TopicPartition, int] = {}
-    store = position_store(transport, plan, state_dir, create=False)
-    try:
-        for t in plan.tasks:
-            stage = plan.stages[t.stage]
-            if not stage.is_source:
-                continue
-            kept = None
-            if store is not None:
-                store.register(t.task_id)
-                cp = store.read_last_checkpoint(t.task_id)
-                kept = ({p: off for (topic, p), off in cp.offsets.items()
-                         if topic == stage.input_topic} if cp is not None else {})
-            given = {p: sp for p, sp in startpoints.get(t.task_id, {}).items()
-                     if sp.kind != "custom"}
-            commit = _last_commit(transport, plan, t.task_id)   # read once per task
-            try:
-                starts = start_positions(transport, stage, t.partitions, commit, run, given,
-                                         kept, job=plan.name,
-                                         run_start_ends=ends.get(stage.input_topic, {}))
-            except EosError:
-                out.update(_committed_or_low(transport, plan, t.task_id, commit))
-                continue
-            for p, (offset, _) in starts.items():
-                out[TopicPartition(stage.input_topic, p)] = offset
-    finally:
-        if store is not None:
-            store.stop()
-    return out
-
-
-def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, Any],
-                 state_dir: str, *, bounded: bool = True,
-                 startpoints: dict[int, dict[int, Any]] | None = None,
-                 ends: dict[str, dict[int, int]] | None = None, **options: Any) -> list:
-    """One ``TaskConfig`` per task. Sources get the end offsets the run started with
-    (``ends``, or now), the same in every attempt of the run: where ``upcoming`` starts
-    (P5) and, in a bounded run, where the input ends."""
-    if ends is None:
-        ends = run_start_ends(transport, plan)
-    found = startpoints or {}
-    configs = []
-    for t in plan.tasks:
-        stage = plan.stages[t.stage]
-        own = ({p: ends[stage.input_topic][p] for p in t.partitions} if stage.is_source
-               else {})
-        configs.append(TaskConfig(plan=plan, task_id=t.task_id, transport=transport_opts,
-                                  state_dir=state_dir, bounded=bounded,
-                                  startpoints=dict(found.get(t.task_id, {})),
-                                  end_offsets=dict(own) if bounded else {},
-                                  run_start_ends=own, **options))
-    return configs
-
-
-def run_start_ends(transport: Transport, plan: JobPlan) -> dict[str, dict[int, int]]:
-    """Per source topic and partition, its end offset now (read_committed: the last stable
-    offset)."""
-    return {src.input_topic: {p: transport.watermarks(TopicPartition(src.input_topic, p))[1]
-                              for p in range(src.input_partitions)}
-            for src in plan.source_stages}
-
-
-def create_job_topics(transport: Transport, plan: JobPlan) -> None:
-    specs = plan.topics_to_create()
-    if plan.checkpoints == "kafka":   # before the tasks, which would race to create it
-        specs.append(TopicSpec(checkpoint_topic(plan.name, plan.job_id), len(plan.tasks),
-                               compacted=True, keep_forever=True))
-    for sink in plan.sinks:
-        try:
-            transport.describe(sink.topic)
-        except TopicNotFound:
-            specs.append(TopicSpec(sink.topic, sink.partitions))
-    transport.create_topics(specs)
-
-
-def check_topics(transport: Transport, plan: JobPlan) -> None:
-    """Before a run is recorded: ``ConfigError`` for a sink that is the job's own source
-    (its output would be its input, for good), and, on a log without transactions (the
-    local log), for a source that is the sink of an exactly-once job: its uncommitted
-    output (of crashed or fenced attempts) lies in the topic beside the committed, and
-    only that job's commit records tell them apart, which a source does not read."""
-    for source in plan.source_topics:
-        if source in {o.topic for o in plan.sinks}:
-            raise ConfigError(f"sink {source!r} is the job's own source: its output would be "
-                              f"appended to its input for good; give the sink another topic "
-                              f"(eos run --sink TOPIC)")
-    if transport.supports_transactions:
-        return
-    for source in plan.source_topics:
-        _check_source_not_uncommitted(transport, plan, source)
-
-
-def _check_source_not_uncommitted(transport: Transport, plan: JobPlan, source: str) -> None:
-    for job in jobs_with_sink(transport, source):
-        if job != plan.name and ControlLog(transport, job).guarantee() == "exactly-once":
-            raise ConfigError(
-                f"source {source!r} is the sink of exactly-once job {job!r}, and the local "
-                f"log has no transactions: this job would read {job}'s uncommitted output "
-                f"too (of crashed attempts), which {job}'s committed readers never see; "
-                f"run both jobs on Kafka (--bootstrap-servers), whose read_committed "
-                f"consumers read only committed output")
