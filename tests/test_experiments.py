@@ -412,7 +412,8 @@ def test_a_schedule_is_checked_against_the_job_and_the_transport():
 
 @pytest.mark.parametrize("transport", ["local", "kafka"])
 def test_random_schedules_follow_their_seed_and_chain_a_task_s_attempts(transport):
-    from eos_runtime.experiments.schedule import check_schedule, kinds_for, random_schedule
+    from eos_runtime.experiments.random_schedule import random_schedule
+    from eos_runtime.experiments.schedule import check_schedule, kinds_for
 
     roles = roles_of("pageviews")
     kinds = list(kinds_for(transport, "exactly-once"))
@@ -444,12 +445,8 @@ def test_a_soak_schedule_spreads_its_faults_over_the_duration():
     attempts still chain, so the moments of one task's faults rise with its attempts."""
     import random
 
-    from eos_runtime.experiments.schedule import (
-        check_schedule,
-        kinds_for,
-        random_schedule,
-        soak_times,
-    )
+    from eos_runtime.experiments.random_schedule import random_schedule, soak_times
+    from eos_runtime.experiments.schedule import check_schedule, kinds_for
 
     times = soak_times(random.Random(1), 8, 100.0)
     assert times == sorted(times) and 10.0 <= times[0] and times[-1] <= 80.0
@@ -1209,12 +1206,12 @@ def test_the_model_follows_each_action_s_documented_effect():
 
 def test_random_operator_bundles_make_each_action_bite_and_draw_only_when_named():
     from eos_runtime.experiments.multirun import check_offsets, fill_offsets, segment_sizes
+    from eos_runtime.experiments.random_schedule import random_schedule
     from eos_runtime.experiments.schedule import (
         EXPLICIT_ONLY,
         OPERATOR,
         check_schedule,
         kinds_for,
-        random_schedule,
     )
 
     roles = roles_of()

@@ -183,9 +183,10 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     against the oracle. Exit code 0 if every run passed, 1 otherwise; a failing run
     prints the command that replays it.
     """
+    from ..experiments.random_schedule import random_schedule
     from ..experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
     from ..experiments.run import run_experiment
-    from ..experiments.schedule import OPERATOR, check_schedule, load_schedule, random_schedule
+    from ..experiments.schedule import OPERATOR, check_schedule, load_schedule
     from ..experiments.setup import Settings, task_roles
     from ..experiments.workloads import load_workload
     from .options import stdout_to_stderr
