@@ -526,6 +526,7 @@ BAD_INPUT = [
      "error: workload 'clickstream' is a graph (several input topics, several sinks), whose "
      "runs are bounded and single: give --lines, and no operator's action"),
     (["clickstream", "--duration", "30s"], "error: workload 'clickstream' is a graph"),
+    (["clickstream", "--kinds", "crash,clock"], "error: workload 'clickstream' is a graph"),
 ]
 
 

@@ -225,9 +225,10 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                           f"give --lines, and no operator's action")
     graph_refusal = (f"workload {w.name!r} is a graph (several input topics, several "
                      f"sinks), whose runs are bounded and single: give --lines, and no "
-                     f"operator's action (their experiments name one source and one sink)")
+                     f"operator's action or clock step (they run the job several times, "
+                     f"naming one source and one sink)")
     if w.feed is not None and (duration is not None
-                               or any(k in OPERATOR for k in fault_kinds)):
+                               or any(k in (*OPERATOR, "clock") for k in fault_kinds)):
         raise ConfigError(graph_refusal)
     fixed = None
     if schedule_file is not None:
