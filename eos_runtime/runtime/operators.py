@@ -21,7 +21,8 @@ from ..state import TaskStore
 __all__ = ["UserFunctionError", "Chain", "Program"]
 
 
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+# msgpack ships no types: its packer is typed here, once, as what it returns.
+_pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
 def encode_key(key: Any) -> bytes:

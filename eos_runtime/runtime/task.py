@@ -137,7 +137,8 @@ def snapshot_min_records() -> int:
 def run_task_payload(payload: bytes, attempt: int) -> bytes:
     """Engine entry point: payload is a cloudpickled ``TaskConfig``."""
     config: TaskConfig = cloudpickle.loads(payload)
-    return cloudpickle.dumps(run_task(config, attempt).as_dict())
+    out: bytes = cloudpickle.dumps(run_task(config, attempt).as_dict())
+    return out
 
 
 def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
