@@ -20,7 +20,8 @@ from eos_runtime.experiments.workloads import (
 )
 from eos_runtime.transport import TopicSpec, Transport
 
-__all__ = ["WORDS", "word_lines", "page_views", "produce", "check_wordcount_exactly_once",
+__all__ = ["WORDS", "word_lines", "page_views", "produce", "run_by_count",
+           "check_wordcount_exactly_once",
            "check_wordcount_at_least_once", "check_pageviews_exactly_once", "encode_lines",
            "encode_views"]
 
@@ -31,6 +32,16 @@ def produce(transport: Transport, topic: str, values: list[bytes], partitions: i
         for i, v in enumerate(values):
             p.produce(topic, i % partitions, v)
         p.flush()
+
+
+def run_by_count(pipeline, tmp_path, opts: dict, guarantee: str = "exactly-once",
+                 fault=None):
+    """Run ``pipeline`` bounded with checkpoints by record count only (every 150 records,
+    100 a poll, never by timer), so a crash point's hit means the same on a busy machine."""
+    from eos_runtime.runner import run_pipeline
+
+    return run_pipeline(pipeline, guarantee=guarantee, commit_every=150, commit_interval=1e9,
+                        poll_records=100, state_dir=str(tmp_path / "state"), fault=fault, **opts)
 
 
 def _utf8(b: bytes) -> str:

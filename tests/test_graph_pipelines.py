@@ -12,10 +12,9 @@ import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.joblog.committed import read_output
-from eos_runtime.runner import run_pipeline
 from eos_runtime.transport import open_transport
 
-from pipeline_oracles import encode_lines, produce, word_lines
+from pipeline_oracles import encode_lines, produce, run_by_count, word_lines
 
 
 def _count(value, state):
@@ -75,9 +74,7 @@ def run_routes(tmp_path, opts, guarantee="exactly-once", fault=None, lines=900):
     data = word_lines(lines)
     with open_transport(**opts) as t:
         produce(t, f"lines-{suffix}", encode_lines(data))
-    summary = run_pipeline(p, guarantee=guarantee, commit_every=150, commit_interval=1e9,
-                           poll_records=100, state_dir=str(tmp_path / "state"), fault=fault,
-                           **opts)
+    summary = run_by_count(p, tmp_path, opts, guarantee, fault)
     with open_transport(**opts) as t:
         check(t, p, suffix, data, guarantee == "exactly-once")
     return summary
@@ -152,9 +149,7 @@ def run_two_sources(tmp_path, opts, guarantee="exactly-once", fault=None):
     with open_transport(**opts) as t:
         produce(t, f"eu-{suffix}", encode_lines(eu), partitions=2)
         produce(t, f"us-{suffix}", encode_lines(us), partitions=3)
-    summary = run_pipeline(p, guarantee=guarantee, commit_every=150, commit_interval=1e9,
-                           poll_records=100, state_dir=str(tmp_path / "state"), fault=fault,
-                           **opts)
+    summary = run_by_count(p, tmp_path, opts, guarantee, fault)
     assert summary.input_records == 1100
     words = [w for line in eu + us for w in line.split()]
     with open_transport(**opts) as t:

@@ -18,9 +18,11 @@ from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError
 from eos_runtime.graph import stage_graph
 from eos_runtime.joblog.committed import read_output
-from eos_runtime.runner import load_pipeline, run_pipeline
+from eos_runtime.runner import load_pipeline
 from eos_runtime.testing import TestRun, run_steps
 from eos_runtime.transport import TopicSpec, open_transport
+
+from pipeline_oracles import run_by_count
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "clickstream.py"
 
@@ -146,9 +148,7 @@ def run_clicks(tmp_path, opts, guarantee="exactly-once", fault=None):
     clicks = [{"id": i, "user": f"u{rng.randrange(25)}"} for i in range(1200)]
     with open_transport(**opts) as t:
         _produce(t, suffix, clicks)
-    summary = run_pipeline(p, guarantee=guarantee, commit_every=150, commit_interval=1e9,
-                           poll_records=100, state_dir=str(tmp_path / "state"), fault=fault,
-                           **opts)
+    summary = run_by_count(p, tmp_path, opts, guarantee, fault)
     with open_transport(**opts) as t:
         _check(t, p, suffix, clicks, guarantee == "exactly-once")
     return summary

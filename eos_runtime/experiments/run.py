@@ -56,7 +56,8 @@ def _fed(settings: Settings, job: str, feed: dict[str, Any]) -> dict[str, Any]:
 
 
 def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
-    """Create each input topic and write its records, each to the partition it names."""
+    """Create each input topic and write its records, each (partition, key, value) to the
+    partition it names."""
     t.create_topics([TopicSpec(topic, partitions) for topic in feed])
     with t.producer() as producer:
         for topic, records in feed.items():
@@ -98,21 +99,16 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     log = job_dir / "faults.log"
 
     values = w.generate(seed, settings.records())
+    payloads: list[bytes] = []
     if w.feed is not None:   # a graph: input into each source and table topic
-        fed_topics = _fed(settings, job, w.feed(values))
-        with open_transport(**opts) as t:
-            feed_graph(t, fed_topics, w.source_partitions)
-        payloads: list[bytes] = []
-    else:
+        feed = _fed(settings, job, w.feed(values))
+    else:   # round robin into the one source; a soak's feeder writes it as it goes
         payloads = w.input_bytes(values, pipeline)
+        parts = w.source_partitions
+        feed = {pipeline.source_topic: [] if settings.soak else
+                [(i % parts, None, v) for i, v in enumerate(payloads)]}
     with open_transport(**opts) as t:
-        if w.feed is None:
-            t.create_topics([TopicSpec(pipeline.source_topic, w.source_partitions)])
-        if not settings.soak and w.feed is None:
-            with t.producer() as producer:
-                for i, v in enumerate(payloads):
-                    producer.produce(pipeline.source_topic, i % w.source_partitions, v)
-                producer.flush()
+        feed_graph(t, feed, w.source_partitions)
 
     roles = task_roles(w, settings.guarantee)
     whole, schedule = schedule, schedule.of_job(1)   # job B's faults: chained.run_then

@@ -19,7 +19,7 @@ and the staging dies with it.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -216,25 +216,22 @@ class RecordPath:
         """A graph stage's output of one record, to each of its writers: every value of
         every output encoded first, then all held, so the record's output is all or
         nothing across its outputs as it is for one."""
-        staged: list[tuple[Any, ...]] = []
+        holds: list[tuple[Callable[[], None], int]] = []
         for spec, writer, values in zip(self.stage.outputs, self.writers, outs, strict=True):
             if not values:
                 continue
             if spec.shuffle is not None:
                 assert isinstance(writer, ChannelWriter)
-                staged.append((writer, _keys(spec.shuffle.key_fn, values, key_bytes),
-                                writer.pack(values)))
+                keys = _keys(spec.shuffle.key_fn, values, key_bytes)
+                holds.append((partial(writer.append_packed, writer.generation, version, keys,
+                                      writer.pack(values), timestamp), len(values)))
             else:
                 assert isinstance(writer, SinkWriter)
-                staged.append((writer, writer.encode(key_bytes, values, timestamp)))
-        for item in staged:
-            writer = item[0]
-            if isinstance(writer, ChannelWriter):
-                writer.append_packed(writer.generation, version, item[1], item[2], timestamp)
-                self.stats.emitted += len(item[2])
-            else:
-                writer.hold(item[1])
-                self.stats.emitted += len(item[1])
+                holds.append((partial(writer.hold, writer.encode(key_bytes, values, timestamp)),
+                              len(values)))
+        for hold, n in holds:
+            hold()
+            self.stats.emitted += n
 
     def _user_error(self, exc: Exception, topic: str, partition: int, offset: int,
                     timestamp: int, key: bytes | None, value: bytes | None) -> None:
