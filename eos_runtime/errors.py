@@ -12,9 +12,11 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
 
     EosError                     raised as itself for a task's own fatal condition
     ├── ConfigError              bad user input: options, pipeline definitions
-    │   └── PipelineFileError    a pipeline file that does not compile or raises when run
+    │   ├── PipelineFileError    a pipeline file that does not compile or raises when run
+    │   └── NoFallback           a partition has no position to start from (P4, no default)
     ├── SetupError               the machine lacks something (Java, Maven, jars)
     ├── BrokerError              the project's own Kafka broker would not start/stop
+    ├── PortTaken                a port picked free was bound by another before our daemon
     ├── WireFormatError          a record that does not decode (names topic/partition/offset)
     ├── TransportError           anything that went wrong talking to a log; ``transient``: the
     │   │                        same call may succeed once the log is back (a broker outage)
@@ -30,7 +32,8 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     │       └── ProducerFenced   a newer producer with the same transactional id exists
     ├── StateError               a task's RocksDB state could not be opened, read or written
     │   └── StateLocked          the state directory is open already (RocksDB LOCK held)
-    ├── ProtocolViolation        the aligner or tracker got input the protocol rules forbid
+    ├── ProtocolViolation        input the protocol rules forbid (the aligner's, the fences',
+    │                            a version past its run's end): a bug or a broken job model
     ├── RecoveryError            the change log does not hold what a task's recovery needs
     ├── UserFunctionError        a user function (step or key_by) raised, or returned a bad key
     ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
@@ -48,6 +51,8 @@ __all__ = [
     "EosError",
     "ConfigError",
     "PipelineFileError",
+    "NoFallback",
+    "PortTaken",
     "SetupError",
     "BrokerError",
     "WireFormatError",
@@ -98,12 +103,28 @@ class PipelineFileError(ConfigError):
         self.line = line
 
 
+class NoFallback(ConfigError):
+    """P4 with ``offset_default`` ``none``: the partition has no position to start from.
+    ``reset``: it has a checkpoint, ignored by ``reset_offset``."""
+
+    def __init__(self, reset: bool) -> None:
+        self.reset = reset
+        what = ("its checkpoint is ignored (reset_offset) and it has no Startpoint" if reset
+                else "it has no checkpoint and no Startpoint")
+        super().__init__(f"{what}, and offset_default is 'none' (no fallback)")
+
+
 class SetupError(EosError):
     """A tool or file the runtime needs is missing from this machine."""
 
 
 class BrokerError(EosError):
     """The project's own Kafka broker could not be started, found or stopped."""
+
+
+class PortTaken(EosError):
+    """A port picked free was bound by another process before our daemon (a Kafka broker,
+    a Spark master or worker) bound it: the caller retries with other ports."""
 
 
 class WireFormatError(EosError):

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eos_runtime.errors import ProtocolViolation
 from eos_runtime.protocol.fences import Fences
 from eos_runtime.protocol.recovery import RecoveryFold, continued_seqs, trusts_local_store
 from eos_runtime.protocol.runs import (
@@ -89,7 +90,7 @@ def test_finished_runs():
     assert not finished_run(5, 0)
     assert finished_run(run_end(0), 0)
     assert not finished_run(run_end(0), 1)
-    with pytest.raises(ValueError, match="control topic lost records"):
+    with pytest.raises(ProtocolViolation, match="control topic lost records"):
         finished_run(first_version(2), 1)
 
 
@@ -105,7 +106,7 @@ def test_source_versions():
     late = SourceVersions(run_end(0) - 2, 0, started_ms=0)
     assert late.for_checkpoint(2 ** 41) == run_end(0) - 1   # never the run's end (S2)
     late.committed(run_end(0) - 1)
-    with pytest.raises(ValueError, match="used up"):
+    with pytest.raises(ProtocolViolation, match="used up"):
         late.for_checkpoint(2 ** 41)
 
 

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eos_runtime.errors import ProtocolViolation
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.runs import (
     AT_LEAST_ONCE,
@@ -43,7 +44,7 @@ def test_a_source_starts_above_its_restored_version_and_inside_its_run(run, data
 
 
 def test_a_source_already_at_or_past_the_run_end_is_refused():
-    with pytest.raises(ValueError, match="not below the end of run 2"):
+    with pytest.raises(ProtocolViolation, match="not below the end of run 2"):
         source_start_version(run_end(2), 2)
     with pytest.raises(ValueError, match="outside"):
         first_version(MAX_RUN + 1)

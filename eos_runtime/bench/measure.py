@@ -209,7 +209,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
 
 
 class _RunFailed(Exception):
-    pass
+    """One bench run of one system failed: measured as a failed row with its reason, never
+    raised past ``measure`` (a bench goes on with the other systems)."""
 
 
 class _Burst:

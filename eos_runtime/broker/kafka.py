@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BrokerError
+from ..errors import BrokerError, PortTaken
 from ..processes import parent_death_signal_hook
 from .config import (
     DEFAULT_PORT,
@@ -225,7 +225,7 @@ class KafkaBroker:
                     log.info("Kafka %s broker up at %s in %.1f s (pid %d, run dir %s)",
                              self.version, bootstrap, time.monotonic() - t0, self.pid, self.run_dir)
                     return bootstrap
-                except _PortTaken:
+                except PortTaken:
                     if attempt == attempts:
                         raise BrokerError(f"Kafka broker could not bind its ports after {attempts} "
                                           f"tries; see {self.log_file}") from None
@@ -330,7 +330,7 @@ class KafkaBroker:
                 if "Address already in use" in logs and (
                         self.port is None or self.controller_port is None
                         or (self.sasl_plain is not None and self.sasl_port is None)):
-                    raise _PortTaken()
+                    raise PortTaken()
                 raise BrokerError(f"Kafka broker exited with code {code} while starting "
                                   f"(run dir {self.run_dir}):\n{logs}")
             remaining = deadline - time.monotonic()
@@ -356,10 +356,6 @@ class KafkaBroker:
         if text.strip() and text != "(no log)":
             parts.append(f"--- {stdout_log} (last lines)\n{text}")
         return "\n".join(parts)
-
-
-class _PortTaken(Exception):
-    """An auto-picked port was taken between picking it and the JVM binding it."""
 
 
 def _port_open(port: int) -> bool:

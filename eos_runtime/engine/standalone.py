@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, SetupError
+from ..errors import EngineError, PortTaken, SetupError
 from ..processes import parent_death_signal_hook
 
 __all__ = ["StandaloneCluster", "pyspark_home"]
@@ -195,7 +195,7 @@ class StandaloneCluster:
             try:
                 master_url = self._start_once(java, home, env, t0)
                 break
-            except _PortTaken:
+            except PortTaken:
                 self.stop()
                 if attempt == tries:
                     raise EngineError(f"the Spark standalone daemons could not bind their ports "
@@ -294,7 +294,7 @@ class StandaloneCluster:
                 if code is not None:
                     text = _log_end(log, self._log_start.get(log, 0))
                     if "BindException" in text or "Address already in use" in text:
-                        raise _PortTaken()
+                        raise PortTaken()
                     raise EngineError(f"the Spark standalone {name} exited with code {code} "
                                       f"while starting; see {log}:\n{_tail(text)}")
             try:
@@ -326,10 +326,6 @@ class StandaloneCluster:
                     return
                 time.sleep(0.1)
         proc.poll()
-
-
-class _PortTaken(Exception):
-    """A picked port was taken between picking it and a daemon binding it."""
 
 
 def _group_alive(pgid: int) -> bool:

@@ -47,6 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..errors import NoFallback
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -55,17 +57,6 @@ __all__ = ["KINDS", "DEFAULTS", "NoFallback", "Start", "choose_start", "fan_out"
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming")
 DEFAULTS = ("oldest", "upcoming", "none")
-
-
-class NoFallback(ValueError):
-    """P4 with ``offset_default`` ``none``: the partition has no position to start from.
-    ``reset``: it has a checkpoint, ignored by ``reset_offset``."""
-
-    def __init__(self, reset: bool) -> None:
-        self.reset = reset
-        what = ("its checkpoint is ignored (reset_offset) and it has no Startpoint" if reset
-                else "it has no checkpoint and no Startpoint")
-        super().__init__(f"{what}, and offset_default is 'none' (no fallback)")
 
 
 @dataclass(frozen=True, slots=True)

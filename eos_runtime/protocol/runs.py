@@ -34,6 +34,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..errors import ProtocolViolation
+
 __all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee", "OutputMode",
            "SourceVersions", "announcement", "checkpoint_needed", "finished_run",
            "guarantee_named",
@@ -76,8 +78,8 @@ def source_start_version(restored: int, run: int) -> int:
     run (a retry after its final checkpoint) or the control topic went backwards: both
     are refused by the caller, which is why this raises instead of wrapping round."""
     if restored >= run_end(run):
-        raise ValueError(f"restored version {restored} is not below the end of run {run} "
-                         f"({run_end(run)})")
+        raise ProtocolViolation(f"restored version {restored} is not below the end of run "
+                                f"{run} ({run_end(run)})")
     return max(restored + 1, first_version(run))
 
 
@@ -206,8 +208,8 @@ def finished_run(restored: int, run: int) -> bool:
     than its announcement. Raises if the restored version belongs to a later run: the
     job's control topic lost records."""
     if run_of(restored) > run:
-        raise ValueError(f"restored version {restored} is of run {run_of(restored)}, but this "
-                         f"is run {run}: the job's control topic lost records")
+        raise ProtocolViolation(f"restored version {restored} is of run {run_of(restored)}, "
+                                f"but this is run {run}: the job's control topic lost records")
     return restored >= run_end(run)
 
 
@@ -249,7 +251,7 @@ class SourceVersions:
                 version = max(version, grid_ceiling(self.open, self.run, self.started_ms,
                                                     grid_ms))
         if version >= self.end:
-            raise ValueError(f"the versions of run {self.run} are used up")
+            raise ProtocolViolation(f"the versions of run {self.run} are used up")
         return version
 
     def committed(self, version: int) -> None:

@@ -28,7 +28,14 @@ import cloudpickle
 
 from .. import clock, faults
 from ..api import Sink
-from ..errors import ConfigError, EosError, OutageBudgetExceeded, TaskFailed, TransportError
+from ..errors import (
+    ConfigError,
+    EosError,
+    OutageBudgetExceeded,
+    ProtocolViolation,
+    TaskFailed,
+    TransportError,
+)
 from ..joblog.control import ControlLog
 from ..outage import DEFAULT_BUDGET, OutageClock, gone_too_long, is_transient, task_failed
 from ..plan import JobPlan, StagePlan
@@ -288,8 +295,8 @@ class _Task:
         recovered = self.committer.recover()
         try:
             finished = finished_run(recovered.version, self.c.run)
-        except ValueError as exc:
-            raise EosError(f"task {self.id}: {exc}") from None
+        except ProtocolViolation as exc:
+            raise ProtocolViolation(f"task {self.id}: {exc}") from None
         self.committer.announce(recovered.version)
         if finished:
             return  # a retry after this run's final checkpoint: announcing it was all
@@ -320,8 +327,8 @@ class _Task:
                 faults.crash_point("task.mid_version")
             try:
                 due = src.checkpoint_due()
-            except ValueError as exc:
-                raise EosError(f"task {self.id}: {exc}") from None
+            except ProtocolViolation as exc:
+                raise ProtocolViolation(f"task {self.id}: {exc}") from None
             if due is not None:
                 self.committer.checkpoint(due, src.inputs())
                 src.committed(due)
