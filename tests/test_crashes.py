@@ -19,6 +19,7 @@ import pytest
 
 from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import run_pipeline, start_pipeline
+from eos_runtime.runtime.progress import read_task_progress
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import (
@@ -112,10 +113,19 @@ def _pid_and_attempt(pid_file: Path) -> tuple[int, int] | None:
     return pid, attempt
 
 
-def _release_when_crashed(run, job_dir: Path, crashing: int, wait: float = 60.0) -> None:
+def _overflowed(job_dir: Path) -> bool:
+    """Whether some task's progress file (rewritten every half second) counts an overflow."""
+    return any((read_task_progress(f) or {}).get("overflowed", 0) > 0
+               for f in job_dir.glob("task-*.progress"))
+
+
+def _release_when_crashed(run, job_dir: Path, crashing: int, wait: float = 60.0,
+                          or_overflowed: bool = False) -> None:
     """Wake the held source once ``crashing``'s first attempt died (its retry wrote its
-    pid file). If that never happens the run is let go anyway: the test's own check of
-    the attempt then reports the fault that did not fire."""
+    pid file), or with ``or_overflowed`` once some task overflowed its buffer: a crash at
+    a checkpoint of a task downstream of the held source cannot come before the held
+    source's markers, and waiting for it only ran out the clock. If neither happens the
+    run is let go anyway: the test's own checks then report what did not happen."""
     held_file = job_dir / f"task-{HOLD['task']}.pid"
     retry_file = job_dir / f"task-{crashing}.pid"
     held = None
@@ -127,6 +137,8 @@ def _release_when_crashed(run, job_dir: Path, crashing: int, wait: float = 60.0)
                 held = found[0] if found and _stopped(found[0]) else None
             retry = _pid_and_attempt(retry_file)
             if held is not None and retry is not None and retry[1] >= 1:
+                return
+            if held is not None and or_overflowed and _overflowed(job_dir):
                 return
         if held is None:
             raise AssertionError(f"source task {HOLD['task']} never reached its hold point")
@@ -158,7 +170,8 @@ def run_job(name, tmp_path, faults, guarantee="exactly-once", hold_until=None, *
                          fault=faults + [HOLD] if aligning else faults, **options, **opts)
     try:
         if aligning:
-            _release_when_crashed(run, state / pipeline.name, aligning[0])
+            _release_when_crashed(run, state / pipeline.name, aligning[0],
+                                  or_overflowed=options.get("buffer_max_bytes") == 1)
         summary = run.summary()
     except BaseException:
         run.cancel()
