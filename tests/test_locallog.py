@@ -255,6 +255,7 @@ def test_a_reader_racing_a_writer_that_cuts_the_index_uses_whole_entries_only(lo
     """A reader sizes the index, then a writer cuts a dead writer's entries and starts
     writing its own: the reader gets fewer bytes than it asked for, ending mid-entry."""
     from eos_runtime.transport import locallog
+    from eos_runtime.transport.locallog import files as log_files
 
     with open_transport(data_dir=str(log_dir)) as t:
         with t.producer() as p:
@@ -275,7 +276,7 @@ def test_a_reader_racing_a_writer_that_cuts_the_index_uses_whole_entries_only(lo
                 return st
             return os.stat_result((*st[:6], 3 * locallog._INDEX.size, *st[7:]))
 
-        monkeypatch.setattr(locallog.os, "fstat", fstat_before_the_cut)
+        monkeypatch.setattr(log_files.os, "fstat", fstat_before_the_cut)  # where the index is read
         with t.consumer() as c:
             c.assign({TP: 1})
             assert [r.value for r in c.poll(10, 1.0)] == [b"1", b"2"]

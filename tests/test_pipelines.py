@@ -241,7 +241,7 @@ def test_dead_letters_take_the_failing_records_exactly_once_and_the_run_goes_on(
 
 
 # The local log's plain producer appends on its own once this many records wait for one
-# partition (transport/locallog.py); only then can a checkpoint's output be cut in pieces.
+# partition (transport/locallog/clients.py); only then can a checkpoint's output be cut in pieces.
 from eos_runtime.transport.locallog import _LocalProducer  # noqa: E402
 
 LAST_LINE = "~end~"

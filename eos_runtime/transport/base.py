@@ -1,7 +1,7 @@
 """The transport seam: one narrow interface for a partitioned, offset-addressed log.
 
-Two implementations stand behind it: Kafka (``kafka.py``, confluent-kafka) and the
-embedded local log (``locallog.py``, files under a data directory). Nothing above
+Two implementations stand behind it: Kafka (``kafka/``, confluent-kafka) and the
+embedded local log (``locallog/``, files under a data directory). Nothing above
 this seam imports a backend; backend errors become ``eos_runtime.errors`` classes
 inside the implementations.
 

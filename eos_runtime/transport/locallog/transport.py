@@ -1,18 +1,6 @@
-"""The embedded local log: durable, multi-process partitioned log in plain files.
+"""``LocalLogTransport``: topics, partitions, watermarks, appends and fences on the files.
 
-It is the default transport, so a pipeline runs on a fresh machine with no broker.
-Several processes (Spark's Python workers) may write and read the same partitions.
-
-Layout under the data directory::
-
-    topics/<topic>/topic.json     partition count and cleanup policy (written once)
-    topics/<topic>/<p>.log        frames, back to back
-    topics/<topic>/<p>.end        the commit pointer: two checksummed slots
-    topics/<topic>/<p>.idx        sparse index: (offset, position, max timestamp before)
-    topics/<topic>/<p>.low        the low watermark (offset, position), once records were
-                                  deleted below it (``delete_records``); absent: 0
-
-Rules that make it safe:
+The writer's rules that make the log safe for several processes:
 
 * **One commit point per append.** A writer takes an exclusive ``flock`` on the
   partition's ``.end`` file, writes its frames after the committed end, then writes
@@ -23,48 +11,31 @@ Rules that make it safe:
   committed end, and maybe index entries pointing there; the next writer truncates
   both under the lock before appending, so a dead writer's index entry never ends up
   below a committed end. Readers trust only index entries below the committed end.
-* **The pointer cannot tear.** It alternates between two slots, each with a sequence
-  number and a CRC; a reader takes the valid slot with the higher sequence.
-* **Frames carry their offset and a CRC**, so damage below the committed end is
-  detected (``LogCorrupted``) instead of being read as data.
 * **Deleting records moves a low watermark, never an offset.** ``delete_records``
   writes ``<p>.low`` (replaced atomically, under the partition lock) and then frees the
   file's bytes below it by punching a hole (Linux; elsewhere the bytes stay and only the
   watermark moves). Readers check the watermark before reading a partition, so nothing
   reads the hole: a position below it is ``OffsetOutOfRange``, as on Kafka.
-
-**Reading needs no write access.** A partition whose files cannot be opened for
-writing (a read-only file system, or files or directories the user may not write) is
-opened read-only; reading it works as usual (readers never lock), and any attempt to
-write to it, or to create a topic or register a fence in such a log, is one
-``TransportError`` naming the data directory.
-
-Durability: an acknowledged record survives the death of any process (SIGKILL
-included) since the kernel holds the written pages. With ``fsync=True`` each
-append is also fsynced and survives a machine crash.
-
-There are no transactions here: the exactly-once protocol does not need them.
-Compaction is recorded as the topic's policy but not carried out (a compacted
-topic keeps every record, which readers of a compacted topic must tolerate anyway).
+* **A fence is a generation in a file.** ``fenced_producer`` registers a generation
+  under ``fences/<id>``; its appends check it under the partition lock, so once a newer
+  generation registered, the older one's appends are refused (``ProducerFenced``).
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
 import re
 import shutil
 import struct
-import time
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import (
+from ...errors import (
     ConfigError,
     LogCorrupted,
     OffsetOutOfRange,
@@ -73,173 +44,31 @@ from ..errors import (
     TopicNotFound,
     TransportError,
 )
-from ..faults import crash_point, is_armed
-from .base import Consumer, Producer, Record, TopicPartition, TopicSpec, Transport
+from ...faults import crash_point, is_armed
+from ..base import Consumer, Producer, TopicPartition, TopicSpec, Transport
+from .clients import _LocalConsumer, _LocalProducer
+from .files import (
+    _FRAME,
+    _FRAME_BODY_START,
+    _INDEX,
+    _READ_ONLY_ERRNOS,
+    INDEX_INTERVAL,
+    _PartitionFiles,
+    _Pointer,
+    _punch_hole,
+    _pwrite_all,
+    _scan,
+    _write_pointer,
+)
 
 __all__ = ["LocalLogTransport"]
 
-# frame: crc32 | offset | timestamp | key length (-1: None) | value length (-1: None)
-_FRAME = struct.Struct("<Iqqii")
-_FRAME_BODY_START = 4  # the CRC covers everything after itself
-# commit pointer slot: seq | next offset | end position | max timestamp | crc32
-_SLOT = struct.Struct("<QqqqI")
-_SLOT_SIZE = 40
-# index entry: offset | position | max timestamp of all records before it
-_INDEX = struct.Struct("<qqq")
-# low watermark: offset | position | crc32
-_LOW = struct.Struct("<qqI")
-INDEX_INTERVAL = 64 * 1024
 #: Partitions whose files a transport keeps open (3 descriptors each), the ones used
 #: last: a process touching more reopens the others when it uses them again (three
 #: opens). Kept open for good, 300 partitions used up a limit of 1024 files.
 OPEN_PARTITIONS = 64
-_NO_TS = -(2**63)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_READ_CHUNK = 1 << 20
 _FENCE = struct.Struct("<q")
-#: What opening a file for writing fails with where only reading is allowed: a read-only
-#: file system, permissions, an immutable file.
-_READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view = view[n:]
-        pos += n
-
-
-class _Pointer:
-    """The committed state of a partition, read from its ``.end`` file."""
-
-    __slots__ = ("seq", "next_offset", "end", "max_ts")
-
-    def __init__(self, seq: int, next_offset: int, end: int, max_ts: int) -> None:
-        self.seq, self.next_offset, self.end, self.max_ts = seq, next_offset, end, max_ts
-
-
-def _read_pointer(fd: int) -> _Pointer:
-    raw = os.pread(fd, 2 * _SLOT_SIZE, 0)
-    best = _Pointer(0, 0, 0, _NO_TS)
-    for i in (0, 1):
-        slot = raw[i * _SLOT_SIZE:(i + 1) * _SLOT_SIZE]
-        if len(slot) < _SLOT.size:
-            continue
-        seq, next_offset, end, max_ts, crc = _SLOT.unpack_from(slot)
-        if crc == zlib.crc32(slot[:_SLOT.size - 4]) and seq >= best.seq and seq > 0:
-            best = _Pointer(seq, next_offset, end, max_ts)
-    return best
-
-
-def _write_pointer(fd: int, p: _Pointer) -> None:
-    body = _SLOT.pack(p.seq, p.next_offset, p.end, p.max_ts, 0)[:_SLOT.size - 4]
-    slot = body + struct.pack("<I", zlib.crc32(body))
-    _pwrite_all(fd, slot, (p.seq % 2) * _SLOT_SIZE)
-
-
-class _PartitionFiles:
-    """Open file descriptors of one partition, shared by this process's readers/writers.
-
-    Opened read-write; where that is not allowed (``_READ_ONLY_ERRNOS``), read-only, with
-    the reason in ``read_only``: such a partition can be read but not appended to.
-
-    Closed by ``close()`` or, once the transport let go of it (``OPEN_PARTITIONS``), when
-    the last user drops it: an append or a read holding it keeps its descriptors (and
-    its lock) until it is done, never a number the system may give to another file.
-    """
-
-    def __init__(self, directory: Path, partition: int) -> None:
-        base = directory / str(partition)
-        self.name = str(base)
-        self.closed = True
-        #: why the files are open read-only (None: they are open read-write)
-        self.read_only: str | None = None
-        try:
-            self.log, self.end, self.idx = self._open(os.O_RDWR | os.O_CREAT)
-        except OSError as exc:
-            if exc.errno not in _READ_ONLY_ERRNOS:
-                raise
-            self.read_only = f"{exc.strerror}: {exc.filename}"
-            self.log, self.end, self.idx = self._open(os.O_RDONLY)
-        self.closed = False
-
-    def _open(self, flags: int) -> tuple[int, int, int]:
-        """The .log, .end and .idx files opened with ``flags``: all three or none."""
-        fds: list[int] = []
-        try:
-            for suffix in (".log", ".end", ".idx"):
-                fds.append(os.open(f"{self.name}{suffix}", flags, 0o644))
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return fds[0], fds[1], fds[2]
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for fd in (self.log, self.end, self.idx):
-            os.close(fd)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:   # at interpreter exit, or the descriptors went with a fork
-            pass
-
-    def low(self) -> tuple[int, int]:
-        """(low watermark, its file position): (0, 0) until records were deleted."""
-        try:
-            with open(f"{self.name}.low", "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return 0, 0
-        if len(raw) != _LOW.size:
-            raise LogCorrupted(f"{self.name}.low: {len(raw)} bytes, not {_LOW.size}")
-        offset, pos, crc = _LOW.unpack(raw)
-        if zlib.crc32(raw[:16]) != crc:
-            raise LogCorrupted(f"{self.name}.low: checksum mismatch")
-        return offset, pos
-
-    def pointer(self) -> _Pointer:
-        return _read_pointer(self.end)
-
-    def index(self, committed_end: int) -> list[tuple[int, int, int]]:
-        """The index entries a reader may trust: the leading run that points below the
-        committed end, in increasing order. Entries past the end belong to an append in
-        progress or to a dead writer (the next writer cuts those before it commits)."""
-        size = os.fstat(self.idx).st_size
-        raw = os.pread(self.idx, size - size % _INDEX.size, 0)
-        # The file can shrink between fstat and pread (a writer cutting a dead writer's
-        # entries) and a concurrent append can be seen half done: whole entries only.
-        raw = raw[:len(raw) - len(raw) % _INDEX.size]
-        entries = []
-        last_offset = last_pos = -1
-        for entry in _INDEX.iter_unpack(raw):
-            offset, pos, _ = entry
-            if pos >= committed_end or offset <= last_offset or pos <= last_pos:
-                break
-            entries.append(entry)
-            last_offset, last_pos = offset, pos
-        return entries
-
-    def index_tail(self, committed_end: int) -> tuple[int, int | None]:
-        """(valid index length in entries, position of the last valid entry) without
-        reading the whole index: appends need only its tail. Only the tail can be past
-        the committed end, since every append cuts a dead writer's entries first."""
-        count = os.fstat(self.idx).st_size // _INDEX.size
-        while count:
-            _, pos, _ = _INDEX.unpack(os.pread(self.idx, _INDEX.size, (count - 1) * _INDEX.size))
-            if pos < committed_end:
-                return count, pos
-            count -= 1
-        return 0, None
 
 
 class LocalLogTransport(Transport):
@@ -573,211 +402,3 @@ class LocalLogTransport(Transport):
             raise TransportError(f"{files.name}: append failed ({exc})") from exc
         finally:
             fcntl.flock(files.end, fcntl.LOCK_UN)
-
-
-_FALLOC_PUNCH_HOLE = 0x02 | 0x01    # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-
-
-def _punch_hole(fd: int, length: int) -> None:
-    """Free the first ``length`` bytes of ``fd``'s file, keeping its size and every later
-    byte where it is. Best effort: where the system cannot, the bytes stay."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fallocate = libc.fallocate
-    except (OSError, AttributeError):
-        return
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    fallocate(fd, _FALLOC_PUNCH_HOLE, 0, length)
-
-
-def _scan(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
-    """Yield (offset, position, timestamp, key, value) for frames in [pos, end)."""
-    unpack = _FRAME.unpack_from
-    while pos < end:
-        chunk = os.pread(files.log, min(_READ_CHUNK, end - pos), pos)
-        at = 0
-        progressed = False
-        while at + _FRAME.size <= len(chunk):
-            crc, offset, ts, klen, vlen = unpack(chunk, at)
-            size = _FRAME.size + max(klen, 0) + max(vlen, 0)
-            if at + size > len(chunk):
-                break
-            _check_frame(files, chunk, at, size, crc, offset, expected_offset, pos + at)
-            body = at + _FRAME.size
-            key = None if klen < 0 else chunk[body:body + klen]
-            value = None if vlen < 0 else chunk[body + max(klen, 0):at + size]
-            yield offset, pos + at, ts, key, value
-            expected_offset = offset + 1
-            at += size
-            progressed = True
-        if not progressed:
-            if at + _FRAME.size <= len(chunk):  # one frame larger than the chunk
-                crc, offset, ts, klen, vlen = unpack(chunk, at)
-                size = _FRAME.size + max(klen, 0) + max(vlen, 0)
-                if pos + size > end or size > 1 << 31:
-                    raise LogCorrupted(f"{files.name}.log: frame at position {pos} runs past "
-                                       f"the committed end {end}")
-                chunk = os.pread(files.log, size, pos)
-                _check_frame(files, chunk, 0, size, crc, offset, expected_offset, pos)
-                body = _FRAME.size
-                key = None if klen < 0 else chunk[body:body + klen]
-                value = None if vlen < 0 else chunk[body + max(klen, 0):size]
-                yield offset, pos, ts, key, value
-                expected_offset = offset + 1
-                pos += size
-                continue
-            raise LogCorrupted(f"{files.name}.log: truncated frame at position {pos + at} below "
-                               f"the committed end {end}")
-        pos += at
-
-
-def _check_frame(files: _PartitionFiles, chunk: bytes, at: int, size: int, crc: int,
-                 offset: int, expected_offset: int, position: int) -> None:
-    body = memoryview(chunk)[at + _FRAME_BODY_START:at + size]
-    if zlib.crc32(body) != crc or offset != expected_offset:
-        raise LogCorrupted(f"{files.name}.log: damaged frame at position {position} "
-                           f"(expected offset {expected_offset}, found {offset})")
-
-
-class _LocalProducer(Producer):
-    """Buffers per partition; every flush is one atomic append per partition."""
-
-    #: records buffered per partition before they are appended without waiting for flush
-    MAX_PENDING = 10_000
-
-    def __init__(self, log: LocalLogTransport, fence: tuple[int, str, int] | None = None) -> None:
-        self._log = log
-        self._fence = fence
-        self._pending: dict[TopicPartition, list[tuple[bytes | None, bytes | None, int]]] = {}
-        self._written: dict[TopicPartition, int] = {}
-
-    def produce(self, topic: str, partition: int, value: bytes | None,
-                key: bytes | None = None, timestamp: int | None = None) -> None:
-        tp = TopicPartition(topic, partition)
-        batch = self._pending.get(tp)
-        if batch is None:
-            # An unknown topic or partition, or a read-only log, fails here, not at flush.
-            self._log._writable_partition(tp)
-            batch = self._pending[tp] = []
-        if key is not None and type(key) is not bytes:
-            key = bytes(key)
-        if value is not None and type(value) is not bytes:
-            value = bytes(value)
-        batch.append((key, value, _now_ms() if timestamp is None else timestamp))
-        if len(batch) >= self.MAX_PENDING and self._fence is None:
-            self._written[tp] = self._log._append(tp, batch)
-            self._pending[tp] = []
-
-    def _append_pending(self) -> None:
-        for tp, batch in self._pending.items():
-            if batch:
-                self._written[tp] = self._log._append(tp, batch, self._fence)
-        self._pending.clear()
-
-    def send(self) -> None:
-        if self._fence is None:  # a fenced producer keeps one append per partition per flush
-            self._append_pending()
-
-    def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
-        self._append_pending()
-        written, self._written = self._written, {}
-        return written
-
-    def close(self) -> None:
-        self._pending.clear()
-        if self._fence is not None:
-            os.close(self._fence[0])
-            self._fence = None
-
-
-class _LocalConsumer(Consumer):
-    """Reads committed frames straight from the files; waits by polling the pointers."""
-
-    _IDLE_SLEEP = (0.001, 0.05)  # first and longest pause between empty looks
-
-    def __init__(self, log: LocalLogTransport) -> None:
-        self._log = log
-        # partition -> [next offset, file position]
-        self._cursor: dict[TopicPartition, list[int]] = {}
-        self._paused: set[TopicPartition] = set()
-        self._rr = 0
-
-    def assign(self, positions: Mapping[TopicPartition, int]) -> None:
-        cursors = {}
-        for tp, offset in positions.items():
-            tp = TopicPartition(*tp)
-            cursors[tp] = [offset, self._log._position_of(tp, offset)]
-        self._cursor = cursors
-        # The contract: a new assignment starts unpaused (callers re-position after
-        # backpressure and forget their pauses).
-        self._paused = set()
-
-    def _assigned(self, tp: TopicPartition | tuple[str, int]) -> TopicPartition:
-        tp = TopicPartition(*tp)
-        if tp not in self._cursor:
-            raise TransportError(f"{tp.topic}[{tp.partition}] is not assigned")
-        return tp
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        tp = self._assigned(tp)
-        self._cursor[tp] = [offset, self._log._position_of(tp, offset)]
-
-    def pause(self, tps: Iterable[TopicPartition]) -> None:
-        # All checked before any is paused, as on Kafka.
-        self._paused.update([self._assigned(tp) for tp in tps])
-
-    def resume(self, tps: Iterable[TopicPartition]) -> None:
-        self._paused.difference_update([self._assigned(tp) for tp in tps])
-
-    def position(self, tp: TopicPartition) -> int:
-        return self._cursor[self._assigned(tp)][0]
-
-    def assignment(self) -> list[TopicPartition]:
-        return list(self._cursor)
-
-    def poll(self, max_records: int = 10_000, timeout: float = 1.0) -> list[Record]:
-        deadline = time.monotonic() + timeout
-        sleep = self._IDLE_SLEEP[0]
-        while True:
-            out = self._read(max_records)
-            if out or time.monotonic() >= deadline:
-                return out
-            time.sleep(min(sleep, max(0.0, deadline - time.monotonic())))
-            sleep = min(sleep * 2, self._IDLE_SLEEP[1])
-
-    def _read(self, max_records: int) -> list[Record]:
-        active = [tp for tp in self._cursor if tp not in self._paused]
-        out: list[Record] = []
-        if not active:
-            return out
-        self._rr = (self._rr + 1) % len(active)
-        for tp in active[self._rr:] + active[:self._rr]:
-            budget = max_records - len(out)
-            if budget <= 0:
-                break
-            files = self._log._partition(tp)
-            cursor = self._cursor[tp]
-            end = files.pointer().end
-            if cursor[1] >= end:
-                continue
-            low = files.low()[0]
-            if cursor[0] < low:   # deleted under this reader: its bytes may be a hole now
-                raise OffsetOutOfRange(f"{tp.topic}[{tp.partition}]: position {cursor[0]} was "
-                                       f"deleted (the partition starts at {low})")
-            topic, partition = tp
-            for offset, pos, ts, key, value in _scan(files, cursor[1], end, cursor[0]):
-                out.append(Record(topic, partition, offset, key, value, ts))
-                cursor[0] = offset + 1
-                cursor[1] = pos + _FRAME.size + (len(key) if key is not None else 0) + (
-                    len(value) if value is not None else 0)
-                budget -= 1
-                if budget == 0:
-                    break
-        return out
-
-    def close(self) -> None:
-        self._cursor.clear()
-        self._paused.clear()
