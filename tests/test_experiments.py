@@ -1117,7 +1117,7 @@ def test_clock_steps_go_to_the_tasks_as_the_runtime_s_clock_action(tmp_path, mon
 
 
 def test_a_schedule_of_several_runs_is_checked_against_the_job():
-    from eos_runtime.experiments.multirun import check_offsets, check_scenario, segment_sizes
+    from eos_runtime.experiments.scenario_plan import check_offsets, check_scenario, segment_sizes
     from eos_runtime.experiments.schedule import check_schedule, parse_schedule
 
     roles = roles_of()
@@ -1206,8 +1206,8 @@ def test_the_model_follows_each_action_s_documented_effect():
 
 
 def test_random_operator_bundles_make_each_action_bite_and_draw_only_when_named():
-    from eos_runtime.experiments.multirun import check_offsets, fill_offsets, segment_sizes
     from eos_runtime.experiments.random_schedule import random_schedule
+    from eos_runtime.experiments.scenario_plan import check_offsets, fill_offsets, segment_sizes
     from eos_runtime.experiments.schedule import (
         EXPLICIT_ONLY,
         OPERATOR,
@@ -1341,7 +1341,7 @@ def test_several_runs_stamp_their_input_recent_and_never_ahead():
     deleted it before a run read it, and deleted committed sink records, which carry their
     input's timestamps. Every stamp must lie in the experiment's own time, none ahead of
     it (a broker refuses records stamped an hour ahead): increasing and unique."""
-    from eos_runtime.experiments.multirun import input_stamp0
+    from eos_runtime.experiments.scenario_plan import input_stamp0
 
     now = 1_795_623_548_473
     for records in (1, 1000, 10_000_000):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -37,10 +36,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, EosError
+from ..errors import EosError
 from ..transport import TopicPartition, TopicSpec, open_transport
 from .injector import Injector, resume
 from .scenario import InputModel
+from .scenario_plan import (
+    check_offsets,
+    check_scenario,
+    fill_offsets,
+    input_stamp0,
+    segment_sizes,
+)
 from .schedule import BETWEEN_RUNS, Fault, Schedule, TaskRole
 from .setup import (
     SAMPLE_EVERY,
@@ -55,71 +61,11 @@ from .setup import (
 from .verify import Verdict, check_dead_letters, merge, verify_output
 from .workloads import sink_formats
 
-__all__ = ["run_scenario", "input_stamp0", "segment_sizes", "fill_offsets", "check_offsets"]
+__all__ = ["run_scenario"]
 
 TAKE_OVER_WAIT = 120.0   # seconds a take-over driver has to record its run
 CLI_TIMEOUT = 120.0
 CANCEL_WAIT = 60.0       # seconds a cancel has to end the run while its task is held
-
-
-def input_stamp0(now_ms: int, records: int) -> int:
-    """The timestamp of the first of ``records`` input records (record i gets it + i): the
-    last one a millisecond before ``now_ms``. Not older: a broker's time retention (Kafka's default
-    is 7 days, checked every 5 minutes) deletes what is stamped before it, input no run
-    read yet and committed sink records alike (they carry their input's timestamps), and
-    the oracle counts on both. Not ahead: a broker refuses records stamped an hour ahead."""
-    return now_ms - records
-
-
-def segment_sizes(lines: int, runs: int) -> list[int]:
-    """The input written before each run: ``lines`` split evenly over the runs."""
-    return [lines * (k + 1) // runs - lines * k // runs for k in range(runs)]
-
-
-def _ends_before(sizes: list[int], partitions: int, run: int) -> list[int]:
-    """Each partition's end before ``run`` (1-based), from the written shares alone (input
-    appended during runs comes on top, so these ends are lower bounds)."""
-    written = sum(sizes[:run - 1])
-    return [len(range(p, written, partitions)) for p in range(partitions)]
-
-
-def fill_offsets(schedule: Schedule, seed: int, sizes: list[int], partitions: int) -> Schedule:
-    """A random schedule's Startpoint and checkpoint offsets (``-1``), drawn from what the
-    partition holds before the action: the schedule as it is carried out and recorded."""
-    rng = random.Random(f"offsets:{seed}")
-    faults = []
-    for f in schedule.faults:
-        if f.offset == -1 and f.partition is not None:
-            end = _ends_before(sizes, partitions, f.run)[f.partition]
-            f = Fault(**{**f.__dict__, "offset": rng.randint(0, max(0, end - 1))})
-        faults.append(f)
-    return Schedule(faults, schedule.source)
-
-
-def check_offsets(schedule: Schedule, sizes: list[int], partitions: int) -> None:
-    """An offset an action names must lie in what the partition holds by then."""
-    for i, f in enumerate(schedule.faults, 1):
-        if f.offset is None or f.partition is None:
-            continue
-        end = _ends_before(sizes, partitions, f.run)[f.partition]
-        last = end - 1 if f.kind == "startpoint" and f.to == "timestamp" else end
-        if not 0 <= f.offset <= last:
-            raise ConfigError(f"{schedule.source}: fault {i} ({f.kind}): field 'offset': before "
-                              f"run {f.run} partition {f.partition} holds offsets 0..{end - 1} "
-                              f"(with --lines {sum(sizes)} over {len(sizes)} runs), not "
-                              f"{f.offset}")
-
-
-def check_scenario(schedule: Schedule) -> None:
-    """What the model cannot follow: a take-over in a run that starts at a reset position
-    (the second driver would start from the last run's checkpoint instead)."""
-    starts = {f.run for f in schedule.faults if f.kind == "start"}
-    for i, f in enumerate(schedule.faults, 1):
-        if f.kind == "take-over" and f.run in starts:
-            raise ConfigError(f"{schedule.source}: fault {i} (take-over): run {f.run} starts "
-                              f"at a reset position (a start fault); a second driver takes "
-                              f"over from the job's checkpoints: give the take-over another "
-                              f"run")
 
 
 class _Cli:
