@@ -49,7 +49,7 @@ def data_batches(draw):
 
 
 batches = data_batches()
-markers = st.builds(Marker, i32, i32, i64, i64)
+markers = st.builds(Marker, i32, i32, i64, i64, st.none() | i64)
 restores = st.builds(Restore, i32, i32, i64)
 cl_data = st.builds(ChangeLogData, i32, i64, text, st.binary(max_size=64), opt_bytes)
 parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64)
@@ -60,7 +60,7 @@ ranges = st.builds(OutputRange, text, i32, i64, i64)
 commits = st.builds(ChangeLogCommit, i32, i64, st.lists(outputs, max_size=3).map(tuple),
                     st.lists(inputs, max_size=3).map(tuple),
                     st.lists(fences, max_size=3).map(tuple),
-                    st.lists(ranges, max_size=3).map(tuple))
+                    st.lists(ranges, max_size=3).map(tuple), st.none() | i64)
 aborts = st.builds(ChangeLogAbort, i32, i64)
 checkpoint_data = st.builds(CheckpointData, i64, i32, i64)
 
@@ -259,3 +259,26 @@ def test_record_type_values_are_pinned():
     assert (rt.CL_DATA, rt.CL_COMMIT, rt.CL_ABORT, rt.CHECKPOINT_DATA) == (16, 17, 18, 32)
     assert (rt.RUN_START, rt.STOP, rt.LEASE) == (48, 49, 50)
     assert wire.encode(Marker(1, 2, 3, 4)) == bytes((1, 2)) + msgpack.packb([1, 2, 3, 4])
+
+
+def test_a_record_without_a_watermark_is_byte_for_byte_the_one_written_before_watermarks():
+    # Pinned: a marker of four fields and a commit of six, as every log written before
+    # event time holds them; and what a reader of today makes of them.
+    marker = wire.encode(Marker(1, 2, 3, 4))
+    assert marker[2:] == msgpack.packb([1, 2, 3, 4])
+    assert wire.decode_channel(marker) == Marker(1, 2, 3, 4, None)
+    commit = wire.encode(ChangeLogCommit(1, 9))
+    assert commit[2:] == msgpack.packb([1, 9, [], [], [], []])
+    assert wire.decode_changelog(commit).watermark is None
+
+
+def test_a_watermark_is_one_field_more_and_a_second_one_is_refused():
+    marker = wire.encode(Marker(1, 2, 3, 4, -5))
+    assert marker[2:] == msgpack.packb([1, 2, 3, 4, -5])
+    assert wire.decode_channel(marker).watermark == -5
+    six = marker[:2] + msgpack.packb([1, 2, 3, 4, -5, 6])
+    with pytest.raises(WireFormatError, match="marker is 6 items, expected an array of 4"):
+        wire.decode_channel(six)
+    bad = marker[:2] + msgpack.packb([1, 2, 3, 4, "late"])
+    with pytest.raises(WireFormatError, match="marker watermark"):
+        wire.decode_channel(bad)

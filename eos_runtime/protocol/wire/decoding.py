@@ -113,10 +113,17 @@ def _read_batch(f: list[Any]) -> DataBatch:
                      _int(f[2], INT64, "version"), seq, tuple(keys), tuple(values), tuple(stamps))
 
 
+def _optional_tail(f: list[Any], n: int, name: str) -> int | None:
+    """A record of ``n`` fields, or of ``n + 1`` whose last is an INT64 a later writer added
+    (a watermark): older records stay readable as they were written."""
+    _array(f, n + 1 if len(f) == n + 1 else n, name)
+    return _int(f[n], INT64, f"{name} watermark") if len(f) == n + 1 else None
+
+
 def _read_marker(f: list[Any]) -> Marker:
-    _array(f, 4, "marker")
+    watermark = _optional_tail(f, 4, "marker")
     return Marker(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
-                  _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"))
+                  _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark)
 
 
 def _read_restore(f: list[Any]) -> Restore:
@@ -133,7 +140,7 @@ def _read_cl_data(f: list[Any]) -> ChangeLogData:
 
 
 def _read_commit(f: list[Any]) -> ChangeLogCommit:
-    _array(f, 6, "change-log commit")
+    watermark = _optional_tail(f, 6, "change-log commit")
     outputs = tuple(
         OutputSeq(_str(o[0], "output topic"), _int(o[1], INT32, "output partition"),
                   _int(o[2], INT64, "output seq"))
@@ -158,7 +165,7 @@ def _read_commit(f: list[Any]) -> ChangeLogCommit:
                     _int(r[2], INT64, "range first"), _int(r[3], INT64, "range last"))
         for r in (_array(y, 4, "output range") for y in _array(f[5], None, "output_ranges")))
     return ChangeLogCommit(_int(f[0], INT32, "generation"), _int(f[1], INT64, "version"),
-                           outputs, tuple(inputs), fences, ranges)
+                           outputs, tuple(inputs), fences, ranges, watermark)
 
 
 def _read_abort(f: list[Any]) -> ChangeLogAbort:

@@ -104,10 +104,12 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
         case DataBatch():
             return encode_batch(record.producer_id, record.generation, record.version,
                                 record.seq, record.keys, record.values, record.timestamps)
-        case Marker(producer_id, generation, version, seq):
+        case Marker(producer_id, generation, version, seq, watermark):
             fields: list[Any] = [_check(producer_id, INT32, "producer_id"),
                                  _check(generation, INT32, "generation"),
                                  _check(version, INT64, "version"), _check(seq, INT64, "seq")]
+            if watermark is not None:   # without one the record stays SEP-10's, to the byte
+                fields.append(_check(watermark, INT64, "watermark"))
             return _header(RecordType.MARKER) + _packb(fields)
         case Restore(producer_id, generation, version):
             fields = [_check(producer_id, INT32, "producer_id"),
@@ -178,5 +180,8 @@ def _commit_fields(c: ChangeLogCommit) -> list[Any]:
     ranges = [[text(r.topic, "topic"), _check(r.partition, INT32, "partition"),
                _check(r.first, INT64, "first"), _check(r.last, INT64, "last")]
               for r in c.output_ranges]
-    return [_check(c.generation, INT32, "generation"), _check(c.version, INT64, "version"),
-            outputs, inputs, fences, ranges]
+    fields = [_check(c.generation, INT32, "generation"), _check(c.version, INT64, "version"),
+              outputs, inputs, fences, ranges]
+    if c.watermark is not None:   # a task without event time writes the six fields it did
+        fields.append(_check(c.watermark, INT64, "watermark"))
+    return fields

@@ -104,12 +104,14 @@ class DataBatch:
 @dataclass(frozen=True, slots=True)
 class Marker:
     """Checkpoint command: every message of ``producer_id`` before it is of version
-    <= ``version``."""
+    <= ``version``. ``watermark``: the producer's event-time watermark at ``version``
+    (W3), None where it keeps none (then the record is as SEP-10's, four fields)."""
 
     producer_id: int
     generation: int
     version: int
     seq: int
+    watermark: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +203,7 @@ class ChangeLogCommit:
     inputs: tuple[InputPosition, ...] = ()
     fences: tuple[ProducerFence, ...] = ()
     output_ranges: tuple[OutputRange, ...] = ()
+    watermark: int | None = None       # the task's event-time watermark at ``version`` (W2, W4)
 
 
 @dataclass(frozen=True, slots=True)
