@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 from .joblog.checkpoints import Checkpoint
-from .joblog.control import layout_checkpoints, layout_guarantee, layout_job_id, layout_stages
+from .joblog.layout import layout_checkpoints, layout_guarantee, layout_job_id, layout_stages
 from .plan import JobPlan, OutputPlan, StagePlan, TaskPlan
 
 __all__ = ["render", "parse", "ParsedCheckpoints", "plan_from_layout"]

@@ -52,11 +52,8 @@ from .joblog.control import (
     control_topic,
     fold_runs,
     heartbeat_topic,
-    layout_channels,
-    layout_checkpoints,
-    layout_job_id,
-    layout_stages,
 )
+from .joblog.layout import layout_channels, layout_checkpoints, layout_job_id, layout_stages
 from .joblog.startpoints import MetadataStore, Startpoint, StartpointKey, metadata_topic
 from .protocol import wire
 from .protocol.runs import run_end

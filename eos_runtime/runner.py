@@ -34,12 +34,8 @@ from .errors import (
     TaskFailed,
     TransportError,
 )
-from .joblog.control import (
-    DEFAULT_LEASE_TIMEOUT,
-    ControlLog,
-    LeaseKeeper,
-    LeaseRequest,
-)
+from .joblog.control import DEFAULT_LEASE_TIMEOUT, ControlLog, LeaseRequest
+from .joblog.live_run import LeaseKeeper
 from .kafka_settings import merge
 from .limits import check
 from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from eos_runtime.joblog.control import ControlLog, layout_stages
+from eos_runtime.joblog.control import ControlLog
+from eos_runtime.joblog.layout import layout_stages
 from eos_runtime.protocol import wire
 from eos_runtime.transport import open_transport
 

@@ -127,7 +127,8 @@ def test_a_step_back_on_the_holders_host_does_not_make_its_live_lease_lapse():
 def test_a_drivers_lease_records_do_not_go_back_with_its_clock():
     """The wiring: ``LeaseKeeper`` stamps its heartbeats with ``clock.stamp_ms``."""
     from eos_runtime import clock
-    from eos_runtime.joblog.control import LeaseKeeper, LeaseRequest
+    from eos_runtime.joblog.control import LeaseRequest
+    from eos_runtime.joblog.live_run import LeaseKeeper
 
     keeper = object.__new__(LeaseKeeper)
     keeper.run, keeper.lease = 0, LeaseRequest()

@@ -197,7 +197,8 @@ def test_eos_jobs_shows_who_holds_the_lease(tmp_path):
 
 
 def test_a_keepers_heartbeat_moves_the_expiry_and_close_releases(tmp_path):
-    from eos_runtime.joblog.control import LeaseKeeper, LeaseRequest
+    from eos_runtime.joblog.control import LeaseRequest
+    from eos_runtime.joblog.live_run import LeaseKeeper
     from eos_runtime.protocol.lease import HELD
 
     opts = {"data_dir": str(tmp_path / "data")}
@@ -251,7 +252,8 @@ def test_a_task_of_a_run_taken_over_stops_before_it_recovers(tmp_path):
 def test_lease_and_run_queries_read_few_records_however_many_heartbeats(tmp_path):
     """A job that ran for a day beats ~8600 times: each task's start, the lease check and
     `eos jobs` must not read them all. Counted in records read, not time."""
-    from eos_runtime.joblog.control import LeaseKeeper, LeaseRequest, heartbeat_topic
+    from eos_runtime.joblog.control import LeaseRequest, heartbeat_topic
+    from eos_runtime.joblog.live_run import LeaseKeeper
     from eos_runtime.protocol.lease import HELD
 
     opts = {"data_dir": str(tmp_path / "data")}
@@ -333,7 +335,8 @@ def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_ru
     start record named the previous run (the latest start record), and the new run went
     on. A stop names the run holding the lease; that run's sources see it although it
     came before their start record. With no live run, stop says so and appends nothing."""
-    from eos_runtime.joblog.control import LeaseRequest, StopWatcher
+    from eos_runtime.joblog.control import LeaseRequest
+    from eos_runtime.joblog.live_run import StopWatcher
 
     data = tmp_path / "data"
     opts = {"data_dir": str(data)}

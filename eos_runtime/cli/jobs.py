@@ -3,11 +3,11 @@
 
 Both only read. A job is known by its control topic, ``<job>.control``, and by its records,
 not its name alone (``scan_jobs``: a user's topic of that name is no job): its run records
-(``RunStart``) number the runs and keep the job's layout, one line per stage naming its
-input and output topics, and its stop requests say which runs were asked to stop
-(``joblog/control.py``). Each task's last committed version is the newest commit record
-of its change-log partition (``joblog/changelog.py``: ``last_commit``, read from the
-tail).
+(``RunStart``) number the runs and keep the job's layout (``joblog/layout.py``), one line
+per stage naming its input and output topics, and its stop requests say which runs were
+asked to stop (``joblog/control.py``). Each task's last committed version is the newest
+commit record of its change-log partition (``joblog/changelog.py``: ``last_commit``, read
+from the tail).
 """
 
 from __future__ import annotations
@@ -37,13 +37,8 @@ __all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
     """What ``eos jobs --json`` says of one job."""
     from ..joblog.changelog import last_commit
-    from ..joblog.control import (
-        ControlLog,
-        layout_guarantee,
-        layout_sinks,
-        layout_sources,
-        layout_stages,
-    )
+    from ..joblog.control import ControlLog
+    from ..joblog.layout import layout_guarantee, layout_sinks, layout_sources, layout_stages
     from ..protocol.runs import run_of
     from ..transport import TopicPartition
 
@@ -158,15 +153,8 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, dead-letters."""
-    from ..joblog.control import (
-        control_topic,
-        heartbeat_topic,
-        layout_channels,
-        layout_sinks,
-        layout_sources,
-        layout_stages,
-        scan_jobs,
-    )
+    from ..joblog.control import control_topic, heartbeat_topic, scan_jobs
+    from ..joblog.layout import layout_channels, layout_sinks, layout_sources, layout_stages
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 

@@ -1,17 +1,19 @@
 """A job's control topic, ``<job>.control`` (one partition, kept forever).
 
 The driver appends a ``RunStart`` when it starts a run: the record numbers the run
-(``protocol/runs.py``) and stores the job's layout, so a later run of a changed job is
-refused before anything starts. ``eos stop``, or Ctrl-C on the driver, appends a
-``StopRequest``; source tasks watch the topic from their run's start record and end the
-run with a final checkpoint when one names their run. ``eos stop`` names the run holding
-the lease (none: it refuses), which may not have recorded its start yet: its driver then
-repeats the request after its start record (``start_run``).
+(``protocol/runs.py``) and stores the job's layout (``layout.py``), so a later run of a
+changed job is refused before anything starts. ``eos stop``, or Ctrl-C on the driver,
+appends a ``StopRequest``; source tasks watch the topic from their run's start record
+(``StopWatcher``, ``live_run.py``) and end the run with a final checkpoint when one names
+their run. ``eos stop`` names the run holding the lease (none: it refuses), which may not
+have recorded its start yet: its driver then repeats the request after its start record
+(``start_run``).
 
 One driver per job: before its ``RunStart`` a driver appends a ``Lease`` acquire and reads
 the log back to learn whether it won (``protocol/lease.py`` decides); ``LeaseKeeper``
-renews it from a thread while the run goes on and releases it at the end. The checkpoint
-tool and Startpoint writes refuse while the lease is held (``ControlLog.refuse_if_running``).
+(``live_run.py``) renews it from a thread while the run goes on and releases it at the
+end. The checkpoint tool and Startpoint writes refuse while the lease is held
+(``ControlLog.refuse_if_running``).
 
 Heartbeats (``renew``) go to their own topic, ``<job>.heartbeats``, not to the control
 topic: a running job writes one every few seconds, and every reader of the control topic
@@ -27,14 +29,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from .. import clock
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
@@ -42,14 +41,12 @@ from ..plan import JobPlan
 from ..protocol import wire
 from ..protocol.lease import EXPIRED, FREE, HELD, LeaseState, fold_lease
 from ..protocol.runs import MAX_RUN
-from ..transport import Record, TopicPartition, TopicSpec, Transport, open_transport
+from ..transport import Record, TopicPartition, TopicSpec, Transport
+from .layout import job_layout, layout_guarantee, layout_sinks, layout_stages
 
-__all__ = ["ControlLog", "JobScan", "LeaseKeeper", "LeaseRequest", "RunInfo", "StageLayout",
-           "StopWatcher", "control_topic", "fold_runs", "heartbeat_topic", "job_layout", "jobs_on",
-           "scan_jobs",
-           "jobs_with_sink", "layout_checkpoints", "layout_guarantee", "layout_job_id",
-           "layout_stages", "layout_sinks", "layout_sources", "layout_channels",
-           "DEFAULT_LEASE_TIMEOUT"]
+__all__ = ["DEFAULT_LEASE_TIMEOUT", "ControlLog", "JobScan", "LeaseRequest", "RunInfo",
+           "control_topic", "fold_runs", "heartbeat_topic", "jobs_on", "jobs_with_sink",
+           "scan_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -75,111 +72,6 @@ FIRST_WINDOW = 32
 #: before a backwards search for the holder's heartbeats stops: older ones cannot be the
 #: holder's (a driver beats only after its acquire).
 CLOCK_MARGIN_MS = 60_000
-
-
-def job_layout(plan: JobPlan) -> tuple[str, ...]:
-    """What must not change between runs of a job: one line per stage (readable, because
-    the refusal shows it)."""
-    lines = []
-    for st in plan.stages:
-        tasks = ",".join(str(t) for t in st.task_ids)
-        outputs = " + ".join(f"{o.topic} x{o.partitions}" for o in st.outputs)
-        lines.append(f"stage {st.index}: input {st.input_topic} x{st.input_partitions}, "
-                     f"tasks {tasks}, stores [{', '.join(st.stores)}], output {outputs}")
-    lines.append(f"guarantee {plan.guarantee}")
-    if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
-        lines.append(f"checkpoints {plan.checkpoints}")
-        # The id selects where those positions are; with the change log it selects nothing.
-        if plan.job_id != "1":
-            lines.append(f"job id {plan.job_id}")
-    return tuple(lines)
-
-
-def _layout_entry(layout: tuple[str, ...], name: str) -> str | None:
-    """The value of a ``<name> <value>`` line of a layout from ``job_layout`` (None: no
-    such line)."""
-    prefix = f"{name} "
-    for line in layout:
-        if line.startswith(prefix):
-            return line[len(prefix):]
-    return None
-
-
-def layout_job_id(layout: tuple[str, ...]) -> str:
-    """The job id a layout from ``job_layout`` records ("1" when it names none)."""
-    return _layout_entry(layout, "job id") or "1"
-
-
-def layout_checkpoints(layout: tuple[str, ...]) -> str:
-    """Where a layout from ``job_layout`` keeps its source positions ("changelog" when it
-    names no other store)."""
-    return _layout_entry(layout, "checkpoints") or "changelog"
-
-
-def layout_guarantee(layout: tuple[str, ...]) -> str | None:
-    """The processing guarantee a layout from ``job_layout`` records (None: it names none)."""
-    return _layout_entry(layout, "guarantee")
-
-
-@dataclass(frozen=True)
-class StageLayout:
-    """One stage line of a layout from ``job_layout``, read back (for the job tools)."""
-
-    index: int
-    input_topic: str
-    input_partitions: int
-    task_ids: tuple[int, ...]
-    stores: tuple[str, ...]
-    outputs: tuple[tuple[str, int], ...]   # (topic, partitions), channels and sinks
-
-    @property
-    def output_topic(self) -> str:
-        return self.outputs[0][0]
-
-    @property
-    def output_partitions(self) -> int:
-        return self.outputs[0][1]
-
-
-_STAGE_LINE = re.compile(r"^stage (?P<index>\d+): input (?P<input>\S+) x(?P<inparts>\d+), "
-                         r"tasks (?P<tasks>[\d,]*), stores \[(?P<stores>[^\]]*)\], "
-                         r"output (?P<outputs>\S+ x\d+(?: \+ \S+ x\d+)*)$")
-
-
-def layout_sinks(stages: list[StageLayout]) -> list[str]:
-    """The sink topics of a layout's stages: the outputs no stage reads (the others are
-    the job's channels), in the order the stages name them."""
-    inputs = {st.input_topic for st in stages}
-    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t not in inputs))
-
-
-def layout_sources(stages: list[StageLayout]) -> list[StageLayout]:
-    """The source stages of a layout: those whose input no stage writes."""
-    outputs = {t for st in stages for t, _ in st.outputs}
-    return [st for st in stages if st.input_topic not in outputs]
-
-
-def layout_channels(stages: list[StageLayout]) -> list[str]:
-    """The channel topics of a layout's stages: outputs that a stage reads."""
-    inputs = {st.input_topic for st in stages}
-    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t in inputs))
-
-
-def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
-    """The stages a layout from ``job_layout`` records, in order (lines it does not
-    recognise are skipped)."""
-    stages = []
-    for line in layout:
-        m = _STAGE_LINE.match(line)
-        if m is None:
-            continue
-        stages.append(StageLayout(
-            int(m["index"]), m["input"], int(m["inparts"]),
-            tuple(int(t) for t in m["tasks"].split(",") if t),
-            tuple(s for s in m["stores"].split(", ") if s),
-            tuple((t, int(n)) for t, n in (o.rsplit(" x", 1)
-                                           for o in m["outputs"].split(" + ")))))
-    return stages
 
 
 @dataclass(frozen=True)
@@ -537,6 +429,8 @@ def fold_runs(records: list[tuple[int, wire.ControlRecord]]) -> list[RunInfo]:
     return runs
 
 
+# Here, not beside LeaseKeeper in live_run.py: start_run takes it, and live_run.py
+# imports this module.
 @dataclass(frozen=True)
 class LeaseRequest:
     """What a driver asks for: ``timeout`` seconds without a heartbeat before its lease
@@ -551,85 +445,3 @@ class LeaseRequest:
             raise ConfigError(f"lease timeout {self.timeout!r}: give a number of seconds > 0")
         if not self.owner:
             object.__setattr__(self, "owner", uuid.uuid4().hex)
-
-
-class LeaseKeeper:
-    """Renews a driver's lease from a thread (its own transport) and releases it on
-    ``close``. A renewal that fails is retried at the next beat: the lease only lapses
-    after ``timeout`` seconds of failures."""
-
-    def __init__(self, transport_opts: dict[str, Any], job: str, run: int,
-                 lease: LeaseRequest) -> None:
-        self.opts, self.job, self.run, self.lease = transport_opts, job, run, lease
-        self.every = min(lease.timeout / 3, 10.0)
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"eos-lease-{job}", daemon=True)
-        self._thread.start()
-
-    def _record(self, action: str) -> wire.Lease:
-        return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
-                          clock.stamp_ms(), int(self.lease.timeout * 1000))
-
-    def renew(self, transport: Transport) -> None:
-        """One heartbeat: the lease holds ``timeout`` seconds from now."""
-        ControlLog(transport, self.job).append_lease(self._record("renew"))
-
-    def _beat(self) -> None:
-        transport = None
-        try:
-            while not self._done.wait(self.every):
-                try:
-                    if transport is None:
-                        transport = open_transport(**self.opts)
-                    self.renew(transport)
-                except Exception as exc:   # the next beat tries again; expiry is the limit
-                    log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
-        finally:
-            if transport is not None:
-                transport.close()
-
-    def close(self) -> None:
-        """Stop renewing and release the lease (the next run may start at once)."""
-        if self._done.is_set():
-            return
-        self._done.set()
-        self._thread.join()
-        try:
-            with open_transport(**self.opts) as transport:
-                ControlLog(transport, self.job).append_lease(self._record("release"))
-        except Exception as exc:   # the lease then lapses after its timeout
-            log.warning("job %r: releasing the lease failed (%s); it lapses in %.0f s",
-                        self.job, exc, self.lease.timeout)
-
-
-class StopWatcher:
-    """A source task's look-out for a stop request naming its run; reads at most every
-    ``every`` seconds, so the hot loop pays a clock read per batch."""
-
-    def __init__(self, transport: Transport, job: str, run: int, from_offset: int,
-                 every: float = 0.25) -> None:
-        self.run = run
-        self.every = every
-        self.tp = TopicPartition(control_topic(job), 0)
-        self.consumer = transport.consumer(read_committed=False)
-        self.consumer.assign({self.tp: from_offset})
-        self._next = 0.0
-        self.stop: wire.StopRequest | None = None
-
-    def requested(self) -> bool:
-        if self.stop is not None:
-            return True
-        now = time.monotonic()
-        if now < self._next:
-            return False
-        self._next = now + self.every
-        for r in self.consumer.poll(100, 0):
-            rec = wire.decode_control(r.value, topic=r.topic, partition=r.partition,
-                                      offset=r.offset)
-            if isinstance(rec, wire.StopRequest) and rec.run == self.run:
-                self.stop = rec
-                return True
-        return False
-
-    def close(self) -> None:
-        self.consumer.close()

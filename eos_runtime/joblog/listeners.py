@@ -34,14 +34,8 @@ from ..protocol.retention import retention_cuts
 from ..transport import TopicPartition, Transport
 from .changelog import last_commit
 from .checkpoints import TopicCheckpoints
-from .control import (
-    ControlLog,
-    job_layout,
-    jobs_on,
-    layout_job_id,
-    layout_sources,
-    layout_stages,
-)
+from .control import ControlLog, jobs_on
+from .layout import job_layout, layout_job_id, layout_sources, layout_stages
 
 __all__ = ["ListenerContext", "DeleteConsumedInput", "Listeners"]
 

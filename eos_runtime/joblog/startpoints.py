@@ -44,7 +44,8 @@ from ..errors import ConfigError, TopicNotFound
 from ..protocol.positions import fan_out
 from ..transport import TopicPartition, TopicSpec, Transport, open_transport
 from .committed import read_topic
-from .control import ControlLog, layout_sources, layout_stages
+from .control import ControlLog
+from .layout import layout_sources, layout_stages
 
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
            "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ConfigError, EosError, TopicNotFound
 from ..joblog.changelog import last_commit
 from ..joblog.checkpoints import Checkpoint, FileSystemCheckpoints, TopicCheckpoints
-from ..joblog.control import StopWatcher
+from ..joblog.live_run import StopWatcher
 from ..joblog.startpoints import delete_applied, resolve_startpoint
 from ..plan import JobPlan, StagePlan
 from ..protocol import wire

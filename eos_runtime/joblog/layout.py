@@ -1,0 +1,125 @@
+"""A job's layout: what must not change between its runs, one readable line per stage
+(input, tasks, stores, outputs) plus its guarantee and checkpoint store.
+
+The driver stores the layout in each run's ``RunStart`` record (``control.py``) and refuses
+a run whose layout differs from the last run's: checkpoints are per task and channel, so a
+changed layout would read them wrongly. The job tools (``eos jobs``, ``eos reset``, the
+checkpoint tool, Startpoints) read a job's stages, sources, sinks and channels back from
+it. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..plan import JobPlan
+
+__all__ = ["StageLayout", "job_layout", "layout_channels", "layout_checkpoints",
+           "layout_guarantee", "layout_job_id", "layout_sinks", "layout_sources",
+           "layout_stages"]
+
+
+def job_layout(plan: JobPlan) -> tuple[str, ...]:
+    """What must not change between runs of a job: one line per stage (readable, because
+    the refusal shows it)."""
+    lines = []
+    for st in plan.stages:
+        tasks = ",".join(str(t) for t in st.task_ids)
+        outputs = " + ".join(f"{o.topic} x{o.partitions}" for o in st.outputs)
+        lines.append(f"stage {st.index}: input {st.input_topic} x{st.input_partitions}, "
+                     f"tasks {tasks}, stores [{', '.join(st.stores)}], output {outputs}")
+    lines.append(f"guarantee {plan.guarantee}")
+    if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
+        lines.append(f"checkpoints {plan.checkpoints}")
+        # The id selects where those positions are; with the change log it selects nothing.
+        if plan.job_id != "1":
+            lines.append(f"job id {plan.job_id}")
+    return tuple(lines)
+
+
+def _layout_entry(layout: tuple[str, ...], name: str) -> str | None:
+    """The value of a ``<name> <value>`` line of a layout from ``job_layout`` (None: no
+    such line)."""
+    prefix = f"{name} "
+    for line in layout:
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    return None
+
+
+def layout_job_id(layout: tuple[str, ...]) -> str:
+    """The job id a layout from ``job_layout`` records ("1" when it names none)."""
+    return _layout_entry(layout, "job id") or "1"
+
+
+def layout_checkpoints(layout: tuple[str, ...]) -> str:
+    """Where a layout from ``job_layout`` keeps its source positions ("changelog" when it
+    names no other store)."""
+    return _layout_entry(layout, "checkpoints") or "changelog"
+
+
+def layout_guarantee(layout: tuple[str, ...]) -> str | None:
+    """The processing guarantee a layout from ``job_layout`` records (None: it names none)."""
+    return _layout_entry(layout, "guarantee")
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """One stage line of a layout from ``job_layout``, read back (for the job tools)."""
+
+    index: int
+    input_topic: str
+    input_partitions: int
+    task_ids: tuple[int, ...]
+    stores: tuple[str, ...]
+    outputs: tuple[tuple[str, int], ...]   # (topic, partitions), channels and sinks
+
+    @property
+    def output_topic(self) -> str:
+        return self.outputs[0][0]
+
+    @property
+    def output_partitions(self) -> int:
+        return self.outputs[0][1]
+
+
+_STAGE_LINE = re.compile(r"^stage (?P<index>\d+): input (?P<input>\S+) x(?P<inparts>\d+), "
+                         r"tasks (?P<tasks>[\d,]*), stores \[(?P<stores>[^\]]*)\], "
+                         r"output (?P<outputs>\S+ x\d+(?: \+ \S+ x\d+)*)$")
+
+
+def layout_sinks(stages: list[StageLayout]) -> list[str]:
+    """The sink topics of a layout's stages: the outputs no stage reads (the others are
+    the job's channels), in the order the stages name them."""
+    inputs = {st.input_topic for st in stages}
+    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t not in inputs))
+
+
+def layout_sources(stages: list[StageLayout]) -> list[StageLayout]:
+    """The source stages of a layout: those whose input no stage writes."""
+    outputs = {t for st in stages for t, _ in st.outputs}
+    return [st for st in stages if st.input_topic not in outputs]
+
+
+def layout_channels(stages: list[StageLayout]) -> list[str]:
+    """The channel topics of a layout's stages: outputs that a stage reads."""
+    inputs = {st.input_topic for st in stages}
+    return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t in inputs))
+
+
+def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:
+    """The stages a layout from ``job_layout`` records, in order (lines it does not
+    recognise are skipped)."""
+    stages = []
+    for line in layout:
+        m = _STAGE_LINE.match(line)
+        if m is None:
+            continue
+        stages.append(StageLayout(
+            int(m["index"]), m["input"], int(m["inparts"]),
+            tuple(int(t) for t in m["tasks"].split(",") if t),
+            tuple(s for s in m["stores"].split(", ") if s),
+            tuple((t, int(n)) for t, n in (o.rsplit(" x", 1)
+                                           for o in m["outputs"].split(" + ")))))
+    return stages

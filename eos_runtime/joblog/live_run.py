@@ -1,0 +1,106 @@
+"""What a live run keeps up beside its work, each on its own reading of the job's logs:
+the driver's lease (``LeaseKeeper``: renewed from a thread into ``<job>.heartbeats``,
+released at the end) and each source task's look-out for a stop request naming its run
+(``StopWatcher``, reading the control topic from the run's start record). What the
+records mean and how the lease is decided: ``control.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from .. import clock
+from ..protocol import wire
+from ..transport import TopicPartition, Transport, open_transport
+from .control import ControlLog, LeaseRequest, control_topic
+
+__all__ = ["LeaseKeeper", "StopWatcher"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Renews a driver's lease from a thread (its own transport) and releases it on
+    ``close``. A renewal that fails is retried at the next beat: the lease only lapses
+    after ``timeout`` seconds of failures."""
+
+    def __init__(self, transport_opts: dict[str, Any], job: str, run: int,
+                 lease: LeaseRequest) -> None:
+        self.opts, self.job, self.run, self.lease = transport_opts, job, run, lease
+        self.every = min(lease.timeout / 3, 10.0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"eos-lease-{job}", daemon=True)
+        self._thread.start()
+
+    def _record(self, action: str) -> wire.Lease:
+        return wire.Lease(self.run, action, self.lease.owner, os.getpid(), socket.gethostname(),
+                          clock.stamp_ms(), int(self.lease.timeout * 1000))
+
+    def renew(self, transport: Transport) -> None:
+        """One heartbeat: the lease holds ``timeout`` seconds from now."""
+        ControlLog(transport, self.job).append_lease(self._record("renew"))
+
+    def _beat(self) -> None:
+        transport = None
+        try:
+            while not self._done.wait(self.every):
+                try:
+                    if transport is None:
+                        transport = open_transport(**self.opts)
+                    self.renew(transport)
+                except Exception as exc:   # the next beat tries again; expiry is the limit
+                    log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
+        finally:
+            if transport is not None:
+                transport.close()
+
+    def close(self) -> None:
+        """Stop renewing and release the lease (the next run may start at once)."""
+        if self._done.is_set():
+            return
+        self._done.set()
+        self._thread.join()
+        try:
+            with open_transport(**self.opts) as transport:
+                ControlLog(transport, self.job).append_lease(self._record("release"))
+        except Exception as exc:   # the lease then lapses after its timeout
+            log.warning("job %r: releasing the lease failed (%s); it lapses in %.0f s",
+                        self.job, exc, self.lease.timeout)
+
+
+class StopWatcher:
+    """A source task's look-out for a stop request naming its run; reads at most every
+    ``every`` seconds, so the hot loop pays a clock read per batch."""
+
+    def __init__(self, transport: Transport, job: str, run: int, from_offset: int,
+                 every: float = 0.25) -> None:
+        self.run = run
+        self.every = every
+        self.tp = TopicPartition(control_topic(job), 0)
+        self.consumer = transport.consumer(read_committed=False)
+        self.consumer.assign({self.tp: from_offset})
+        self._next = 0.0
+        self.stop: wire.StopRequest | None = None
+
+    def requested(self) -> bool:
+        if self.stop is not None:
+            return True
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every
+        for r in self.consumer.poll(100, 0):
+            rec = wire.decode_control(r.value, topic=r.topic, partition=r.partition,
+                                      offset=r.offset)
+            if isinstance(rec, wire.StopRequest) and rec.run == self.run:
+                self.stop = rec
+                return True
+        return False
+
+    def close(self) -> None:
+        self.consumer.close()
