@@ -12,14 +12,26 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...errors import OffsetOutOfRange, TransportError
 from ..base import Consumer, Producer, Record, TopicPartition
-from .files import _FRAME, _scan
+from .files import _FRAME, _PartitionFiles, _scan
 
-if TYPE_CHECKING:  # the transport imports this module to hand its clients out
-    from .transport import LocalLogTransport
+
+class LocalLog(Protocol):
+    """What the clients use of the ``LocalLogTransport`` that hands them out: its
+    partitions' files and its one append path (the transport imports this module, so
+    the clients name it by this, not by its class)."""
+
+    def _partition(self, tp: TopicPartition) -> _PartitionFiles: ...
+
+    def _writable_partition(self, tp: TopicPartition) -> _PartitionFiles: ...
+
+    def _position_of(self, tp: TopicPartition, offset: int) -> int: ...
+
+    def _append(self, tp: TopicPartition, records: list[tuple[bytes | None, bytes | None, int]],
+                fence: tuple[int, str, int] | None = None) -> int: ...
 
 
 def _now_ms() -> int:
@@ -32,7 +44,7 @@ class _LocalProducer(Producer):
     #: records buffered per partition before they are appended without waiting for flush
     MAX_PENDING = 10_000
 
-    def __init__(self, log: LocalLogTransport, fence: tuple[int, str, int] | None = None) -> None:
+    def __init__(self, log: LocalLog, fence: tuple[int, str, int] | None = None) -> None:
         self._log = log
         self._fence = fence
         self._pending: dict[TopicPartition, list[tuple[bytes | None, bytes | None, int]]] = {}
@@ -82,7 +94,7 @@ class _LocalConsumer(Consumer):
 
     _IDLE_SLEEP = (0.001, 0.05)  # first and longest pause between empty looks
 
-    def __init__(self, log: LocalLogTransport) -> None:
+    def __init__(self, log: LocalLog) -> None:
         self._log = log
         # partition -> [next offset, file position]
         self._cursor: dict[TopicPartition, list[int]] = {}
