@@ -294,6 +294,12 @@ def producer_actors(draw, p, n_channels, written=None, idle=False):
         gen += 1
 
 
+def watermark_of(producer, version):
+    """What producer ``producer``'s marker of ``version`` says (W3): any watermark that grows
+    with the versions, as W2 and W4 make every producer's."""
+    return 1000 * producer + 10 * version
+
+
 def valid(item, restores):
     """The reference for invariant 6: every restore a producer ever made applies."""
     return all(not (g > item.generation and item.version > v) for g, v in restores[item.producer])
@@ -341,11 +347,21 @@ class Downstream:
             for c, off, it in held:
                 d = al.on_release(c, off, it.producer, it.generation, it.version)
                 if d == Decision.PROCESS:
-                    self.open_set.append(it.uid)
+                    self.processed(it)
             crash = self.draw(st.integers(0, 7), label="crash in checkpoints?") == 0
             if self.crashes < 20 and crash:
                 self.restart()  # between two checkpoints (e.g. after the last markers)
                 return
+
+    def processed(self, it):
+        """W4: the task's watermark when it processes a message of version v is at most what
+        the message's producer said at v - 1. A source's watermark at v - 1 is at most the
+        highest event time of an active partition then (W2), so a record within the grace
+        of that is never late, however the producers' markers interleave."""
+        w, said = self.al.watermark, watermark_of(it.producer, it.version - 1)
+        assert w is None or w <= said, \
+            f"watermark {w} passed producer {it.producer}'s {said} before version {it.version}"
+        self.open_set.append(it.uid)
 
     def read(self, c, off, it):
         al = self.al
@@ -354,11 +370,12 @@ class Downstream:
             room = sum(len(v) for v in self.buffer.values()) < self.room
             d = al.on_data(c, off, it.producer, it.generation, it.version, 0, room=room)
             if d == Decision.PROCESS:
-                self.open_set.append(it.uid)
+                self.processed(it)
             elif d == Decision.BUFFER:
                 self.buffer.setdefault(it.version, []).append((c, off, it))
         elif it.kind == "marker":
-            if al.on_marker(c, off, it.producer, it.generation, it.version):
+            if al.on_marker(c, off, it.producer, it.generation, it.version,
+                            watermark_of(it.producer, it.version)):
                 self.take_checkpoints()
         else:
             outcome = al.on_restore(c, off, it.producer, it.generation, it.version)
@@ -444,6 +461,8 @@ def run_model(draw, *, check_after_restart=True):
     assert not task.buffer
     assert task.committed == expected, "lost or duplicated messages at the end"
     assert all(n == 1 for n in task.committed.values())
+    # W4's liveness: every run-end marker read, the watermark is the lowest they carry.
+    assert task.al.watermark == min(watermark_of(p, END) for p in range(n_producers))
 
 
 MODEL_SETTINGS = settings(max_examples=400, deadline=None,
@@ -462,9 +481,17 @@ def test_snapshot_round_trips_through_the_commit_record():
     al = Aligner([A, B], [1, 2])
     for ch in (A, B):
         for p in (1, 2):
-            al.on_marker(ch, 3, p, 1, 1)
+            al.on_marker(ch, 3, p, 1, 1, watermark_of(p, 1))
+    al.on_marker(A, 4, 1, 1, 5, watermark_of(1, 5))   # before the resume point: not read again
     snap = al.checkpoint()
-    record = wire.ChangeLogCommit(1, snap.version, (), snap.inputs, snap.fences)
+    assert (snap.version, snap.watermark) == (1, watermark_of(1, 1))
+    record = wire.ChangeLogCommit(1, snap.version, (), snap.inputs, snap.fences,
+                                  watermark=snap.watermark)
     back = wire.decode_changelog(wire.encode(record))
-    again = Aligner([A, B], [1, 2], snapshot=Snapshot(back.version, back.inputs, back.fences))
+    again = Aligner([A, B], [1, 2], snapshot=Snapshot(back.version, back.inputs, back.fences,
+                                                      back.watermark))
     assert again.snapshot == snap
+    # W4 after a restart: the marker of 5 on (A, 1) still says what it said.
+    for ch, p in ((B, 1), (A, 2), (B, 2)):
+        again.on_marker(ch, 5, p, 1, 5, watermark_of(p, 5))
+    assert again.checkpoint().watermark == watermark_of(1, 5)

@@ -55,6 +55,10 @@ R8  (invariant 8; SEP-10 solution 2 as the overflow of solution 3) The buffer is
     version opens the channel is read again from the overflow offset (``rereads``):
     what was processed meanwhile is then stale, what was skipped is read again. Nothing
     is paused, so a lagging producer's marker always gets through; nothing is lost.
+W4  (event time, ``protocol/watermarks.py``) A marker may carry its producer's watermark.
+    A checkpoint of V takes the task's watermark: the minimum over lanes of the
+    watermark on each lane's latest marker of a version up to V, never lower than the
+    last; it is part of the snapshot, and a restore or rewind starts every lane from it.
 R9  A restored or rewound task may already be aligned (every marker it needs was read
     before its checkpoint's resume point, e.g. the run's last markers): the caller checks
     ``aligned()`` before it waits for input, or no marker will ever come to trigger it.
@@ -73,6 +77,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from ..errors import ProtocolViolation
+from . import watermarks as wm
 from .fences import Fences
 from .wire import InputPosition, ParentCheckpoint, ProducerFence
 
@@ -108,6 +113,7 @@ class Snapshot:
     version: int
     inputs: tuple[InputPosition, ...]
     fences: tuple[ProducerFence, ...]
+    watermark: int | None = None       # the task's event-time watermark at ``version`` (W4)
 
 
 @dataclass(slots=True)
@@ -116,13 +122,16 @@ class _Lane:
 
     marker: int = 0            # highest marker version read (alignment)
     committed_marker: int = 0  # highest marker version below the resume point (R6)
+    committed_watermark: int | None = None   # what that marker said (W4)
     generation: int = 0        # highest generation read
     seq: int = -1              # last sequence number read
     # (offset, version, generation) of this lane's messages waiting in the buffer, in
     # offset order
     buffered: deque[tuple[int, int, int]] = field(default_factory=deque)
     # (offset, version) of markers read since the last checkpoint, to fold in at snapshot
-    markers_read: list[tuple[int, int]] = field(default_factory=list)
+    # and the watermark each carried (W4)
+    markers_read: list[tuple[int, int, int | None]] = field(default_factory=list)
+    watermark: wm.LaneWatermark = field(default_factory=wm.LaneWatermark)   # W4
 
 
 class Aligner:
@@ -145,8 +154,10 @@ class Aligner:
         # channel -> [first offset not kept, lowest version not kept] (R8)
         self._overflow: dict[Channel, list[int]] = {}
         self._rereads: dict[Channel, int] = {}
+        self.watermark = snap.watermark
         self._lanes: dict[Channel, dict[int, _Lane]] = {
-            c: {p: _Lane() for p in self._producers} for c in self._channels}
+            c: {p: _Lane(watermark=wm.LaneWatermark(snap.watermark)) for p in self._producers}
+            for c in self._channels}
         self._read_pos: dict[Channel, int | None] = {c: None for c in self._channels}
         self._resume: dict[Channel, int | None] = {c: None for c in self._channels}
         for pos in snap.inputs:
@@ -159,6 +170,10 @@ class Aligner:
                 lane.marker = lane.committed_marker = parent.version
                 lane.generation = parent.generation
                 lane.seq = parent.seq
+                # W4: a marker before the resume point is not read again; what it said is
+                # kept with it (it may be of a version above the snapshot's: R2a, R6)
+                lane.committed_watermark = parent.watermark
+                lane.watermark.marker(parent.version, parent.watermark)
         # lowest generation of each producer whose messages the open version processed (R4)
         self._open_generations: dict[int, int] = {}
         self._open = self._next_open(snap.version)   # R2a, R9
@@ -265,8 +280,9 @@ class Aligner:
             self._open_generations[producer] = generation
 
     def on_marker(self, channel: Channel, offset: int, producer: int, generation: int,
-                  version: int) -> bool:
-        """A marker was read (R2, R3, R5). Returns whether the open version is now aligned."""
+                  version: int, watermark: int | None = None) -> bool:
+        """A marker was read (R2, R3, R5, W4). Returns whether the open version is now
+        aligned."""
         lane = self._lane(channel, producer)
         self._read_pos[channel] = offset + 1
         if self._fenced(producer, generation, version):
@@ -275,7 +291,8 @@ class Aligner:
             lane.generation = generation
         if version > lane.marker:
             lane.marker = version
-        lane.markers_read.append((offset, version))
+        lane.markers_read.append((offset, version, watermark))
+        lane.watermark.marker(version, watermark)
         return self.aligned()
 
     def on_restore(self, channel: Channel, offset: int, producer: int, generation: int,
@@ -299,6 +316,7 @@ class Aligner:
                                       if not self._fenced(producer, e[2], e[1]))
             if lane.marker > version and lane.generation < generation:
                 lane.marker = max(version, lane.committed_marker)
+                lane.watermark.drop_above(lane.marker)
         low = self._open_generations.get(producer)
         if version < self.version and low is not None and low < generation:
             return RestoreOutcome.REWIND
@@ -328,6 +346,9 @@ class Aligner:
             raise ProtocolViolation(f"checkpoint {self.version} taken before alignment; "
                                     f"markers missing from (channel, producer) {missing[:5]}")
         version = self._closing(self.version)
+        # W4. Never lower than before: every lane starts from the snapshot's and only grows.
+        self.watermark = wm.lowest(lane.watermark.settle(version)
+                                   for lanes in self._lanes.values() for lane in lanes.values())
         inputs = []
         for c in self._channels:
             parents = []
@@ -340,12 +361,13 @@ class Aligner:
                 if skipped is not None:
                     resume = min(resume, skipped[0])
                 if lane.markers_read:
-                    below = [v for o, v in lane.markers_read if o < resume]
-                    if below:
-                        lane.committed_marker = max(lane.committed_marker, max(below))
-                    lane.markers_read = [(o, v) for o, v in lane.markers_read if o >= resume]
+                    below = [(v, w) for o, v, w in lane.markers_read if o < resume]
+                    top = max(below, default=None, key=lambda m: m[0])
+                    if top is not None and top[0] >= lane.committed_marker:
+                        lane.committed_marker, lane.committed_watermark = top
+                    lane.markers_read = [m for m in lane.markers_read if m[0] >= resume]
                 parents.append(ParentCheckpoint(p, lane.generation, lane.committed_marker,
-                                                lane.seq, resume))
+                                                lane.seq, resume, lane.committed_watermark))
                 resume_c = resume if resume_c is None else min(resume_c, resume)
             self._resume[c] = resume_c
             if resume_c is not None:
@@ -360,9 +382,10 @@ class Aligner:
                 del self._overflow[c]
                 self._rereads[c] = self._read_pos[c] = from_offset
                 for lane in self._lanes[c].values():   # markers past it are read again
-                    lane.markers_read = [(o, v) for o, v in lane.markers_read if o < from_offset]
-                    lane.marker = max([lane.committed_marker] + [v for _, v in lane.markers_read])
-        self._snapshot = Snapshot(version, tuple(inputs), self._fences.as_wire())
+                    lane.markers_read = [m for m in lane.markers_read if m[0] < from_offset]
+                    lane.marker = max([lane.committed_marker]
+                                      + [v for _, v, _ in lane.markers_read])
+        self._snapshot = Snapshot(version, tuple(inputs), self._fences.as_wire(), self.watermark)
         return self._snapshot
 
     def _floor(self) -> int:
@@ -401,7 +424,8 @@ class Aligner:
         fences = self._fences
         self._restore(self._snapshot)
         self._fences = fences
-        self._snapshot = Snapshot(self._snapshot.version, self._snapshot.inputs, fences.as_wire())
+        self._snapshot = Snapshot(self._snapshot.version, self._snapshot.inputs, fences.as_wire(),
+                                  self._snapshot.watermark)
         return self._snapshot
 
     def lanes_behind(self) -> list[tuple[Channel, int]]:

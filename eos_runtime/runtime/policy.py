@@ -158,7 +158,7 @@ class Aligned:
     def __init__(self, channels: Sequence[Channel], producers: tuple[int, ...], run_end: int,
                  commit: wire.ChangeLogCommit | None, buffer_dir: Path, buffer_max_bytes: int,
                  stats: Any) -> None:
-        snapshot = (Snapshot(commit.version, commit.inputs, commit.fences)
+        snapshot = (Snapshot(commit.version, commit.inputs, commit.fences, commit.watermark)
                     if commit is not None else None)
         self.aligner = Aligner(channels, producers, snapshot=snapshot)
         self.buffer = EarlyArrivalBuffer(buffer_dir, buffer_max_bytes)
@@ -193,7 +193,8 @@ class Aligned:
                 late = (max(0.0, clock.wall() * 1000 - timestamp) if timestamp > 0
                         else None)
                 self._first_marker = (time.monotonic(), late)
-            if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version):
+            if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version,
+                            msg.watermark):
                 return Action.CHECKPOINT
             return Action.ALIGNING
         assert type(msg) is wire.Restore

@@ -139,6 +139,14 @@ def _read_cl_data(f: list[Any]) -> ChangeLogData:
                          _bin(f[4], "value", optional=True))
 
 
+def _read_parent(p: list[Any]) -> ParentCheckpoint:
+    watermark = _optional_tail(p, 5, "parent")
+    return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
+                            _int(p[1], INT32, "parent generation"),
+                            _int(p[2], INT64, "parent version"), _int(p[3], INT64, "parent seq"),
+                            _int(p[4], INT64, "parent resume_offset"), watermark)
+
+
 def _read_commit(f: list[Any]) -> ChangeLogCommit:
     watermark = _optional_tail(f, 6, "change-log commit")
     outputs = tuple(
@@ -148,12 +156,7 @@ def _read_commit(f: list[Any]) -> ChangeLogCommit:
     inputs = []
     for x in _array(f[3], None, "inputs"):
         i = _array(x, 4, "input")
-        parents = tuple(
-            ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
-                             _int(p[1], INT32, "parent generation"),
-                             _int(p[2], INT64, "parent version"), _int(p[3], INT64, "parent seq"),
-                             _int(p[4], INT64, "parent resume_offset"))
-            for p in (_array(y, 5, "parent") for y in _array(i[3], None, "parents")))
+        parents = tuple(_read_parent(y) for y in _array(i[3], None, "parents"))
         inputs.append(InputPosition(_str(i[0], "input topic"), _int(i[1], INT32, "input partition"),
                                     _int(i[2], INT64, "input offset"), parents))
     fences = tuple(

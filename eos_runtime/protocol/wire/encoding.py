@@ -28,6 +28,7 @@ from .records import (
     Envelope,
     Lease,
     Marker,
+    ParentCheckpoint,
     RecordType,
     Restore,
     RunStart,
@@ -159,6 +160,15 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
     raise TypeError(f"not a protocol record: {record!r}")
 
 
+def _parent_fields(p: ParentCheckpoint) -> list[Any]:
+    fields = [_check(p.producer_id, INT32, "producer_id"),
+              _check(p.generation, INT32, "generation"), _check(p.version, INT64, "version"),
+              _check(p.seq, INT64, "seq"), _check(p.resume_offset, INT64, "resume_offset")]
+    if p.watermark is not None:
+        fields.append(_check(p.watermark, INT64, "watermark"))
+    return fields
+
+
 def _commit_fields(c: ChangeLogCommit) -> list[Any]:
     def text(s: object, name: str) -> str:
         if not isinstance(s, str):
@@ -169,10 +179,7 @@ def _commit_fields(c: ChangeLogCommit) -> list[Any]:
                 _check(o.seq, INT64, "seq")] for o in c.outputs]
     inputs = [[text(i.topic, "topic"), _check(i.partition, INT32, "partition"),
                _check(i.offset, INT64, "offset"),
-               [[_check(p.producer_id, INT32, "producer_id"),
-                 _check(p.generation, INT32, "generation"), _check(p.version, INT64, "version"),
-                 _check(p.seq, INT64, "seq"), _check(p.resume_offset, INT64, "resume_offset")]
-                for p in i.parents]]
+               [_parent_fields(p) for p in i.parents]]
               for i in c.inputs]
     fences = [[_check(f.producer_id, INT32, "producer_id"),
                _check(f.generation, INT32, "generation"), _check(f.version, INT64, "version")]

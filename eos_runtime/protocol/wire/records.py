@@ -151,6 +151,7 @@ class ParentCheckpoint:
     version: int
     seq: int
     resume_offset: int
+    watermark: int | None = None       # what the producer's marker of ``version`` said (W4)
 
 
 @dataclass(frozen=True, slots=True)

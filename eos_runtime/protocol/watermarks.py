@@ -1,0 +1,113 @@
+"""Event-time watermarks: a source's (W2) and what a marker's promises add up to (W4). No I/O.
+
+A watermark is an event time, in ms, below which a task's inputs are not expected to
+bring more records: a window that ends (plus its grace) at or below it is closed. None
+is *no watermark yet*: lower than every time, so it closes nothing and, in a minimum,
+holds the others back. The rules (docs/design/event-time.md):
+
+W2  A source's watermark at a checkpoint is the minimum of the highest event time read
+    (``high``) over its *active* partitions, and never lower than its watermark before.
+    A partition is active while it has something left to read, or was read from within
+    the last ``idle_after_ms``; an active partition that has no ``high`` yet holds the
+    watermark where it is. With no active partition the watermark is the highest
+    ``high``: what was read, never beyond it.
+W4  A channel task's watermark at checkpoint V is the minimum over its lanes (every
+    producer of every input) of the watermark on the lane's latest marker of a version
+    up to V, and never lower than its watermark before. A marker of a later version says
+    nothing about the messages in front of it: they are of that later version, still
+    buffered (R1), and taking its watermark now would make them late.
+
+Both are monotonic, and neither passes what a source has read: a record within
+``grace`` of the highest event time of its partition at the time it is read is never
+late anywhere downstream (W6), whatever the versions, crashes and restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+__all__ = ["SourceWatermark", "LaneWatermark", "lowest", "highest"]
+
+
+def lowest(values: Iterable[int | None]) -> int | None:
+    """The minimum, None (no watermark yet) below every time; None for no values."""
+    known = list(values)
+    if not known or None in known:
+        return None
+    return min(v for v in known if v is not None)
+
+
+def highest(a: int | None, b: int | None) -> int | None:
+    """The later of two watermarks (None below every time)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a >= b else b
+
+
+class SourceWatermark:
+    """W2 for one source task over its partitions."""
+
+    def __init__(self, partitions: Iterable[int], restored: int | None = None,
+                 idle_after_ms: int = 0) -> None:
+        if idle_after_ms < 0:
+            raise ValueError(f"idle_after_ms {idle_after_ms!r} is negative")
+        self.highs: dict[int, int | None] = {p: None for p in partitions}
+        self._last_read: dict[int, int] = {}
+        self.idle_after_ms = idle_after_ms
+        self.value = restored
+
+    def read(self, partition: int, high: int, now_ms: int) -> None:
+        """Records of ``partition`` were read; ``high`` is the highest event time among them."""
+        current = self.highs[partition]
+        if current is None or high > current:
+            self.highs[partition] = high
+        self._last_read[partition] = now_ms
+
+    def active(self, behind: Collection[int], now_ms: int) -> list[int]:
+        """The partitions that count: those with something left to read (``behind``) and
+        those read from within the last ``idle_after_ms``."""
+        return [p for p in self.highs
+                if p in behind or (p in self._last_read
+                                   and now_ms - self._last_read[p] < self.idle_after_ms)]
+
+    def at_checkpoint(self, behind: Collection[int], now_ms: int) -> int | None:
+        """The watermark of a checkpoint taken now (W2); it stays the floor from here on."""
+        active = self.active(behind, now_ms)
+        if active:
+            candidate = lowest(self.highs[p] for p in active)
+        else:
+            candidate = max((h for h in self.highs.values() if h is not None), default=None)
+        self.value = highest(self.value, candidate)
+        return self.value
+
+
+class LaneWatermark:
+    """W4's part for one lane (a producer on a channel): the watermarks of its markers."""
+
+    __slots__ = ("settled", "_pending")
+
+    def __init__(self, settled: int | None = None) -> None:
+        self.settled = settled                          # its watermark up to the last checkpoint
+        self._pending: list[tuple[int, int | None]] = []   # (version, watermark) read since
+
+    def marker(self, version: int, watermark: int | None) -> None:
+        self._pending.append((version, watermark))
+
+    def settle(self, version: int) -> int | None:
+        """The lane's watermark at checkpoint ``version``: its latest marker's up to it. A
+        producer's watermark grows with its versions (W2 and W4 are monotonic), so the
+        highest of them is the latest one's, and a marker read twice (R6, R8) is no harm: what
+        it says is as true the second time."""
+        up_to = [w for v, w in self._pending if v <= version]
+        if up_to:
+            for w in up_to:
+                if w is not None:
+                    self.settled = highest(self.settled, w)
+            self._pending = [(v, w) for v, w in self._pending if v > version]
+        return self.settled
+
+    def drop_above(self, version: int) -> None:
+        """Forget markers above ``version``: a restore voided them (R3)."""
+        self._pending = [(v, w) for v, w in self._pending if v <= version]
