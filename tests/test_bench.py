@@ -163,6 +163,20 @@ def test_the_enrich_oracle_is_strict_on_clicks_and_tolerant_on_rows_not_yet_read
     assert _enrich_verdict(swapped, clicks).out_of_order == 1
 
 
+def test_a_peer_written_for_one_table_says_so_of_a_workload_with_two():
+    from dataclasses import replace
+
+    from eos_runtime.bench.systems import all_systems
+
+    enrich = WORKLOADS["enrich"]
+    two = replace(enrich, tables=lambda: {"users": [], "pages": []})
+    systems = all_systems(quix_python=None)
+    for name in ("raw-kafka", "quix-exactly-once"):
+        assert systems[name].cannot_run(enrich) is None
+        assert systems[name].cannot_run(two) == "written for one table; enrich reads 2 " \
+                                                "(users, pages)"
+
+
 def test_the_raw_enrich_step_finds_rows_and_marks_users_without_one():
     from eos_runtime.bench.raw_dataflow import STAGES
 

@@ -242,7 +242,7 @@ class RawSystem:
         return None
 
     def cannot_run(self, workload: BenchWorkload) -> str | None:
-        return None
+        return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
@@ -273,11 +273,19 @@ class RawSystem:
 
 
 def _the_table(setup: Setup) -> str:
-    """The run's one table topic: the raw dataflow and the Quix app look up one table."""
-    if len(setup.tables) != 1:
-        raise ValueError(f"workload {setup.workload.name!r} reads {len(setup.tables)} tables "
-                         f"({', '.join(setup.tables) or 'none'}); this peer looks up one")
-    return next(iter(setup.tables.values()))
+    """The run's one table topic (``_tables_beyond_one`` kept the others from running)."""
+    (topic,) = setup.tables.values()
+    return topic
+
+
+def _tables_beyond_one(workload: BenchWorkload) -> str | None:
+    """Why a peer that looks up one table (the raw dataflow, the Quix app) cannot run
+    ``workload`` (None: it can)."""
+    tables = workload.tables()
+    if len(tables) > 1:
+        return (f"written for one table; {workload.name} reads {len(tables)} "
+                f"({', '.join(tables)})")
+    return None
 
 
 # --------------------------------------------------------------------------- peers
@@ -317,7 +325,7 @@ class QuixSystem:
             # that is another dataflow, not this one.
             return ("Quix refuses a second group_by in one application "
                     "(GroupByNestingLimit)")
-        return None
+        return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
