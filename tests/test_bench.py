@@ -24,8 +24,9 @@ def test_the_raw_dataflow_gives_the_answer_each_oracle_describes(name):
     assert inputs == w.generate(200, 3)
     expected = w.oracle(inputs)
     records = list(inputs)
+    table = [row for rows in w.tables().values() for row in rows]
     for stage in w.raw_stages:   # one process per stage, in-process: every key meets one step
-        step = STAGES[stage]()
+        step = STAGES[stage](table)
         records = [out for key, value in records for out in step(key, value)]
     out = [Record("out", 0, i, k, v, 0) for i, (k, v) in enumerate(records)]
     verdict = compare(expected, out, "exactly-once", key_decode=bytes.decode,
@@ -94,13 +95,136 @@ def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
     assert "does not run" in gone.unavailable()
 
 
+def _enrich_output(clicks, row_of):
+    """The enrich output of ``clicks`` as records, each click with the row ``row_of(user)``."""
+    from eos_runtime.transport import Record
+
+    out = []
+    for i, (_, value) in enumerate(clicks):
+        click = json.loads(value)
+        out.append(Record("out", 0, i, click["user"].encode(),
+                          f"{click['click']}|{row_of(click['user'])}".encode(), 0))
+    return out
+
+
+def _enrich_verdict(records, clicks, guarantee="exactly-once"):
+    return compare(WORKLOADS["enrich"].oracle(clicks), records, guarantee,
+                   key_decode=bytes.decode, value_decode=bytes.decode)
+
+
+def test_enrich_clicks_come_from_every_user_and_only_some_users_have_rows():
+    from eos_runtime.bench.workloads import ENRICH_ROWS, ENRICH_USERS
+
+    w = WORKLOADS["enrich"]
+    clicks = w.generate(5000, 1)
+    users = [json.loads(v)["user"] for k, v in clicks]
+    assert all(k is None for k, _ in clicks)
+    assert [json.loads(v)["click"] for _, v in clicks] == list(range(5000))
+    (rows,) = w.tables().values()
+    assert len(rows) == ENRICH_ROWS < ENRICH_USERS and len({k for k, _ in rows}) == ENRICH_ROWS
+    with_rows = {k.decode() for k, _ in rows}
+    assert 0 < sum(u not in with_rows for u in users) < len(users) / 3
+    # every click of a user goes to one partition, the one its user's rows are in
+    from eos_runtime.runtime.outputs import kafka_partition
+
+    for record, user in zip(clicks, users, strict=True):
+        assert w.partition(record, 3) == kafka_partition(user.encode(), 3)
+    assert {kafka_partition(k, 3) for k, _ in rows} == {0, 1, 2}
+
+
+def test_the_enrich_oracle_is_strict_on_clicks_and_tolerant_on_rows_not_yet_read():
+    clicks = WORKLOADS["enrich"].generate(300, 2)
+    rows = {k.decode(): json.loads(v) for k, v in WORKLOADS["enrich"].tables()["users"]}
+
+    def row_of(user):
+        return "-" if user not in rows else f"{rows[user]['name']}:{rows[user]['tier']}"
+
+    right = _enrich_output(clicks, row_of)
+    assert _enrich_verdict(right, clicks).passed
+    # a row not read yet is no row: a lookup sees the table as far as the job has read it
+    assert _enrich_verdict(_enrich_output(clicks, lambda user: "-"), clicks).passed
+    # another user's row is wrong, whichever user has one
+    someone_else = next(r for r in right if r.key.decode() in rows)
+    wrong = [r if r is not someone_else else r._replace(value=r.value.split(b"|")[0] + b"|"
+                                                        + row_of("u0000" if r.key != b"u0000"
+                                                                 else "u0001").encode())
+             for r in right]
+    verdict = _enrich_verdict(wrong, clicks)
+    assert not verdict.passed and verdict.unexpected == 1
+    # a click twice, a click lost
+    twice = _enrich_verdict(right + right[:1], clicks)
+    assert not twice.passed and twice.duplicated == 1
+    assert _enrich_verdict(right + right[:1], clicks, "at-least-once").passed
+    assert _enrich_verdict(right[1:], clicks, "at-least-once").lost == 1
+    # a user's clicks out of the order made
+    first, second = next((a, b) for a in right for b in right if a.key == b.key and a is not b)
+    swapped = [r._replace(offset=second.offset) if r is first else
+               r._replace(offset=first.offset) if r is second else r for r in right]
+    assert _enrich_verdict(swapped, clicks).out_of_order == 1
+
+
+def test_a_peer_written_for_one_table_says_so_of_a_workload_with_two():
+    from dataclasses import replace
+
+    from eos_runtime.bench.systems import all_systems
+
+    enrich = WORKLOADS["enrich"]
+    two = replace(enrich, tables=lambda: {"users": [], "pages": []})
+    systems = all_systems(quix_python=None)
+    for name in ("raw-kafka", "quix-exactly-once"):
+        assert systems[name].cannot_run(enrich) is None
+        assert systems[name].cannot_run(two) == "written for one table; enrich reads 2 " \
+                                                "(users, pages)"
+
+
+def test_the_raw_enrich_step_finds_rows_and_marks_users_without_one():
+    from eos_runtime.bench.raw_dataflow import STAGES
+
+    table = [(b"u1", b'{"name":"Ann","tier":"pro"}'), (b"u2", b'{"name":"Bo","tier":"free"}'),
+             (b"u2", None)]   # a null value deletes the row
+    enrich = STAGES["enrich"](table)
+    assert list(enrich(b"u1", b'{"click":7,"user":"u1"}')) == [(b"u1", b"7|Ann:pro")]
+    assert list(enrich(b"u2", b'{"click":8,"user":"u2"}')) == [(b"u2", b"8|-")]
+    assert list(enrich(b"u3", b'{"click":9,"user":"u3"}')) == [(b"u3", b"9|-")]
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    systems = ["eos-exactly-once", "eos-at-least-once", "raw-kafka",
+               "spark-structured-streaming"]   # skipped on enrich, with its reason
+    if _quix_python() is not None:
+        systems[3:3] = ["quix-exactly-once", "quix-at-least-once"]
+    ok("bench", "--measures", "throughput", "--workloads", "enrich", "--systems",
+       ",".join(systems), "--records", "400", "--rounds", "1", "--no-warm-up",
+       "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
+       kafka_bootstrap, *(["--quix-python", _quix_python()] if _quix_python() else []),
+       "--out", "out", "--json", cwd=tmp_path, timeout=700)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    spark = "spark-structured-streaming"
+    assert result["skipped"].get(spark) or \
+        "not written for Spark" in result["skipped"][f"{spark} on enrich"]
+    ran = [s for s in systems if s != spark]
+    assert sorted(r["system"] for r in result["runs"]) == sorted(ran)
+    for r in result["runs"]:
+        assert r["verified"], (r["system"], r.get("error"), r)
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
+        assert r["results_expected"] == 400
+    assert result["summary"]["enrich"]["unit"] == "clicks"
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(900)   # six Spark starts, for the eos_runtime runs alone
 def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
     from test_cli import ok
 
-    ok("bench", "--measures", "throughput", "--records", "300", "--rounds", "1",
+    # not enrich: test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix runs it
+    ok("bench", "--measures", "throughput", "--workloads", "wordcount,pageviews,passthrough",
+       "--records", "300", "--rounds", "1",
        "--no-warm-up", "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
        kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, timeout=600)
     out = tmp_path / "out"
@@ -187,7 +311,8 @@ def test_quix_runs_beside_the_runtime(kafka_bootstrap, tmp_path):
     from test_cli import ok
 
     ok("bench", "--systems", "quix-exactly-once,quix-at-least-once", "--measures",
-       "throughput", "--records", "300", "--no-warm-up",
+       "throughput", "--workloads", "wordcount,pageviews,passthrough", "--records", "300",
+       "--no-warm-up",
        "--rounds", "1", "--commit-interval", "0.5", "--bootstrap-servers", kafka_bootstrap,
        "--quix-python", _quix_python(), "--out", "out", "--json", cwd=tmp_path, timeout=280)
     result = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -2,9 +2,10 @@
 
     python -m eos_runtime.bench.burst --bootstrap-servers B --topic T --partitions N FILE
 
-FILE holds the records (msgpack: a list of [key, value]). The process loads them,
-connects, prints ``ready``; on a line ``go`` on stdin it produces record i into partition
-i mod N as fast as the client goes, waits for every acknowledgement and prints
+FILE holds the records (msgpack: a list of [key, value], or of [key, value, partition]).
+The process loads them, connects, prints ``ready``; on a line ``go`` on stdin it produces
+record i into its partition (i mod N where the record names none) as fast as the client
+goes, waits for every acknowledgement and prints
 ``done SECONDS`` (or ``failed REASON``). A producer much faster than the systems under
 test keeps the burst a burst: the systems then work through a backlog, not at the
 producer's pace.
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open(args.file, "rb") as f:
         records = msgpack.unpackb(f.read(), raw=False)
+    places = [r[2] if len(r) > 2 else j % args.partitions for j, r in enumerate(records)]
     failed: list[str] = []
 
     def report(err: object, _msg: object) -> None:
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stdin.readline().strip() != "go":
         return 1
     started = time.monotonic()
-    produce, parts, topic = p.produce, args.partitions, args.topic
+    produce, topic = p.produce, args.topic
     rate, total, i = args.rate, len(records), 0
     while i < total:
         upto = total
@@ -65,10 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.poll(max(ahead, SLICE))   # serves delivery reports while it waits
             upto = min(total, int((time.monotonic() - started) * rate) + 1)
         for j in range(i, upto):
-            key, value = records[j]
+            key, value = records[j][0], records[j][1]
             while True:
                 try:
-                    produce(topic, value, key, j % parts)
+                    produce(topic, value, key, places[j])
                     break
                 except BufferError:   # the client's queue is full: let it send
                     p.poll(0.05)

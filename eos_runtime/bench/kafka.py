@@ -20,11 +20,13 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
     KafkaException,
+    Producer,
 )
 from confluent_kafka import TopicPartition as _TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..errors import EosError
+from ..runtime.outputs import kafka_partition
 from ..transport import Record
 
 __all__ = ["BenchKafka", "OutputWatch", "readable_at", "topic_process_arguments", "APPEND_TIME"]
@@ -66,6 +68,34 @@ class BenchKafka:
                     raise EosError(f"bench topic {topic.topic!r} has no leader after "
                                    f"{self.timeout:g}s")
                 time.sleep(0.1)
+
+    def write_table(self, topic: str, records: list[tuple[bytes | None, bytes]],
+                    partitions: int) -> None:
+        """Write a table's keyed records, each where Kafka's default partitioner (murmur2,
+        the Java client's and Quix's) puts its key, so a key's rows stay in order and the
+        table is co-partitioned with a stream keyed the same way; wait until every one is
+        acknowledged."""
+        failed: list[str] = []
+
+        def report(err: object, _msg: object) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                             "on_delivery": report})
+        for key, value in records:
+            if key is None:
+                raise EosError(f"table {topic!r}: a record without a key ({value[:60]!r})")
+            while True:
+                try:
+                    producer.produce(topic, value, key, kafka_partition(key, partitions))
+                    break
+                except BufferError:   # the client's queue is full: let it send
+                    producer.poll(0.05)
+        left = producer.flush(self.timeout)
+        if left or failed:
+            raise EosError(f"writing table {topic!r}: {left} records undelivered, "
+                           f"errors: {failed[:3]}")
 
     def delete_topics_of(self, run: str) -> None:
         """Drop a finished run's topics: its own and those its system made, all of which

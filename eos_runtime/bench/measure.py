@@ -88,10 +88,12 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
     kafka = BenchKafka(settings.bootstrap)
     # unique, and no run's name inside another's: cleanup finds a run's topics by it
     name = f"bench-{tag}-{workload.name}-{system.name}-r{round_no}-{uuid.uuid4().hex[:6]}"
+    tables = workload.tables()
     setup = Setup(bootstrap=settings.bootstrap, workload=workload, name=name,
                   source=f"{name}.in", sink=f"{name}.out", partitions=settings.partitions,
                   commit_interval=settings.commit_interval,
-                  work_dir=scratch_dir(settings.work_root, name))
+                  work_dir=scratch_dir(settings.work_root, name),
+                  tables={t: f"{name}.{t}" for t in tables})
     wanted = expected_pairs(expected)
     row: dict[str, Any] = {
         "measure": load.measure, "workload": workload.name, "system": system.name,
@@ -103,7 +105,10 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
     burst = None
     sampler = None
     try:
-        kafka.create_topics([setup.source, setup.sink], settings.partitions)
+        kafka.create_topics([setup.source, setup.sink, *setup.tables.values()],
+                            settings.partitions)
+        for topic, rows in tables.items():   # untimed: the table is there before the system
+            kafka.write_table(setup.tables[topic], rows, settings.partitions)
         # The reader warms up with the system (connections, offset look-ups), so it sees
         # the answer when it is there, not after its own start-up.
         watch = OutputWatch(settings.bootstrap, setup.sink, settings.partitions, dict(wanted),
@@ -219,7 +224,10 @@ class _Burst:
 
     def __init__(self, setup: Setup, inputs: list[InputRecord], rate: float | None) -> None:
         data = setup.work_dir / "burst.msgpack"
-        data.write_bytes(msgpack.packb([list(r) for r in inputs], use_bin_type=True))
+        where = setup.workload.partition
+        data.write_bytes(msgpack.packb(
+            [list(r) if where is None else [*r, where(r, setup.partitions)] for r in inputs],
+            use_bin_type=True))
         self.log = setup.work_dir / "burst.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "eos_runtime.bench.burst", str(data),

@@ -2,14 +2,18 @@
 
     python -m eos_runtime.bench.quix_app WORKLOAD --bootstrap-servers B --group G \
         --source TOPIC --sink TOPIC --guarantee exactly-once --commit-interval 1 \
-        --state-dir DIR
+        --state-dir DIR [--table TOPIC]
 
 It runs on Quix's own interpreter (``--quix-python``), so it imports nothing of
 eos_runtime. Written with Quix's own public API the way its documentation shows a user to, so the
 peer is measured as its users run it: wordcount splits, regroups by word through
 Quix's repartition topic and counts in its RocksDB state with change logs on;
 aggregate is wordcount on one-word lines; pageviews regroups twice (by user, then by
-page) with state after each; passthrough writes each record to the sink unchanged.
+page) with state after each; passthrough writes each record to the sink unchanged;
+enrich regroups clicks by user and joins them with the users table (``--table``) by
+``join_asof``, Quix's stream-table join, left: each click meets the user's latest row
+appended before it, from the join's RocksDB store of the table. The table must be
+co-partitioned with the regrouped clicks, and is: both by Kafka's default partitioner.
 Ends on SIGTERM (Quix's own graceful stop).
 """
 
@@ -56,11 +60,21 @@ def _page_total(visit: dict[str, Any], state: Any) -> str:
     return f"{views}:{visitors}"
 
 
+def _click_user(click: dict[str, Any]) -> str:
+    return str(click["user"])
+
+
+def _enriched(click: dict[str, Any], row: dict[str, Any] | None) -> str:
+    part = "-" if row is None else f"{row['name']}:{row['tier']}"
+    return f"{click['click']}|{part}"
+
+
 def main(argv: list[str] | None = None) -> int:
     from quixstreams import Application
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workload", choices=["wordcount", "pageviews", "passthrough", "aggregate"])
+    ap.add_argument("workload", choices=["wordcount", "pageviews", "passthrough", "aggregate",
+                                         "enrich"])
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--group", required=True)
     ap.add_argument("--source", required=True)
@@ -68,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--guarantee", choices=["exactly-once", "at-least-once"], required=True)
     ap.add_argument("--commit-interval", type=float, required=True)
     ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--table", default=None, help="enrich: the users table's topic")
     args = ap.parse_args(argv)
+    if (args.workload == "enrich") != (args.table is not None):
+        ap.error("--table goes with the enrich workload, and only with it")
 
     app = Application(broker_address=args.bootstrap_servers, consumer_group=args.group,
                       auto_offset_reset="earliest", processing_guarantee=args.guarantee,
@@ -88,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         sdf = sdf.apply(_first_visit, stateful=True)
         sdf = sdf.group_by(_page, name="page")
         sdf = sdf.apply(_page_total, stateful=True)
+    elif args.workload == "enrich":
+        source = app.topic(args.source, key_deserializer="bytes", value_deserializer="json")
+        users = app.dataframe(app.topic(args.table, key_deserializer="str",
+                                        value_deserializer="json"))
+        # str keys: the regrouped clicks land where the table's rows of their user are
+        sdf = app.dataframe(source).group_by(_click_user, name="user", key_serializer="str",
+                                             key_deserializer="str")
+        sdf = sdf.join_asof(users, how="left", on_merge=_enriched)
     else:
         source = app.topic(args.source, key_deserializer="str", value_deserializer="str")
         sdf = app.dataframe(source)

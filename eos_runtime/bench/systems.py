@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,9 @@ class Setup:
     partitions: int
     commit_interval: float
     work_dir: Path              # scratch space for the run, removed after it
+    # the workload's tables (BenchWorkload.tables): its pipeline's topic -> the run's,
+    # written before the system starts
+    tables: dict[str, str] = field(default_factory=dict)
 
 
 class Running(Protocol):
@@ -152,7 +155,7 @@ class EosSystem:
         from ..runner import start_pipeline
 
         pipeline = setup.workload.make_pipeline()
-        pipeline.rename(setup.name, source=setup.source, sink=setup.sink)
+        pipeline.rename(setup.name, source=setup.source, sink=setup.sink, sources=setup.tables)
         run = start_pipeline(pipeline, bootstrap_servers=setup.bootstrap,
                              state_dir=str(setup.work_dir / "state"), guarantee=self.guarantee,
                              commit_interval=setup.commit_interval,
@@ -239,10 +242,11 @@ class RawSystem:
         return None
 
     def cannot_run(self, workload: BenchWorkload) -> str | None:
-        return None
+        return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
+        from .raw_dataflow import LOOKS_UP
 
         stages = setup.workload.raw_stages
         # Between two stages: a shuffle topic of the run's own, as wide as the source.
@@ -260,11 +264,28 @@ class RawSystem:
                     [sys.executable, "-m", "eos_runtime.bench.raw_dataflow", stage,
                      "--bootstrap-servers", setup.bootstrap, "--input", src,
                      "--partition", str(p), "--output", dst,
-                     "--output-partitions", str(setup.partitions)],
+                     "--output-partitions", str(setup.partitions),
+                     *(["--table", _the_table(setup)] if stage in LOOKS_UP else [])],
                     stdout=subprocess.PIPE, stderr=log.open("w"), text=True))
         # the victim of a recovery run: the last stage's process of partition 0 (it keeps
         # no offsets, so its restart reads its input again from the start)
         return _Processes(procs, logs, victim=(len(stages) - 1) * setup.partitions)
+
+
+def _the_table(setup: Setup) -> str:
+    """The run's one table topic (``_tables_beyond_one`` kept the others from running)."""
+    (topic,) = setup.tables.values()
+    return topic
+
+
+def _tables_beyond_one(workload: BenchWorkload) -> str | None:
+    """Why a peer that looks up one table (the raw dataflow, the Quix app) cannot run
+    ``workload`` (None: it can)."""
+    tables = workload.tables()
+    if len(tables) > 1:
+        return (f"written for one table; {workload.name} reads {len(tables)} "
+                f"({', '.join(tables)})")
+    return None
 
 
 # --------------------------------------------------------------------------- peers
@@ -304,7 +325,7 @@ class QuixSystem:
             # that is another dataflow, not this one.
             return ("Quix refuses a second group_by in one application "
                     "(GroupByNestingLimit)")
-        return None
+        return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
         from .kafka import BenchKafka
@@ -320,7 +341,8 @@ class QuixSystem:
                  setup.workload.name, "--bootstrap-servers", setup.bootstrap,
                  "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
                  "--guarantee", self.guarantee, "--commit-interval", str(setup.commit_interval),
-                 "--state-dir", str(setup.work_dir / f"quix-state-{i}")],
+                 "--state-dir", str(setup.work_dir / f"quix-state-{i}"),
+                 *(["--table", _the_table(setup)] if setup.tables else [])],
                 stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
         kafka = BenchKafka(setup.bootstrap)
         return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
@@ -385,6 +407,11 @@ class SparkStructuredStreaming:
         if workload.name == "pageviews":
             return ("not written for Spark: pageviews chains two stateful stages, the "
                     "bench's Spark query has one")
+        if workload.tables():
+            return ("not written for Spark: it joins a stream with a static DataFrame (a "
+                    "batch read of the whole table topic, again every micro-batch) or with "
+                    "another stream (a left join emits a click without a row only once a "
+                    "watermark passes it), not with a table read as a topic")
         return None
 
     def start(self, setup: Setup) -> Running:

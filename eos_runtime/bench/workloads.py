@@ -2,7 +2,9 @@
 
 Generators and oracles are those of ``eos experiment`` where one exists
 (``experiments/workloads.py``), so the bench and the fault experiments agree on what a
-correct answer is. Every workload's sink writes utf8 keys and utf8 values.
+correct answer is. Every workload's sink writes utf8 keys and utf8 values. A workload may
+read tables beside its source (``tables``): topics the bench writes before the system
+starts, untimed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..api import Pipeline
 from ..experiments.workloads import (
@@ -24,13 +27,19 @@ from ..experiments.workloads import (
     wordcount_expected,
     wordcount_pipeline,
 )
+from ..runtime.outputs import kafka_partition
 
 __all__ = ["BenchWorkload", "WORKLOADS", "InputRecord", "expected_pairs", "Probe",
-           "aggregate_keys", "aggregate_pipeline"]
+           "aggregate_keys", "aggregate_pipeline", "enrich_pipeline", "ENRICH_USERS",
+           "ENRICH_ROWS", "NO_ROW"]
 
 InputRecord = tuple[bytes | None, bytes]     # (key, value) as the source topic holds it
 #: A probe: its input record, and the key of the one output record it makes.
 Probe = tuple[InputRecord, bytes]
+
+
+def _no_tables() -> dict[str, list[InputRecord]]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,12 @@ class BenchWorkload:
     # The part of an output value the oracle fixes (None: all of it); the rest is the
     # oracle's ``check``'s to judge, after the run.
     value_part: Callable[[bytes], bytes] | None = None
+    # The source partition of a record among N (None: record i goes to partition i mod N).
+    partition: Callable[[InputRecord, int], int] | None = None
+    # The tables the pipeline reads beside its source: per topic (as the pipeline names
+    # it), its keyed records, written before the system starts, each key in the partition
+    # Kafka's default partitioner gives it. Fixed, so the oracle knows every row.
+    tables: Callable[[], dict[str, list[InputRecord]]] = _no_tables
 
 
 def expected_pairs(expected: Expected) -> Counter[tuple[bytes, bytes]]:
@@ -152,6 +167,106 @@ def aggregate_pipeline() -> Pipeline:
     return pipeline
 
 
+# --------------------------------------------------------------------------- enrich
+
+#: Users the enrich workload's clicks come from; the users table has rows for the first
+#: ENRICH_ROWS of them only, so a fifth of the clicks find no row, ever.
+ENRICH_USERS = 5000
+ENRICH_ROWS = 4000
+#: An enriched click's row part when its user has no row (or none read yet).
+NO_ROW = "-"
+_TIERS = ("free", "plus", "pro")
+
+
+def _user_name(i: int) -> str:
+    return f"u{i:04d}"
+
+
+def _users_table() -> dict[str, list[InputRecord]]:
+    return {"users": [(_user_name(i).encode(),
+                       _compact({"name": f"n{i:04d}", "tier": _TIERS[i % len(_TIERS)]}))
+                      for i in range(ENRICH_ROWS)]}
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _row_text(row: dict[str, Any] | None) -> str:
+    return NO_ROW if row is None else f"{row['name']}:{row['tier']}"
+
+
+def _rows() -> dict[str, str]:
+    """The row part an enriched click of each user with a row must carry."""
+    return {(k or b"").decode(): _row_text(json.loads(v)) for k, v in _users_table()["users"]}
+
+
+def _clicks(n: int, seed: int) -> list[InputRecord]:
+    rng = random.Random(f"enrich:{seed}")
+    return [(None, _compact({"click": i, "user": _user_name(rng.randrange(ENRICH_USERS))}))
+            for i in range(n)]
+
+
+def _click_user(click: dict[str, Any]) -> str:
+    return str(click["user"])
+
+
+def _clicks_partition(record: InputRecord, partitions: int) -> int:
+    # Where a keyed producer would put the click of its user: every click of a user in one
+    # partition, so in order (the oracle checks each user's clicks in the order made);
+    # the table's rows of that user are in the same partition.
+    return kafka_partition(_click_user(json.loads(record[1])).encode(), partitions)
+
+
+def _click_id(value: str) -> str:
+    return value.split("|", 1)[0]
+
+
+def _enrich_oracle(records: list[InputRecord]) -> Expected:
+    """Per user, each of its clicks exactly once, in the order made; each with the user's
+    own row or with none: a lookup sees the table as far as the job has read it, and a
+    first run reads the table beside the clicks. Never another user's row."""
+    clicks: dict[str, list[str]] = {}
+    for _, value in records:
+        click = json.loads(value)
+        clicks.setdefault(_click_user(click), []).append(str(click["click"]))
+    rows = _rows()
+
+    def check(user: Any, values: list[Any]) -> list[str]:
+        allowed = {rows.get(user, NO_ROW), NO_ROW}
+        return [f"click {value!r} of {user!r}: its row should be {rows.get(user, NO_ROW)!r} "
+                f"or {NO_ROW!r}" for value in values
+                if str(value).partition("|")[2] not in allowed]
+    return Expected(clicks, identity=_click_id, check=check)
+
+
+def _click_probe(i: int) -> Probe:
+    # a user of its own, with no row: its one result is keyed by it
+    user = f"probe{i:07d}"
+    return (None, _compact({"click": f"p{i}", "user": user})), user.encode()
+
+
+def _enriched(click: dict[str, Any], row: dict[str, Any] | None) -> str:
+    return f"{click['click']}|{_row_text(row)}"
+
+
+def _click_part(value: bytes) -> bytes:
+    # "click|row": the row depends on how far the table was read; the click does not
+    return value.split(b"|", 1)[0]
+
+
+def enrich_pipeline() -> Pipeline:
+    """Each click with its user's row from a users table: a stream-table lookup, left join,
+    keyed by user."""
+    pipeline = Pipeline("enrich", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2)
+    users = pipeline.table("users", key="utf8", value="json")
+    (pipeline.source("clicks", value="json")
+        .lookup(users, on=_click_user, how="left", join=_enriched)
+        .sink("enriched-clicks", key="utf8", value="utf8"))
+    return pipeline
+
+
 WORKLOADS: dict[str, BenchWorkload] = {
     "wordcount": BenchWorkload(
         "wordcount", "split lines, shuffle by word, count per word (examples/wordcount.py)",
@@ -172,4 +287,10 @@ WORKLOADS: dict[str, BenchWorkload] = {
         # one key per record: the oracle and raw stages of wordcount on one-word lines
         "events", _accounts, _wordcount_oracle, aggregate_pipeline, ("split", "count"),
         _word_probe),
+    "enrich": BenchWorkload(
+        "enrich", "clicks joined with their user's row from a users table topic "
+        "(stream-table lookup, left join; 4 000 of 5 000 users have rows)",
+        "clicks", _clicks, _enrich_oracle, enrich_pipeline, ("clicks-by-user", "enrich"),
+        _click_probe, value_part=_click_part, partition=_clicks_partition,
+        tables=_users_table),
 }

@@ -102,9 +102,11 @@ WARM_UP_RECORDS = 20_000
               help="What to measure: throughput (a burst), latency (a steady rate with "
                    "probes), recovery (the same, one task SIGKILLed), memory (peak RSS on "
                    "the aggregate workload as its state grows 10×).")
-@click.option("--workloads", default="wordcount,pageviews,passthrough", show_default=True,
-              metavar="W1,W2", help="Workloads of the throughput, latency and recovery runs: "
-                                    "wordcount, pageviews, passthrough, aggregate.")
+@click.option("--workloads", default="wordcount,pageviews,passthrough,enrich",
+              show_default=True, metavar="W1,W2",
+              help="Workloads of the throughput, latency and recovery runs: wordcount, "
+                   "pageviews, passthrough, enrich (clicks looked up in a users table), "
+                   "aggregate.")
 @click.option("--systems", default=None, metavar="S1,S2",
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
