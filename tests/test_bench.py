@@ -188,15 +188,23 @@ def test_the_raw_enrich_step_finds_rows_and_marks_users_without_one():
     assert list(enrich(b"u3", b'{"click":9,"user":"u3"}')) == [(b"u3", b"9|-")]
 
 
+# Every system on every workload is a long run (scripts/test-long): the suite runs each
+# system once and each workload once.
+EVERY_SYSTEM = ["eos-exactly-once", "eos-at-least-once", "raw-kafka",
+                "spark-structured-streaming"]   # skipped on enrich, with its reason
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("systems", [
+    pytest.param(["eos-exactly-once", "raw-kafka"], id="eos-and-raw"),
+    pytest.param(EVERY_SYSTEM, id="every-system", marks=pytest.mark.long)])
+def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_path, systems):
     from test_cli import ok
 
-    systems = ["eos-exactly-once", "eos-at-least-once", "raw-kafka",
-               "spark-structured-streaming"]   # skipped on enrich, with its reason
-    if _quix_python() is not None:
+    systems = list(systems)
+    if _quix_python() is not None and "eos-at-least-once" in systems:
         systems[3:3] = ["quix-exactly-once", "quix-at-least-once"]
     ok("bench", "--measures", "throughput", "--workloads", "enrich", "--systems",
        ",".join(systems), "--records", "400", "--rounds", "1", "--no-warm-up",
@@ -205,7 +213,7 @@ def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_p
        "--out", "out", "--json", cwd=tmp_path, timeout=700)
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     spark = "spark-structured-streaming"
-    assert result["skipped"].get(spark) or \
+    assert spark not in systems or result["skipped"].get(spark) or \
         "not written for Spark" in result["skipped"][f"{spark} on enrich"]
     ran = [s for s in systems if s != spark]
     assert sorted(r["system"] for r in result["runs"]) == sorted(ran)
@@ -219,11 +227,14 @@ def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_p
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(900)   # six Spark starts, for the eos_runtime runs alone
-def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("workloads", [
+    pytest.param(("wordcount",), id="wordcount"),
+    pytest.param(("wordcount", "pageviews", "passthrough"), id="three", marks=pytest.mark.long)])
+def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads):
     from test_cli import ok
 
     # not enrich: test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix runs it
-    ok("bench", "--measures", "throughput", "--workloads", "wordcount,pageviews,passthrough",
+    ok("bench", "--measures", "throughput", "--workloads", ",".join(workloads),
        "--records", "300", "--rounds", "1",
        "--no-warm-up", "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
        kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, timeout=600)
@@ -234,11 +245,10 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path):
     spark = "spark-structured-streaming"
     if spark in result["skipped"]:   # no pandas or no Maven here: a reason, no crash
         assert result["skipped"][spark]
-    else:
+    elif "pageviews" in workloads:
         assert "two stateful stages" in result["skipped"][f"{spark} on pageviews"]
     assert {(r["workload"], r["system"]) for r in result["runs"]} == \
-        {(w, s) for w in ("wordcount", "pageviews", "passthrough") for s in ran
-         if f"{s} on {w}" not in result["skipped"]}
+        {(w, s) for w in workloads for s in ran if f"{s} on {w}" not in result["skipped"]}
     for r in result["runs"]:
         assert r["verified"], (r["system"], r["workload"], r.get("error"), r)
         assert r["lost"] == 0 and r["unexpected"] == 0 and r["throughput"] > 0
@@ -562,6 +572,7 @@ def test_targets_are_judged_from_the_run_and_what_was_not_run_is_not_measured():
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)   # five Spark starts, one a warm-up
 def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_path):
     from test_cli import ok
@@ -606,6 +617,7 @@ def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_peers_are_killed_and_restarted_and_their_recovery_is_measured(kafka_bootstrap,
                                                                         tmp_path):
