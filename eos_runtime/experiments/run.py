@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ..api import FORMATS
 from ..errors import EosError
 from ..transport import TopicSpec, open_transport
 from .chained import run_then
@@ -42,7 +41,7 @@ from .setup import (
     task_roles,
 )
 from .soak import Feeder, soak_phase, source_inputs
-from .verify import check_dead_letters, merge, verify_output
+from .verify import check_dead_letters, merge, verify_output, verify_sinks
 from .workloads import sink_formats
 
 __all__ = ["run_experiment"]
@@ -64,23 +63,6 @@ def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
             for partition, key, value in records:
                 producer.produce(topic, partition, value, key=key)
         producer.flush()
-
-
-def verify_sinks(t: Any, settings: Settings, job: str, pipeline: Any,
-                 expected: dict[str, Any]) -> Any:
-    """A graph workload's verdict: every sink against its oracle, one verdict of them."""
-    verdicts = []
-    for sink, name in zip(pipeline.sinks, _original_sinks(settings, job, pipeline),
-                          strict=True):
-        key = FORMATS[sink.key_format][1] if sink.key_format else None
-        verdicts.append(verify_output(t, sink.topic, job, expected[name], settings.guarantee,
-                                      key_decode=key, value_decode=FORMATS[sink.value_format][1]))
-    return merge(verdicts, settings.guarantee)
-
-
-def _original_sinks(settings: Settings, job: str, pipeline: Any) -> list[str]:
-    prefix = "" if settings.transport_name == "local" else f"{job}-"
-    return [s.topic[len(prefix):] for s in pipeline.sinks]
 
 
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
@@ -210,7 +192,8 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     then: dict[str, Any] | None = None
     with open_transport(**opts) as t:
         if w.sinks_oracle is not None:   # a graph: every sink against its oracle
-            verdict = verify_sinks(t, settings, job, pipeline, w.sinks_oracle(values))
+            verdict = verify_sinks(t, pipeline, w.sinks_oracle(values), settings.guarantee, job,
+                                   settings.transport_name)
         else:
             key_decode, value_decode = sink_formats(pipeline)
             if feeder is None:
