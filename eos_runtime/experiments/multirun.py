@@ -264,6 +264,7 @@ class _Scene:
                     self.marks = {sink: _ends(t, sink) for sink in self.sinks}
                     if self.pipeline.dead_letter_topic:
                         self.letter_marks = _ends(t, self.pipeline.dead_letter_topic)
+                rec["marks"] = self.marks
                 rec["note"] = "the epoch's output begins at sink offsets " + "; ".join(
                     f"{sink} {marks}" for sink, marks in self.marks.items())
                 continue
