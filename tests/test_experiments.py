@@ -522,9 +522,6 @@ BAD_INPUT = [
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
     (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
                   "job reads the first's exactly-once sink, and the local log has no"),
-    (["clickstream", "--duration", "30s"],
-     "error: workload 'clickstream' is a graph (several input topics): a soak (--duration) "
-     "feeds one source stream as it goes; give --lines"),
 ]
 
 
