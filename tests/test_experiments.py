@@ -522,11 +522,6 @@ BAD_INPUT = [
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
     (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
                   "job reads the first's exactly-once sink, and the local log has no"),
-    (["clickstream", "--kinds", "crash,reset"],
-     "error: workload 'clickstream' is a graph (several input topics, several sinks), whose "
-     "runs are bounded and single: give --lines, and no operator's action"),
-    (["clickstream", "--duration", "30s"], "error: workload 'clickstream' is a graph"),
-    (["clickstream", "--kinds", "crash,clock"], "error: workload 'clickstream' is a graph"),
 ]
 
 

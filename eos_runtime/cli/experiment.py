@@ -223,18 +223,9 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                                or any(k in OPERATOR for k in fault_kinds)):
         raise ConfigError(f"workload {w.name!r} runs each of its two jobs once, bounded: "
                           f"give --lines, and no operator's action")
-    graph_refusal = (f"workload {w.name!r} is a graph (several input topics, several "
-                     f"sinks), whose runs are bounded and single: give --lines, and no "
-                     f"operator's action or clock step (they run the job several times, "
-                     f"naming one source and one sink)")
-    if w.feed is not None and (duration is not None
-                               or any(k in (*OPERATOR, "clock") for k in fault_kinds)):
-        raise ConfigError(graph_refusal)
     fixed = None
     if schedule_file is not None:
         fixed = load_schedule(schedule_file)
-        if w.feed is not None and fixed.multi_run():
-            raise ConfigError(f"{fixed.source}: {graph_refusal}")
         check_schedule(fixed, roles, transport_name, guarantee, w.source_partitions,
                        then_roles)
         if duration is not None and fixed.multi_run():

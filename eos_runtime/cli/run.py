@@ -221,8 +221,10 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         which = (f"{topics[0]!r} (its only source stream); give that" if len(topics) == 1
                  else f"{' and '.join(repr(t) for t in topics)}; give one of them")
         raise ConfigError(f"--reset-offset {reset_stream}: job {pipeline.name!r} reads {which}")
-    if reset_stream is not None and len(topics) > 1:
-        pipeline.reset_source(reset_stream)   # that stream only, not every source
+    if reset_stream is not None:
+        # that stream only: not another source, nor a table (a run option would reset
+        # every topic the job reads, a table's too)
+        pipeline.reset_source(reset_stream)
         reset_stream = None
 
     kwargs: dict[str, Any] = dict(
@@ -232,7 +234,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         no_progress_timeout=no_progress_timeout,
         take_over=take_over, lease_timeout=lease_timeout, checkpoints=checkpoint_store,
         job_id=job_id,
-        reset_offset=True if reset_stream is not None else None, offset_default=offset_default,
+        offset_default=offset_default,
         outage_budget=outage_budget,
         dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
     name = pipeline.name

@@ -15,15 +15,13 @@ from typing import Any
 def main(argv: list[str]) -> int:
     from ..errors import EosError
     from ..runner import start_pipeline
+    from .setup import job_pipeline
     from .workloads import load_workload
 
     spec: dict[str, Any] = json.loads(open(argv[1]).read())
     result: dict[str, Any] = {"run": None, "error": None}
     try:
-        pipeline = load_workload(spec["workload"]).make_pipeline()
-        topics = ({} if "data_dir" in spec["opts"]
-                  else {"source": spec["source"], "sink": spec["sink"]})
-        pipeline.rename(spec["job"], **topics)
+        pipeline = job_pipeline(load_workload(spec["workload"]), spec["job"], spec["transport"])
         run = start_pipeline(pipeline, guarantee=spec["guarantee"],
                              commit_every=spec["commit_every"],
                              commit_interval=spec["commit_interval"],

@@ -150,8 +150,13 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
 
 def _source_task(rng: random.Random, roles: list[TaskRole], partition: int | None = None
                  ) -> TaskRole:
+    """A task reading the source (any, for input to arrive at) or, given ``partition``,
+    the one reading that partition of the stream an operator's action names (the first
+    source stream: a table's task reads a partition of that number too)."""
     sources = [r for r in roles if r.source]
     if partition is not None:
+        stream = next(r.topic for r in sources if not r.table)
+        sources = [r for r in sources if r.topic == stream]
         return next(r for r in sources if partition in r.partitions)
     return rng.choice(sources)
 
@@ -172,7 +177,7 @@ def _bundle(rng: random.Random, kind: str, roles: list[TaskRole], runs: list[int
 
     Offsets that a Startpoint or a checkpoint names are drawn later, once the input
     written before that run is known (``offset = -1`` here; ``run.fill_offsets``)."""
-    partitions = sorted({p for r in roles if r.source for p in r.partitions})
+    partitions = sorted({p for r in roles if r.source and not r.table for p in r.partitions})
     if kind == "start" and runs == [1] and not any(f.kind == "start" for f in drawn) \
             and rng.random() < 0.5:
         run = 1   # the job's first run: no checkpoint, so offset_default decides

@@ -24,12 +24,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ..api import FORMATS
 from ..errors import EosError
 from ..transport import TopicSpec, open_transport
 from .chained import run_then
 from .injector import Injector
 from .multirun import run_scenario
+from .scenario_plan import input_stamp0
 from .schedule import Schedule
 from .setup import (
     SAMPLE_EVERY,
@@ -41,8 +41,8 @@ from .setup import (
     recovery_times,
     task_roles,
 )
-from .soak import Feeder, soak_phase, source_inputs
-from .verify import check_dead_letters, merge, verify_output
+from .soak import Batch, Feeder, graph_inputs, soak_phase, source_inputs
+from .verify import check_dead_letters, merge, verify_output, verify_sinks
 from .workloads import sink_formats
 
 __all__ = ["run_experiment"]
@@ -55,6 +55,18 @@ def _fed(settings: Settings, job: str, feed: dict[str, Any]) -> dict[str, Any]:
     return {f"{job}-{topic}": records for topic, records in feed.items()}
 
 
+def _batches(settings: Settings, job: str, values: list[Any], payloads: list[bytes],
+             pipeline: Any) -> list[Batch]:
+    """A soak's input value by value: a graph's records by its feed, each to its topic
+    and partition; a one-source workload's round robin into its source."""
+    w = settings.workload
+    if w.feed is None:
+        parts = w.source_partitions
+        return [[(pipeline.source_topic, i % parts, None, b)] for i, b in enumerate(payloads)]
+    return [[(topic, p, key, value) for topic, records in _fed(settings, job, w.feed([v])).items()
+             for p, key, value in records] for v in values]
+
+
 def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
     """Create each input topic and write its records, each (partition, key, value) to the
     partition it names."""
@@ -64,23 +76,6 @@ def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
             for partition, key, value in records:
                 producer.produce(topic, partition, value, key=key)
         producer.flush()
-
-
-def verify_sinks(t: Any, settings: Settings, job: str, pipeline: Any,
-                 expected: dict[str, Any]) -> Any:
-    """A graph workload's verdict: every sink against its oracle, one verdict of them."""
-    verdicts = []
-    for sink, name in zip(pipeline.sinks, _original_sinks(settings, job, pipeline),
-                          strict=True):
-        key = FORMATS[sink.key_format][1] if sink.key_format else None
-        verdicts.append(verify_output(t, sink.topic, job, expected[name], settings.guarantee,
-                                      key_decode=key, value_decode=FORMATS[sink.value_format][1]))
-    return merge(verdicts, settings.guarantee)
-
-
-def _original_sinks(settings: Settings, job: str, pipeline: Any) -> list[str]:
-    prefix = "" if settings.transport_name == "local" else f"{job}-"
-    return [s.topic[len(prefix):] for s in pipeline.sinks]
 
 
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
@@ -102,13 +97,17 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     payloads: list[bytes] = []
     if w.feed is not None:   # a graph: input into each source and table topic
         feed = _fed(settings, job, w.feed(values))
-    else:   # round robin into the one source; a soak's feeder writes it as it goes
+    else:   # round robin into the one source
         payloads = w.input_bytes(values, pipeline)
         parts = w.source_partitions
-        feed = {pipeline.source_topic: [] if settings.soak else
-                [(i % parts, None, v) for i, v in enumerate(payloads)]}
+        feed = {pipeline.source_topic: [(i % parts, None, v) for i, v in enumerate(payloads)]}
+    # a soak's feeder writes the input as it goes, value by value, each stamped with its
+    # index (how a graph's records are known again)
+    batches = _batches(settings, job, values, payloads, pipeline) if settings.soak else []
+    stamp0 = input_stamp0(int(time.time() * 1000), len(values))
     with open_transport(**opts) as t:
-        feed_graph(t, feed, w.source_partitions)
+        feed_graph(t, {topic: [] if settings.soak else records
+                       for topic, records in feed.items()}, w.source_partitions)
 
     roles = task_roles(w, settings.guarantee)
     whole, schedule = schedule, schedule.of_job(1)   # job B's faults: chained.run_then
@@ -123,7 +122,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     # The moment every fault's time counts from: taken before the start, so the tasks'
     # not_before and the injector's clock agree.
     t0, wall0 = time.monotonic(), time.time()
-    feeder = (Feeder(opts, pipeline.source_topic, w.source_partitions, payloads, settings.rate)
+    feeder = (Feeder(opts, batches, settings.rate, stamp0 if w.feed is not None else None)
               if settings.soak else None)
     if feeder is not None:
         feeder.start()   # from the run's start: it feeds for the whole duration
@@ -209,28 +208,28 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
     soak: dict[str, Any] | None = None
     then: dict[str, Any] | None = None
     with open_transport(**opts) as t:
+        fed = values
+        if feeder is not None:
+            # Exactly what reached the input, not what was meant to: an outage may have
+            # cost the feeder records, and the run can only be judged on what it was given.
+            fed = (source_inputs(t, pipeline.source_topic, payloads, values) if w.feed is None
+                   else graph_inputs(t, batches, values, stamp0))
+            soak = {"duration": settings.duration, "rate": settings.rate,
+                    "generated": len(values), "handed_to_producer": feeder.sent,
+                    "fed": len(fed), "failed_flushes": feeder.failed_flushes,
+                    "feeder_error": feeder.error,
+                    "drain_seconds": (None if drain_started is None
+                                      else round(seconds - drain_started, 3))}
+            if feeder.error is not None and error is None:
+                error = f"the soak's feeder stopped: {feeder.error}"
         if w.sinks_oracle is not None:   # a graph: every sink against its oracle
-            verdict = verify_sinks(t, settings, job, pipeline, w.sinks_oracle(values))
+            verdict = verify_sinks(t, pipeline, w.sinks_oracle(fed), settings.guarantee, job,
+                                   settings.transport_name)
         else:
             key_decode, value_decode = sink_formats(pipeline)
-            if feeder is None:
-                expected = w.oracle(values)
-            else:
-                # Exactly what reached the source, not what was meant to: an outage may
-                # have cost the feeder records, and the run can only be judged on what it
-                # was given.
-                fed = source_inputs(t, pipeline.source_topic, payloads, values)
-                expected = w.oracle(fed)
-                soak = {"duration": settings.duration, "rate": settings.rate,
-                        "generated": len(values), "handed_to_producer": feeder.sent,
-                        "fed": len(fed), "failed_flushes": feeder.failed_flushes,
-                        "feeder_error": feeder.error,
-                        "drain_seconds": (None if drain_started is None
-                                          else round(seconds - drain_started, 3))}
-                if feeder.error is not None and error is None:
-                    error = f"the soak's feeder stopped: {feeder.error}"
-            verdict = verify_output(t, pipeline.sink_topic, job, expected, settings.guarantee,
-                                    key_decode=key_decode, value_decode=value_decode)
+            verdict = verify_output(t, pipeline.sink_topic, job, w.oracle(fed),
+                                    settings.guarantee, key_decode=key_decode,
+                                    value_decode=value_decode)
         if w.then is not None and error is None and feeder is None:
 
             verdict_b, error, then = run_then(settings, job, pipeline.sink_topic, values,

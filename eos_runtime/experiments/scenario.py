@@ -22,6 +22,12 @@ documented rules alone, never from what the job did:
   later run could take for its own), empty state: the oracle of what follows is computed
   over the input processed after it alone.
 
+A graph reads several topics (sources and tables): ``Inputs`` holds one model per topic
+and starts an epoch on each at a reset. An operator's action names one source stream
+(``eos run --reset-offset STREAM``, ``eos startpoint set JOB STREAM ...``); a table is
+never moved by one: its rows are read in order, from where the job left them, and from
+its start again after a reset (the table store went with the job's state).
+
 The processed input is a list of ``(partition, offset)`` per epoch, a record read twice
 (a Startpoint back to input already read) there twice: the workload's oracle over those
 values says what the sink must hold. Within a run the order is partition-interleaved by
@@ -31,13 +37,13 @@ offset (a built-in oracle is order-free across partitions).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["InputModel", "Epoch"]
+__all__ = ["InputModel", "Epoch", "Inputs"]
 
 
 @dataclass
@@ -148,3 +154,49 @@ class InputModel:
 
     def values(self, epoch: Epoch) -> list[Any]:
         return [self.contents[p][o] for p, o in epoch.processed]
+
+
+@dataclass
+class Inputs:
+    """The model of every topic a job reads, by topic; ``stream`` is the source stream
+    that an operator's action names (the first one), tables are never named."""
+
+    models: dict[str, InputModel]
+    stream: str
+
+    @property
+    def main(self) -> InputModel:
+        return self.models[self.stream]
+
+    def ends(self) -> dict[str, list[int]]:
+        return {topic: m.ends() for topic, m in self.models.items()}
+
+    def starts(self, ends: dict[str, list[int]], offset_default: str = "oldest",
+               reset_stream: bool = False) -> dict[str, list[int]]:
+        """Where a run starts each topic's partitions: ``reset_stream`` resets the stream
+        alone (as ``eos run --reset-offset STREAM``); ``offset_default`` goes for every
+        partition without a position, a table's too (as ``--offset-default``)."""
+        return {topic: m.starts(ends[topic], offset_default, reset_stream and topic == self.stream)
+                for topic, m in self.models.items()}
+
+    def ran(self, run: int, starts: dict[str, list[int]],
+            reached: Mapping[str, Sequence[int | None]]) -> None:
+        for topic, m in self.models.items():
+            m.ran(run, starts[topic], reached[topic])
+
+    def reset(self) -> None:
+        for m in self.models.values():
+            m.reset()
+
+    def unjudged(self, why: str) -> None:
+        for m in self.models.values():
+            m.unjudged(why)
+
+    def epoch(self) -> Epoch:
+        """The current epoch (of the stream: every topic's has the same runs)."""
+        return self.main.epochs[-1]
+
+    def values(self) -> list[Any]:
+        """What the current epoch processed, topic after topic (a workload's oracle is
+        order-free across topics; within one, each partition's records stay in order)."""
+        return [v for m in self.models.values() for v in m.values(m.epochs[-1])]

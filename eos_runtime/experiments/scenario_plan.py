@@ -10,6 +10,7 @@ check it directly, without running a job.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from ..errors import ConfigError
 from .schedule import Fault, Schedule
@@ -31,32 +32,47 @@ def segment_sizes(lines: int, runs: int) -> list[int]:
     return [lines * (k + 1) // runs - lines * k // runs for k in range(runs)]
 
 
-def _ends_before(sizes: list[int], partitions: int, run: int) -> list[int]:
+Partitions = int | Sequence[int]
+
+
+def _ends_before(sizes: list[int], partitions: Partitions, run: int) -> list[int]:
     """Each partition's end before ``run`` (1-based), from the written shares alone (input
-    appended during runs comes on top, so these ends are lower bounds)."""
+    appended during runs comes on top, so these ends are lower bounds). ``partitions``:
+    their count, the records going round robin, or each record's partition in order."""
     written = sum(sizes[:run - 1])
-    return [len(range(p, written, partitions)) for p in range(partitions)]
+    if isinstance(partitions, int):
+        return [len(range(p, written, partitions)) for p in range(partitions)]
+    ends = [0] * (max(partitions, default=-1) + 1)
+    for p in partitions[:written]:
+        ends[p] += 1
+    return ends
 
 
-def fill_offsets(schedule: Schedule, seed: int, sizes: list[int], partitions: int) -> Schedule:
+def _end_before(sizes: list[int], partitions: Partitions, run: int, partition: int) -> int:
+    ends = _ends_before(sizes, partitions, run)
+    return ends[partition] if partition < len(ends) else 0   # a partition no record goes to
+
+
+def fill_offsets(schedule: Schedule, seed: int, sizes: list[int],
+                 partitions: Partitions) -> Schedule:
     """A random schedule's Startpoint and checkpoint offsets (``-1``), drawn from what the
     partition holds before the action: the schedule as it is carried out and recorded."""
     rng = random.Random(f"offsets:{seed}")
     faults = []
     for f in schedule.faults:
         if f.offset == -1 and f.partition is not None:
-            end = _ends_before(sizes, partitions, f.run)[f.partition]
+            end = _end_before(sizes, partitions, f.run, f.partition)
             f = Fault(**{**f.__dict__, "offset": rng.randint(0, max(0, end - 1))})
         faults.append(f)
     return Schedule(faults, schedule.source)
 
 
-def check_offsets(schedule: Schedule, sizes: list[int], partitions: int) -> None:
+def check_offsets(schedule: Schedule, sizes: list[int], partitions: Partitions) -> None:
     """An offset an action names must lie in what the partition holds by then."""
     for i, f in enumerate(schedule.faults, 1):
         if f.offset is None or f.partition is None:
             continue
-        end = _ends_before(sizes, partitions, f.run)[f.partition]
+        end = _end_before(sizes, partitions, f.run, f.partition)
         last = end - 1 if f.kind == "startpoint" and f.to == "timestamp" else end
         if not 0 <= f.offset <= last:
             raise ConfigError(f"{schedule.source}: fault {i} ({f.kind}): field 'offset': before "

@@ -159,6 +159,8 @@ class TaskRole:
     source: bool        # reads the source topic (never aligns or rewinds)
     channels_out: bool  # writes channels (sends markers); False for sink tasks
     partitions: tuple[int, ...] = ()   # of its stage's input topic
+    topic: str = ""                    # that topic, as the workload names it
+    table: bool = False                # it reads a table's topic (pipeline.table)
 
 
 @dataclass

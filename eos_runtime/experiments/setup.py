@@ -16,7 +16,8 @@ from .schedule import PAUSES, Schedule, TaskRole
 from .verify import Verdict
 from .workloads import Workload
 
-__all__ = ["Settings", "RunResult", "task_roles", "new_job", "input_topics", "fault_dicts",
+__all__ = ["Settings", "RunResult", "task_roles", "new_job", "job_pipeline", "job_topic",
+           "input_topics", "fault_dicts",
            "max_attempts_for", "recovery_times", "NO_TIMER", "SAMPLE_EVERY", "SOAK_COMMIT",
            "DRAIN_LIMIT"]
 
@@ -125,8 +126,14 @@ def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> lis
                                            plan.stages[-1].output_partitions)])
                 plan = plan_job(pipeline, t, guarantee=guarantee)
     return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
-                     plan.stages[task.stage].shuffle is not None, tuple(task.partitions))
+                     plan.stages[task.stage].shuffle is not None, tuple(task.partitions),
+                     plan.stages[task.stage].input_topic, _reads_table(plan, task.stage))
             for task in plan.tasks]
+
+
+def _reads_table(plan: Any, stage: int) -> bool:
+    source = plan.stages[stage].source
+    return source is not None and source.table
 
 
 # --------------------------------------------------------------------------- the injector
@@ -197,12 +204,7 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
     ``state/<job>`` (the tasks' state, pid and progress files) is made."""
     w = settings.workload
     job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
-    pipeline = w.make_pipeline()
-    if settings.transport_name == "local":
-        pipeline.rename(job)
-    else:
-        pipeline.rename(job, sources={t: f"{job}-{t}" for t in input_topics(pipeline)},
-                        sinks={s.topic: f"{job}-{s.topic}" for s in pipeline.sinks})
+    pipeline = job_pipeline(w, job, settings.transport_name)
     if settings.transport_name == "local":
         root = Path(settings.transport["data_dir"]).absolute() / job
         opts: dict[str, Any] = {"data_dir": str(root)}
@@ -211,6 +213,23 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
         opts = dict(settings.transport)
     (root / "state" / job).mkdir(parents=True, exist_ok=True)
     return job, pipeline, opts, root
+
+
+def job_pipeline(w: Workload, job: str, transport_name: str) -> Any:
+    """A fresh pipeline of ``w`` renamed to ``job``: on Kafka its topics too, named after
+    the job (each run's own); the local log keeps a job's topics in a directory of its own."""
+    pipeline = w.make_pipeline()
+    if transport_name == "local":
+        pipeline.rename(job)
+    else:
+        pipeline.rename(job, sources={t: f"{job}-{t}" for t in input_topics(pipeline)},
+                        sinks={s.topic: f"{job}-{s.topic}" for s in pipeline.sinks})
+    return pipeline
+
+
+def job_topic(topic: str, job: str, transport_name: str) -> str:
+    """A workload's topic as ``job_pipeline`` renames it."""
+    return topic if transport_name == "local" else f"{job}-{topic}"
 
 
 def input_topics(pipeline: Any) -> list[str]:

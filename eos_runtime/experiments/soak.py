@@ -12,7 +12,10 @@ from ..outage import is_transient
 from ..transport import open_transport
 from .setup import DRAIN_LIMIT
 
-__all__ = ["Feeder", "soak_phase", "source_inputs"]
+__all__ = ["Feeder", "soak_phase", "source_inputs", "graph_inputs", "Batch"]
+
+#: One value's records as fed: (topic, partition, key, value) each.
+Batch = list[tuple[str, int, bytes | None, bytes | None]]
 
 
 
@@ -32,16 +35,18 @@ def soak_phase(now: float, duration: float, arrived: int, committed: int,
 
 
 class Feeder:
-    """Feeds a soak's source from a thread of its own at a steady rate: payload i is due
-    i / rate seconds after the start, round-robin over the partitions, until ``stop()`` or
-    the payloads run out. A failed flush (a broker outage) is noted and fed on: librdkafka
-    keeps the queued records and retries them, and a record it gave up on is simply not
-    in the source, which is what the oracle is computed from (``source_inputs``)."""
+    """Feeds a soak's input from a thread of its own at a steady rate: value i is due
+    i / rate seconds after the start, until ``stop()`` or the values run out. A failed
+    flush (a broker outage) is noted and fed on: librdkafka keeps the queued records and
+    retries them, and a record it gave up on is simply not in the input, which is what the
+    oracle is computed from (``source_inputs``, ``graph_inputs``).
 
-    def __init__(self, opts: dict[str, Any], topic: str, partitions: int,
-                 payloads: list[bytes], rate: float) -> None:
-        self.opts, self.topic, self.partitions = opts, topic, partitions
-        self.payloads, self.rate = payloads, rate
+    ``batches``: value i's records; with ``stamp0`` each is stamped stamp0 + i, which is
+    how ``graph_inputs`` knows a graph's records again (a table's deletes are all alike)."""
+
+    def __init__(self, opts: dict[str, Any], batches: list[Batch], rate: float,
+                 stamp0: int | None = None) -> None:
+        self.opts, self.batches, self.rate, self.stamp0 = opts, batches, rate, stamp0
         self.sent = 0                    # handed to the producer
         self.failed_flushes = 0
         self.error: str | None = None    # why it stopped early, if it did
@@ -59,10 +64,12 @@ class Feeder:
         try:
             with open_transport(**self.opts) as t, t.producer() as producer:
                 t0 = time.monotonic()
-                while not self._stop.is_set() and self.sent < len(self.payloads):
-                    due = min(len(self.payloads), int((time.monotonic() - t0) * self.rate) + 1)
+                while not self._stop.is_set() and self.sent < len(self.batches):
+                    due = min(len(self.batches), int((time.monotonic() - t0) * self.rate) + 1)
                     for i in range(self.sent, due):
-                        producer.produce(self.topic, i % self.partitions, self.payloads[i])
+                        stamp = {} if self.stamp0 is None else {"timestamp": self.stamp0 + i}
+                        for topic, partition, key, value in self.batches[i]:
+                            producer.produce(topic, partition, value, key=key, **stamp)
                     self.sent = due
                     self._flush(producer, 10.0)
                     self._stop.wait(0.1)
@@ -101,3 +108,25 @@ def source_inputs(transport: Any, topic: str, payloads: list[bytes],
                            f"did not feed")
         out.append(values[i])
     return out
+
+
+def graph_inputs(transport: Any, batches: list[Batch], values: list[Any],
+                 stamp0: int) -> list[Any]:
+    """The values whose records all reached their topics, in the order fed: a graph
+    soak's input, which its sinks' oracles are computed over. Each record is known by its
+    stamp (stamp0 + the value's index)."""
+    from ..joblog.committed import read_topic
+
+    arrived: dict[int, int] = {}
+    for topic in dict.fromkeys(topic for batch in batches for topic, *_ in batch):
+        for r in read_topic(transport, topic, read_committed=False):
+            i = r.timestamp - stamp0
+            if not 0 <= i < len(batches):
+                raise EosError(f"{topic}[{r.partition}] offset {r.offset} holds a record the "
+                               f"soak did not feed")
+            arrived[i] = arrived.get(i, 0) + 1
+    torn = [i for i, n in arrived.items() if n != len(batches[i])]
+    if torn:
+        raise EosError(f"value {torn[0]} of the soak's input reached its topics in part: "
+                       f"{arrived[torn[0]]} of its {len(batches[torn[0]])} records")
+    return [values[i] for i in sorted(arrived)]

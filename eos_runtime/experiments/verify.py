@@ -43,7 +43,8 @@ from ..errors import EosError
 from ..transport import Record, Transport
 from .workloads import Expected, hashable
 
-__all__ = ["Verdict", "compare", "verify_output", "merge", "since", "check_dead_letters"]
+__all__ = ["Verdict", "compare", "verify_output", "verify_sinks", "merge", "since",
+           "check_dead_letters"]
 
 EXAMPLES = 5   # values shown per key and category in a report
 
@@ -278,6 +279,24 @@ def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, s
 
 def topic_place(topic: str, place: tuple[int, int]) -> str:
     return f"{topic}[{place[0]}]@{place[1]}"
+
+
+def verify_sinks(transport: Transport, pipeline: Any, expected: dict[str, Expected],
+                 guarantee: str, job: str, transport_name: str, *,
+                 marks: dict[str, dict[int, int]] | None = None) -> Verdict:
+    """A graph workload's verdict: every sink against its oracle (``expected`` by the
+    workload's sink names), from its own ``marks`` when given, one verdict of them."""
+    from ..api import FORMATS
+
+    prefix = "" if transport_name == "local" else f"{job}-"
+    verdicts = []
+    for sink in pipeline.sinks:
+        key = FORMATS[sink.key_format][1] if sink.key_format else None
+        verdicts.append(verify_output(transport, sink.topic, job,
+                                      expected[sink.topic[len(prefix):]], guarantee,
+                                      key_decode=key, value_decode=FORMATS[sink.value_format][1],
+                                      marks=None if marks is None else marks[sink.topic]))
+    return merge(verdicts, guarantee)
 
 
 def merge(verdicts: list[Verdict], guarantee: str) -> Verdict:
