@@ -167,3 +167,22 @@ def test_the_aligned_policy_decides_once_per_batch(tmp_path):
     # the checkpoint resumes at the buffered batch: it is read again after a restart
     assert inputs[0].offset == 1
     pol.close()
+
+
+def test_a_restart_continues_every_output_of_a_fan_out_from_the_commit():
+    # A stage with two key_by outputs (graph.py) writes two channel topics through one
+    # ChannelFanout; a restarted task's sequence numbers go on, on each, from its commit
+    # (recovery C5), whichever topic comes first.
+    from eos_runtime.runtime.outputs import ChannelFanout, channels_of
+
+    producer = FakeProducer()
+    fan = channels_of([ChannelWriter(producer, "a", 2, 7), ChannelWriter(producer, "b", 3, 7)])
+    assert isinstance(fan, ChannelFanout)
+    commit = wire.ChangeLogCommit(1, 5, outputs=(
+        wire.OutputSeq("a", 0, 4), wire.OutputSeq("a", 1, 9),
+        wire.OutputSeq("b", 0, 2), wire.OutputSeq("b", 2, 6)))
+    fan.continue_from(commit)
+    assert [w.seq for w in fan.writers] == [[4, 9], [2, 0, 6]]
+    assert fan.output_seqs() == (wire.OutputSeq("a", 0, 4), wire.OutputSeq("a", 1, 9),
+                                 wire.OutputSeq("b", 0, 2), wire.OutputSeq("b", 1, 0),
+                                 wire.OutputSeq("b", 2, 6))
