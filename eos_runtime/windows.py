@@ -1,0 +1,124 @@
+"""Event-time windows and timers: which windows a record falls in, when a window closes,
+which records are late, and how a timer is keyed in a task's store. No I/O.
+
+The rules (docs/design/event-time.md):
+
+- A window is ``[start, end)`` in event-time milliseconds. A watermark ``w`` says records
+  before ``w`` are not expected any more (``protocol/watermarks.py``), so a window is
+  complete once ``w >= end``, and *closes* once ``w >= end + grace``: its timer is at
+  ``end + grace`` (W5).
+- A record is *late* when a window it falls in has closed already: ``end + grace <=
+  w`` at the time it is processed (W6). A record within ``grace`` of its partition's
+  highest event time is never late, since no watermark passes that highest time.
+- Timers are stored under a key whose byte order is their time order, then the record
+  key's: a range scan of the store yields them in the order they fire (T1).
+- Sessions: a record at ``t`` opens ``[t, t + gap)``; sessions of one key that overlap or
+  touch merge into one.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = ["Tumbling", "Hopping", "Session", "tumbling", "hopping", "session", "closes_at",
+           "is_late", "timer_key", "timer_of", "merge_session", "MS"]
+
+MS = {"ms": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
+_TIME = struct.Struct(">Q")
+_SIGN = 1 << 63
+
+
+def _span(what: str, size: int | None, units: dict[str, float]) -> int:
+    """A length in ms from ``size`` (ms) or keyword units; one way only, a whole ms, > 0."""
+    given = {u: v for u, v in units.items() if v}
+    if size is not None and given:
+        raise ValueError(f"{what}: give the length once, in ms or in units, not both")
+    total = size if size is not None else sum(v * MS[u] for u, v in given.items())
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or total != int(total) \
+            or total <= 0:
+        raise ValueError(f"{what}: a length of whole milliseconds > 0, not {total!r}")
+    return int(total)
+
+
+@dataclass(frozen=True, slots=True)
+class Tumbling:
+    """Windows of ``size`` ms back to back, aligned to the epoch: each record in one."""
+
+    size: int
+
+    def windows_of(self, t: int) -> list[tuple[int, int]]:
+        start = t - t % self.size
+        return [(start, start + self.size)]
+
+
+@dataclass(frozen=True, slots=True)
+class Hopping:
+    """Windows of ``size`` ms starting every ``every`` ms: each record in ``size / every``."""
+
+    size: int
+    every: int
+
+    def windows_of(self, t: int) -> list[tuple[int, int]]:
+        last = t - t % self.every                 # the latest start at or before t
+        first = last - self.size + self.every     # the earliest whose window holds t
+        return [(s, s + self.size) for s in range(first, last + 1, self.every)]
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A key's records no more than ``gap`` ms apart, in one window."""
+
+    gap: int
+
+
+def tumbling(size: int | None = None, *, ms: float = 0, seconds: float = 0, minutes: float = 0,
+             hours: float = 0, days: float = 0) -> Tumbling:
+    return Tumbling(_span("tumbling", size, {"ms": ms, "seconds": seconds, "minutes": minutes,
+                                             "hours": hours, "days": days}))
+
+
+def hopping(size: int, every: int) -> Hopping:
+    """``size`` and ``every`` in ms; ``every`` must divide ``size`` (as in Kafka Streams'
+    and Quix Streams' aligned hopping windows), so every record is in as many windows."""
+    size, every = _span("hopping size", size, {}), _span("hopping every", every, {})
+    if every > size or size % every:
+        raise ValueError(f"hopping: every ({every} ms) must divide size ({size} ms)")
+    return Hopping(size, every)
+
+
+def session(gap: int) -> Session:
+    return Session(_span("session gap", gap, {}))
+
+
+def closes_at(end: int, grace: int) -> int:
+    """The watermark at which window ``[.., end)`` closes: its timer's time (W5)."""
+    return end + grace
+
+
+def is_late(end: int, grace: int, watermark: int | None) -> bool:
+    """Whether a record of window ``[.., end)`` comes after the window closed (W6)."""
+    return watermark is not None and closes_at(end, grace) <= watermark
+
+
+def timer_key(time: int, key: bytes) -> bytes:
+    """The store key of a timer: big-endian time with its sign bit flipped (so negative
+    times sort first), then the record key (T1)."""
+    return _TIME.pack((time + _SIGN) & ((1 << 64) - 1)) + key
+
+
+def timer_of(stored: bytes) -> tuple[int, bytes]:
+    """``timer_key`` undone."""
+    return _TIME.unpack_from(stored)[0] - _SIGN, stored[_TIME.size:]
+
+
+def merge_session(sessions: list[tuple[int, int]], t: int,
+                  gap: int) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """A record at ``t`` joins a key's ``sessions`` (each ``[start, end)``, ``end`` being its
+    last record's time + ``gap``): returns the session it is in now and the ones merged
+    into it (to delete, with their timers)."""
+    start, end = t, t + gap
+    merged = [s for s in sessions if s[0] <= end and start <= s[1]]
+    for s in merged:
+        start, end = min(start, s[0]), max(end, s[1])
+    return (start, end), merged
