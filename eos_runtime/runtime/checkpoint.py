@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from .. import faults
 from ..joblog.changelog import (
@@ -55,6 +54,7 @@ from ..transport import PendingProducer, TopicPartition, Transport
 from .metrics import CheckpointMetrics
 from .output_modes import output_for
 from .outputs import ChannelFanout, ChannelWriter, SinkWriter
+from .stats import TaskStats
 
 __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"]
 
@@ -81,11 +81,12 @@ def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int,
 class Committer:
     def __init__(self, transport: Transport, plan: JobPlan, stage: StagePlan, task_id: int,
                  run: int, store: TaskStore, channels: ChannelWriter | ChannelFanout | None,
-                 sinks: Sequence[SinkWriter], dead: SinkWriter | None, stats: Any,
+                 sinks: Sequence[SinkWriter], dead: SinkWriter | None, stats: TaskStats,
                  pending: PendingProducer | None = None,
                  transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
-                 snapshot_min_records: int = SNAPSHOT_MIN_RECORDS) -> None:
-        self.t, self.plan, self.stage, self.run = transport, plan, stage, run
+                 snapshot_min_records: int = SNAPSHOT_MIN_RECORDS,
+                 on_generation: Callable[[], None] | None = None) -> None:
+        self.transport, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.guarantee = guarantee
         # How sink output and dead letters leave: chosen here once (G4 x the log's kind).
@@ -104,13 +105,10 @@ class Committer:
         self.generation = 0
         # Called once a new generation is registered and written (the task's progress
         # file notes it at once: experiments draw generations on their timelines).
-        self.on_generation: Callable[[], None] | None = None
+        self.on_generation = on_generation
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
-        # A source task's after-commit bookkeeping (SourceSide.recorded: the topic or
-        # file-system store, used-up Startpoints), done before the listeners are told.
-        self.recorded: Callable[[], None] | None = None
         # The change log's bound (C8): only a fenced writer cuts its log; a local-log
         # exactly-once sink's snapshot carries its output ranges forward (C9).
         self.snapshots = guarantee.fenced_writer
@@ -135,11 +133,12 @@ class Committer:
     def recover(self) -> Recovered:
         """Recover, register a new generation, read what a zombie committed meanwhile, and
         continue the output sequences from the last commit."""
-        recovered = recover(self.t, self.changelog_tp, self.store)
-        generation = next_generation(recovered.generation, self.t.fence_generation(self.fence_id))
+        recovered = recover(self.transport, self.changelog_tp, self.store)
+        generation = next_generation(recovered.generation,
+                                     self.transport.fence_generation(self.fence_id))
         start = self._new_generation(generation, recovered.version)
-        catch_up(self.t, self.changelog_tp, self.store, recovered, recovered.read_to, start)
-        self._log_low, self._log_end = self.t.watermarks(self.changelog_tp)
+        catch_up(self.transport, self.changelog_tp, self.store, recovered, recovered.read_to, start)
+        self._log_low, self._log_end = self.transport.watermarks(self.changelog_tp)
         self.stats.replayed_changes = recovered.replayed
         self.stats.rebuilt_store = recovered.rebuilt
         self.stats.restored_version = recovered.version
@@ -165,7 +164,7 @@ class Committer:
                 self.log.close()
             pending, self._pending = self._pending, None
             if pending is None:
-                pending = start_writer_producer(self.t, self.plan, self.task_id,
+                pending = start_writer_producer(self.transport, self.plan, self.task_id,
                                                 self.guarantee)
             self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation)
         offset = self.log.start_generation(restored_version)
@@ -191,9 +190,13 @@ class Committer:
 
     def checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
                    fences: tuple[wire.ProducerFence, ...] = (),
-                   alignment: dict[str, float | None] | None = None) -> None:
+                   alignment: dict[str, float | None] | None = None,
+                   recorded: Callable[[], None] | None = None) -> None:
         """The five steps. ``alignment``: what the input policy measured of this
-        checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times."""
+        checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times.
+        ``recorded``: a source task's after-commit bookkeeping (``SourceSide.recorded``:
+        the topic or file-system store, used-up Startpoints), done before the listeners
+        are told."""
         log = self.log
         assert log is not None
         started = time.monotonic()
@@ -232,8 +235,8 @@ class Committer:
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
-        if self.recorded is not None:
-            self.recorded()
+        if recorded is not None:
+            recorded()
         self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in inputs})
         self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
                             commit_ms=(committed - committing) * 1000,
@@ -249,7 +252,7 @@ class Committer:
             return None
         if not self._carry_ranges:
             return ranges
-        carried = carried_ranges([*own_ranges(self.t, self.changelog_tp, self._log_end),
+        carried = carried_ranges([*own_ranges(self.transport, self.changelog_tp, self._log_end),
                                   *ranges])
         if carried is None:   # too many to carry (C9): this task's log grows from now on
             self.snapshots = False
@@ -259,16 +262,17 @@ class Committer:
         """C9: the snapshot's commit is sealed; the log below its base goes."""
         self._last_snapshot = written
         expected = wire.ChangeLogBase(self.generation, version)
-        if cut_below_snapshot(self.t, self.changelog_tp, base, expected):
+        if cut_below_snapshot(self.transport, self.changelog_tp, base, expected):
             self._log_low = base
             self.stats.changelog_cuts += 1
         faults.crash_point("task.checkpoint.after_cut")
 
-    def end_run(self, inputs: tuple[wire.InputPosition, ...]) -> None:
+    def end_run(self, inputs: tuple[wire.InputPosition, ...],
+                recorded: Callable[[], None] | None = None) -> None:
         """The run's last checkpoint, of version ``run_end``. Exactly-once sends its
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
-        self.checkpoint(end, inputs)
+        self.checkpoint(end, inputs, recorded=recorded)
         if self.channels is not None and self.step_markers is None:
             self.channels.markers(self.generation, end)
         self.await_readable()
@@ -282,7 +286,7 @@ class Committer:
             return
         deadline = time.monotonic() + 30
         for tp, last in self._sealed.items():
-            while self.t.watermarks(tp)[1] <= last and time.monotonic() < deadline:
+            while self.transport.watermarks(tp)[1] <= last and time.monotonic() < deadline:
                 time.sleep(0.01)
 
     # ------------------------------------------------------------------ rewind

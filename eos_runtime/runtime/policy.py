@@ -14,7 +14,7 @@ import enum
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from .. import clock
 from ..clock import SYSTEM, Clock
@@ -23,6 +23,7 @@ from ..protocol.aligner import Aligner, Channel, Decision, RestoreOutcome, Snaps
 from ..protocol.runs import AT_LEAST_ONCE, checkpoint_needed, grid_line
 from ..protocol.tracker import Tracker
 from .buffer import EarlyArrivalBuffer
+from .stats import TaskStats
 
 __all__ = ["Action", "Aligned", "InputPolicy", "Unaligned", "CommitTimer", "Checkpoint"]
 
@@ -157,7 +158,7 @@ class Aligned:
 
     def __init__(self, channels: Sequence[Channel], producers: tuple[int, ...], run_end: int,
                  commit: wire.ChangeLogCommit | None, buffer_dir: Path, buffer_max_bytes: int,
-                 stats: Any) -> None:
+                 stats: TaskStats) -> None:
         snapshot = (Snapshot(commit.version, commit.inputs, commit.fences, commit.watermark)
                     if commit is not None else None)
         self.aligner = Aligner(channels, producers, snapshot=snapshot)

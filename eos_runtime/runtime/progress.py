@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .stats import TaskStats
+
 __all__ = ["TaskProgress", "read_task_progress"]
 
 
@@ -28,7 +30,7 @@ class TaskProgress:
     this write or the one before; a write that fails is skipped (progress is best effort).
     """
 
-    def __init__(self, path: str | os.PathLike[str], stats: Any, every: float = 0.5) -> None:
+    def __init__(self, path: str | os.PathLike[str], stats: TaskStats, every: float = 0.5) -> None:
         self.path = Path(path)
         self.stats = stats
         self.every = every

@@ -34,6 +34,7 @@ from ..transport import Record
 from . import letters
 from .operators import Chain, Program, decode_key, encode_key
 from .outputs import ChannelWriter, SinkWriter
+from .stats import TaskStats
 
 __all__ = ["RecordPath"]
 
@@ -44,7 +45,7 @@ _PACKED_NONE = msgpack.packb(None)              # a table row that deletes its k
 class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan,
                  writers: Sequence[ChannelWriter | SinkWriter], dead: SinkWriter | None,
-                 stats: Any, lag: float = 0.0, store: TaskStore | None = None,
+                 stats: TaskStats, lag: float = 0.0, store: TaskStore | None = None,
                  max_record_bytes: int | None = None) -> None:
         """``writers``: one per output of the stage, in its order. ``max_record_bytes``:
         the largest record the transport's producers send (None: not known), which a dead

@@ -50,6 +50,7 @@ from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
 from .progress import TaskProgress
 from .records import RecordPath
 from .source import SourceSide
+from .stats import TaskStats
 
 __all__ = ["TaskConfig", "TaskFailed", "run_task", "run_task_payload"]
 
@@ -92,36 +93,6 @@ class TaskConfig:
 #: messages, so a source's poll_records would hold up to thousands of batches (tens of MB
 #: on a backlog) in memory at once.
 CHANNEL_POLL_RECORDS = 16
-
-
-@dataclass
-class TaskStats:
-    task_id: int
-    attempt: int = 0
-    generation: int = 0
-    restored_version: int = 0
-    checkpoints: int = 0
-    processed: int = 0
-    emitted: int = 0
-    buffered: int = 0
-    max_buffer_bytes: int = 0
-    overflowed: int = 0                  # early arrivals skipped past the buffer's bound (R8)
-    rereads: int = 0                     # channels read again from an overflow offset
-    stale: int = 0
-    fenced: int = 0
-    dead_letters: int = 0                # records whose function raised, sent to dead letters
-    rewinds: int = 0
-    replayed_changes: int = 0
-    rebuilt_store: bool = False
-    changelog_cuts: int = 0              # snapshots whose log below was deleted (C9)
-    stopped: bool = False                # a stop request ended the run (sources)
-    outage_restarts: int = 0             # in-place restarts after transient transport errors
-    seconds: float = 0.0                 # from recovery start to the task's end
-    # per-checkpoint metrics as distributions (runtime/metrics.py)
-    checkpoint_metrics: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def snapshot_min_records() -> int:
@@ -215,11 +186,11 @@ def _ride_through(config: TaskConfig, attempt: int) -> TaskStats:
 
 class _Task:
     def __init__(self, config: TaskConfig, transport: Transport, attempt: int) -> None:
-        self.c = config
+        self.config = config
         self.plan: JobPlan = config.plan
         self.stage: StagePlan = self.plan.stage_of(config.task_id)
         self.id = config.task_id
-        self.t = transport
+        self.transport = transport
         self.stats = TaskStats(config.task_id, attempt)
         self.dir = Path(config.state_dir) / self.plan.name
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -254,20 +225,21 @@ class _Task:
         dead = (SinkWriter(Sink(self.plan.dead_letter_topic, None, "json"),
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
+        # The driver's live view reads this (runner.PipelineRun.progress).
+        self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels,
                                    [w for w in writers if isinstance(w, SinkWriter)], dead,
                                    self.stats, pending, config.transaction_chunk,
                                    guarantee=self.guarantee,
-                                   snapshot_min_records=config.snapshot_min_records)
+                                   snapshot_min_records=config.snapshot_min_records,
+                                   # the progress file notes each generation as it starts
+                                   on_generation=self.progress.write)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes())
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
-        # The driver's live view reads this (runner.PipelineRun.progress).
-        self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
-        self.committer.on_generation = self.progress.write   # each generation, when it starts
 
     def close(self) -> None:
         for thing in [*self._closers, self.consumer, self.committer,
@@ -294,13 +266,13 @@ class _Task:
     def _run(self) -> None:
         recovered = self.committer.recover()
         try:
-            finished = finished_run(recovered.version, self.c.run)
+            finished = finished_run(recovered.version, self.config.run)
         except ProtocolViolation as exc:
             raise ProtocolViolation(f"task {self.id}: {exc}") from None
         self.committer.announce(recovered.version)
         if finished:
             return  # a retry after this run's final checkpoint: announcing it was all
-        self.consumer = self.t.consumer(read_committed=True)
+        self.consumer = self.transport.consumer(read_committed=True)
         if self.stage.is_source:
             self._run_source(recovered.commit, recovered.version)
         else:
@@ -310,13 +282,12 @@ class _Task:
 
     def _run_source(self, commit: wire.ChangeLogCommit | None, restored: int) -> None:
         assert self.consumer is not None
-        src = SourceSide(self.t, self.consumer, self.plan, self.stage, self.id, self.c, commit,
-                         restored, guarantee=self.guarantee)
+        src = SourceSide(self.transport, self.consumer, self.plan, self.stage, self.id,
+                         self.config, commit, restored, guarantee=self.guarantee)
         self._closers.append(src)
-        self.committer.recorded = src.recorded   # at each checkpoint, before the listeners
         process = self.records.source_record
         while not src.finished():
-            batch = src.poll(self.c.poll_records, 0.2)
+            batch = src.poll(self.config.poll_records, 0.2)
             self.progress.tick()
             version = src.versions.open
             for r in batch:
@@ -330,10 +301,10 @@ class _Task:
             except ProtocolViolation as exc:
                 raise ProtocolViolation(f"task {self.id}: {exc}") from None
             if due is not None:
-                self.committer.checkpoint(due, src.inputs())
+                self.committer.checkpoint(due, src.inputs(), recorded=src.recorded)
                 src.committed(due)
         self.stats.stopped = src.stopped
-        self.committer.end_run(src.inputs())
+        self.committer.end_run(src.inputs(), recorded=src.recorded)
 
     def _send_output(self) -> None:
         """What a poll batch made goes out (``Committer.send_output`` says which); each
@@ -353,17 +324,18 @@ class _Task:
                 shutil.rmtree(stale, ignore_errors=True)
             # One directory per task, wiped at open: a zombie keeps writing to its unlinked
             # file, never to its successor's.
-            policy = Aligned(channels, producers, run_end(self.c.run), commit,
-                             self.dir / f"buffer-{self.id}", self.c.buffer_max_bytes, self.stats)
+            policy = Aligned(channels, producers, run_end(self.config.run), commit,
+                             self.dir / f"buffer-{self.id}", self.config.buffer_max_bytes,
+                             self.stats)
         else:
-            policy = Unaligned(channels, producers, run_end(self.c.run), commit,
+            policy = Unaligned(channels, producers, run_end(self.config.run), commit,
                                CommitTimer(self.plan.commit_interval, self.plan.commit_every),
                                restored + 1)
         self._closers.append(policy)
         self._seek(policy.resume_offsets())
         self._take_checkpoints(policy)   # R9: a start may find every marker in already
         process = self.records.data
-        channel_poll = min(self.c.poll_records, CHANNEL_POLL_RECORDS)
+        channel_poll = min(self.config.poll_records, CHANNEL_POLL_RECORDS)
         while not policy.finished():
             batch = self.consumer.poll(channel_poll, 0.2)
             self.progress.tick()
