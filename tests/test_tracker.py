@@ -48,6 +48,28 @@ def test_an_earlier_runs_end_ends_nothing_in_the_next_run():
     assert not later.finished()
 
 
+def test_t4_the_watermark_is_the_lowest_lanes_latest_and_survives_a_restart():
+    t = Tracker([A, B], [1, 2], END)
+    assert t.watermark is None and all(not i.parents for i in t.inputs())   # no event time
+    for c, p, w in [(A, 1, 100), (A, 2, 300), (B, 1, 200)]:
+        t.on_marker(c, 1, p, 5, w)
+    assert t.watermark is None                     # (B, 2) said nothing yet: holds it back
+    t.on_marker(B, 2, 2, 5, 150)
+    assert t.watermark == 100
+    t.on_marker(A, 3, 1, 6, 400)
+    assert t.watermark == 150
+    t.on_marker(A, 4, 1, 7, 90)                    # never back, lane or task
+    assert t.watermark == 150
+    # the lanes' markers are behind the resume point: their parents keep what they said
+    again = Tracker([A, B], [1, 2], END, inputs=t.inputs(), watermark=150)
+    assert again.watermark == 150 and not again.finished()
+    again.on_marker(B, 5, 2, 8, 500)
+    assert again.watermark == 200                  # (B, 1)'s 200, kept by its parent
+    floor_only = Tracker([A, B], [1, 2], END, watermark=150)
+    floor_only.on_marker(B, 5, 2, 8, 500)
+    assert floor_only.watermark == 150             # without the parents: the floor
+
+
 def test_unknown_channel_or_producer_raises():
     t = Tracker([A], [1], END)
     with pytest.raises(ProtocolViolation, match="not an input"):

@@ -15,6 +15,12 @@ T3  End-of-run knowledge is part of the checkpoint: a checkpoint records each en
     version), since its resume offset may lie past the marker, which a restarted task
     then never reads again. A later run has a higher ``run_end``, so a parent from an
     earlier run ends nothing.
+T4  (event time, docs/design/event-time.md) A marker may carry its producer's watermark;
+    a lane's watermark is the one on its latest marker read (a task reads each channel in
+    log order, and a marker's promise is about what follows it there), and the task's is
+    the minimum over lanes. Lanes start from the checkpoint's watermark, or from what
+    their parent in the checkpoint kept (a marker before the resume point is not read
+    again), and only grow: the task's watermark never goes back.
 
 Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
 """
@@ -25,6 +31,7 @@ from collections.abc import Hashable, Iterable
 from typing import cast
 
 from ..errors import ProtocolViolation
+from .watermarks import highest, lowest
 from .wire import InputPosition, ParentCheckpoint
 
 __all__ = ["Tracker"]
@@ -34,7 +41,7 @@ Channel = Hashable
 
 class Tracker:
     def __init__(self, channels: Iterable[Channel], producers: Iterable[int], run_end: int, *,
-                 inputs: Iterable[InputPosition] = ()) -> None:
+                 inputs: Iterable[InputPosition] = (), watermark: int | None = None) -> None:
         self._channels = list(dict.fromkeys(channels))
         self._producers = sorted(set(producers))
         if not self._channels or not self._producers:
@@ -42,6 +49,8 @@ class Tracker:
         self.run_end = run_end
         self._positions: dict[Channel, int] = {c: 0 for c in self._channels}
         self._ended: dict[tuple[Channel, int], int] = {}
+        self._watermarks: dict[tuple[Channel, int], int | None] = {   # T4
+            (c, p): watermark for c in self._channels for p in self._producers}
         for pos in inputs:
             c = (pos.topic, pos.partition)
             self._check(c, None)
@@ -50,6 +59,8 @@ class Tracker:
                 self._check(c, parent.producer_id)
                 if parent.version >= run_end:   # T3
                     self._ended[(c, parent.producer_id)] = parent.version
+                lane = (c, parent.producer_id)
+                self._watermarks[lane] = highest(self._watermarks[lane], parent.watermark)
 
     def _check(self, channel: Channel, producer: int | None) -> None:
         if channel not in self._positions:
@@ -66,12 +77,20 @@ class Tracker:
         self._check(channel, None)
         self._positions[channel] = offset + 1
 
-    def on_marker(self, channel: Channel, offset: int, producer: int, version: int) -> None:
-        """T2."""
+    def on_marker(self, channel: Channel, offset: int, producer: int, version: int,
+                  watermark: int | None = None) -> None:
+        """T2, T4."""
         self._check(channel, producer)
         self._positions[channel] = offset + 1
+        lane = (channel, producer)
         if version >= self.run_end:
-            self._ended[(channel, producer)] = max(version, self._ended.get((channel, producer), 0))
+            self._ended[lane] = max(version, self._ended.get(lane, 0))
+        self._watermarks[lane] = highest(self._watermarks[lane], watermark)
+
+    @property
+    def watermark(self) -> int | None:
+        """T4: the task's watermark, the lowest of its lanes'."""
+        return lowest(self._watermarks.values())
 
     def on_other(self, channel: Channel, offset: int) -> None:
         """A restore command: nothing to do under at-least-once but move on."""
@@ -85,11 +104,15 @@ class Tracker:
                 if (c, p) not in self._ended]
 
     def inputs(self) -> tuple[InputPosition, ...]:
-        """T3: the checkpoint's positions, with the ended lanes as parents."""
+        """T3: the checkpoint's positions, with the ended lanes as parents; T4: and every
+        lane whose watermark is known, with it (as a parent of version 0, which ends
+        nothing)."""
         out = []
         for c in self._channels:
             topic, partition = cast(tuple[str, int], c)  # a channel is (topic, partition)
-            parents = tuple(ParentCheckpoint(p, 0, self._ended[(c, p)], 0, self._positions[c])
-                            for p in self._producers if (c, p) in self._ended)
+            parents = tuple(ParentCheckpoint(p, 0, self._ended.get((c, p), 0), 0,
+                                             self._positions[c], self._watermarks[(c, p)])
+                            for p in self._producers
+                            if (c, p) in self._ended or self._watermarks[(c, p)] is not None)
             out.append(InputPosition(topic, partition, self._positions[c], parents))
         return tuple(out)

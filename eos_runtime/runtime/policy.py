@@ -284,7 +284,8 @@ class Unaligned:
                  first_version: int) -> None:
         self._lanes = (list(channels), producers, run_end)
         self.tracker = Tracker(channels, producers, run_end,
-                               inputs=commit.inputs if commit is not None else ())
+                               inputs=commit.inputs if commit is not None else (),
+                               watermark=commit.watermark if commit is not None else None)
         self.timer = timer
         self.version = first_version
         self._recorded = commit.inputs if commit is not None else None   # S6
@@ -303,7 +304,7 @@ class Unaligned:
             self.tracker.on_data(c, offset)
             return Action.PROCESS
         if type(msg) is wire.Marker:
-            self.tracker.on_marker(c, offset, msg.producer_id, msg.version)
+            self.tracker.on_marker(c, offset, msg.producer_id, msg.version, msg.watermark)
         else:
             self.tracker.on_other(c, offset)
         return Action.NOTHING
