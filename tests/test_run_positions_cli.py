@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 from test_checkpoint_cli import lines_by_partition, words_in
-from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
+from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok, run_here
 
 
 def summary(p) -> dict:
@@ -110,15 +110,16 @@ def test_a_reset_forgets_the_positions_of_the_checkpoint_topic_and_the_files(tmp
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    # the runs in this process (the --checkpoints option through the CLI: the tests above)
     for store, name in (("filesystem", "wcf"), ("kafka", "wck")):
-        run = ("run", WORDCOUNT, "--name", name, "--sink", f"counts-{name}", "--guarantee",
-               "at-least-once", "--checkpoints", store, "--json", *d)
-        assert summary(ok(*run))["stages"][0]["processed"] == 40
+        run = dict(name=name, sink=f"counts-{name}", guarantee="at-least-once",
+                   checkpoints=store, data_dir=str(data))
+        assert run_here(WORDCOUNT, **run).stages[0]["processed"] == 40
         done = ok("reset", name, "--yes", *d).stdout
         where = (f"__eos_checkpoint_{name}_1" if store == "kafka"
                  else str(data / "state" / "checkpoints" / name / "1"))
         assert where in done, done
-        assert summary(ok(*run))["stages"][0]["processed"] == 40, store
+        assert run_here(WORDCOUNT, **run).stages[0]["processed"] == 40, store
     from eos_runtime.transport import open_transport
 
     with open_transport(data_dir=str(data)) as t:   # made again by the second run
