@@ -136,8 +136,9 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     key = "tasknames.task-0.systems.local.streams.lines.partitions.0"
     # The stores are where the sources start: moved behind the change log's commit, the
     # tool must show the store's position, not the commit's.
-    ok("run", WORDCOUNT, "--name", "wcf", "--sink", "counts-f", "--guarantee",
-       "at-least-once", "--checkpoints", "filesystem", *d)
+    # the runs in this process: the tool is tested (--checkpoints through the CLI: above)
+    run_here(WORDCOUNT, name="wcf", sink="counts-f", guarantee="at-least-once",
+             checkpoints="filesystem", data_dir=str(data))
     (data / "state" / "checkpoints" / "wcf" / "1" / "task-0.json").write_text(
         json.dumps({"offsets": [["lines", 0, 7]]}))
     shown = ok("checkpoint", "show", "wcf", *d).stdout
@@ -147,8 +148,8 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     assert f"\n{key}=\n" in ok("checkpoint", "show", "wcf", *d, "--state-dir",
                                str(elsewhere)).stdout   # no files there: no position
 
-    ok("run", WORDCOUNT, "--name", "wck", "--sink", "counts-k", "--guarantee",
-       "at-least-once", "--checkpoints", "kafka", "--job-id", "3", *d)
+    run_here(WORDCOUNT, name="wck", sink="counts-k", guarantee="at-least-once",
+             checkpoints="kafka", job_id="3", data_dir=str(data))
     with open_transport(data_dir=str(data)) as t:
         store = TopicCheckpoints(t, "wck", 4, "3")
         store.start()
