@@ -1,8 +1,9 @@
 """The checkpoint tool and Startpoints as an operator uses them: real processes, the real
-local log, real Spark. The round trip: a bounded word count, ``eos checkpoint show``, one
-offset edited back, ``eos checkpoint write``, another run; the exactly-once output must
-then equal an oracle over the input the job was told to read (that partition's records
-from the edited offset on, counted a second time, on top of the state the job kept)."""
+local log, real Spark (the runs that set the scene run in this process: ``run_here``). The
+round trip: a bounded word count, ``eos checkpoint show``, one offset edited back, ``eos
+checkpoint write``, another run; the exactly-once output must then equal an oracle over
+the input the job was told to read (that partition's records from the edited offset on,
+counted a second time, on top of the state the job kept)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from eos_runtime.joblog.control import ControlLog
 from eos_runtime.protocol import wire
 from eos_runtime.transport import TopicPartition, open_transport
 
-from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
+from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok, run_here
 
 COUNT = 400
 KEY0 = "tasknames.task-0.systems.local.streams.lines.partitions.0"
@@ -46,7 +47,7 @@ def test_show_edit_write_run_reads_again_from_the_edited_offset(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", str(COUNT), "--seed", "8", *d)
-    ok("run", WORDCOUNT, *d)
+    run_here(WORDCOUNT, data_dir=str(data))
     shown = ok("checkpoint", "show", "wordcount", *d).stdout
     half = COUNT // 2
     assert f"{KEY0}={half}\n" in shown, shown
@@ -64,7 +65,7 @@ def test_show_edit_write_run_reads_again_from_the_edited_offset(tmp_path):
     assert "# startpoint pending for the next run: lines[0] (task-0) -> offset 150" in \
         ok("checkpoint", "show", "wordcount", *d).stdout
 
-    ok("run", WORDCOUNT, *d)
+    run_here(WORDCOUNT, data_dir=str(data))
     parts = lines_by_partition(data)
     told = parts[0] + parts[1] + parts[0][150:]        # partition 0 from offset 150, again
     assert_exactly_once(data, words_in(told))
@@ -79,7 +80,7 @@ def test_write_refuses_a_bad_line_and_show_and_write_refuse_while_a_run_holds_th
     p = eos("checkpoint", "show", "wordcount", *d)
     assert error_line(p) == (f"error: job 'wordcount' has never run on the local log in "
                              f"{data}: it has no checkpoints (`eos jobs` lists the jobs there)")
-    ok("run", WORDCOUNT, *d)
+    run_here(WORDCOUNT, data_dir=str(data))
     bad = tmp_path / "bad.properties"
     bad.write_text(f"# a comment\n{KEY0}=5\n{KEY0.replace('task-0', 'task-1')[:-1]}1=ten\n")
     assert error_line(eos("checkpoint", "write", "wordcount", str(bad), *d)) == \
@@ -122,7 +123,7 @@ def test_startpoint_set_list_clear_and_the_refusals(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "20", *d)
-    ok("run", WORDCOUNT, *d)
+    run_here(WORDCOUNT, data_dir=str(data))
     out = ok("startpoint", "set", "wordcount", "lines", "1", "--timestamp",
              "2026-11-22T07:00:00Z", "--task", "1", *d).stdout
     assert out.startswith("startpoint of job 'wordcount': lines[1] task 1 -> timestamp "
@@ -154,16 +155,17 @@ def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
     tag = uuid.uuid4().hex[:8]
     job, source, sink = f"cpt-{tag}", f"cpt-in-{tag}", f"cpt-out-{tag}"
     k = ("--bootstrap-servers", kafka_bootstrap)
-    named = ("--name", job, "--source", source, "--sink", sink)
     ok("produce", source, "--generate", "words", "--count", "200", "--seed", "9", *k)
-    ok("run", WORDCOUNT, *named, *k)
+    run_here(WORDCOUNT, name=job, source=source, sink=sink,
+             bootstrap_servers=kafka_bootstrap)
     key0 = f"tasknames.task-0.systems.kafka.streams.{source}.partitions.0"
     shown = ok("checkpoint", "show", job, *k).stdout
     assert f"{key0}=100\n" in shown, shown
     edited = tmp_path / "edited.properties"
     edited.write_text(shown.replace(f"{key0}=100", f"{key0}=60"))
     ok("checkpoint", "write", job, str(edited), *k)
-    ok("run", WORDCOUNT, *named, *k)
+    run_here(WORDCOUNT, name=job, source=source, sink=sink,
+             bootstrap_servers=kafka_bootstrap)
     parts: dict[int, list[str]] = {}
     for r in json.loads(ok("consume", source, "--all", "--json", *k).stdout):
         parts.setdefault(r["partition"], []).append(r["value"])

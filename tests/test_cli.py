@@ -38,6 +38,20 @@ def ok(*args: str, **kw) -> subprocess.CompletedProcess:
     return p
 
 
+def run_here(pipeline_file: str | Path, *, name: str | None = None,
+             source: str | None = None, sink: str | None = None, **options):
+    """What ``eos run PIPELINE_FILE [--name --source --sink] [options]`` runs, in this
+    process (``run_pipeline``): for a test whose runs set the scene for the command it
+    tests. The JVM this process started for its first run serves every later one, where
+    each ``eos run`` starts its own. Returns the ``RunSummary``."""
+    from eos_runtime.runner import load_pipeline, run_pipeline
+
+    pipeline = load_pipeline(str(pipeline_file))
+    if name is not None or source is not None or sink is not None:
+        pipeline.rename(pipeline.name if name is None else name, source=source, sink=sink)
+    return run_pipeline(pipeline, **options)
+
+
 def error_line(p: subprocess.CompletedProcess) -> str:
     """The one ``error: ...`` line of a failed command (and nothing else on stderr)."""
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)

@@ -228,7 +228,7 @@ def test_an_operators_tools_cover_every_source_of_a_graph(tmp_path):
     """Startpoints, the checkpoint tool, eos jobs and eos reset on a job of two sources."""
     import json
 
-    from test_cli import error_line, ok
+    from test_cli import error_line, ok, run_here
 
     (tmp_path / "two.py").write_text(TWO_SOURCES_FILE)
     d = ("--data-dir", str(tmp_path / "data"))
@@ -236,7 +236,7 @@ def test_an_operators_tools_cover_every_source_of_a_graph(tmp_path):
     (tmp_path / "us.txt").write_text("x\ny a\nz\n")
     ok("produce", "eu", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
     ok("produce", "us", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
-    ok("run", str(tmp_path / "two.py"), *d, cwd=tmp_path)
+    run_here(tmp_path / "two.py", data_dir=str(tmp_path / "data"))   # the tools are tested
     show = ok("checkpoint", "show", "two", *d).stdout
     assert "streams.eu.partitions.0=2" in show and "streams.us.partitions.0=3" in show
     info = json.loads(ok("jobs", "--json", *d).stdout)
@@ -246,7 +246,7 @@ def test_an_operators_tools_cover_every_source_of_a_graph(tmp_path):
     assert error_line(eos_of("startpoint", "set", "two", "nope", "0", "--offset", "0", *d)) \
         .startswith("error: job 'two' reads 'eu' and 'us', not 'nope'")
     ok("startpoint", "set", "two", "us", "0", "--offset", "1", *d)
-    ok("run", str(tmp_path / "two.py"), *d, cwd=tmp_path)
+    run_here(tmp_path / "two.py", data_dir=str(tmp_path / "data"))
     upper = ok("consume", "us-upper", "--job", "two", *d).stdout.split()
     assert upper == ["X", "Y", "A", "Z", "Y", "A", "Z"]
     counts = [line.split() for line in ok("consume", "counts", "--job", "two", *d).stdout

@@ -155,7 +155,7 @@ def test_a_run_rides_through_a_broker_killed_and_restarted(sig, broker, tmp_path
     # SIGTERM: the broker's controlled shutdown first leaves every partition without a
     # leader, which the driver's offset look-ups remembered past the restart (found by
     # eos experiment, fault broker with signal term).
-    outage = Outage(broker, down=18 if sig == signal.SIGKILL else 6, sig=sig)
+    outage = Outage(broker, down=6, sig=sig)
     run = start_pipeline(pipeline, bootstrap_servers=b.bootstrap_servers, commit_every=2_000,
                          state_dir=str(tmp_path / "state"), outage_budget=120)
     summary = watch_run(run, on_progress=outage.on_progress)
@@ -209,14 +209,15 @@ def test_an_experiment_stops_and_restarts_the_broker_and_the_run_passes(broker, 
     assert find_running(b.run_dir) is not None, "the broker is not back after the experiment"
 
 
-def test_broker_faults_refuse_a_run_dir_without_the_broker_of_the_run(broker, tmp_path):
+def test_broker_faults_refuse_a_run_dir_without_the_broker_of_the_run(kafka_bootstrap,
+                                                                        tmp_path):
+    # refused before anything runs: the session's broker serves, none of its own is started
     from test_cli import eos, error_line
 
-    b: KafkaBroker = broker["broker"]
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     p = eos("experiment", "wordcount", "--kinds", "crash,broker", "--bootstrap-servers",
-            b.bootstrap_servers, "--broker-dir", str(empty), "--report", str(tmp_path / "r"),
+            kafka_bootstrap, "--broker-dir", str(empty), "--report", str(tmp_path / "r"),
             cwd=tmp_path)
     assert error_line(p).startswith(
         f"error: fault kind 'broker' stops and restarts the project's own broker, and none "

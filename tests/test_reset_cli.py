@@ -19,6 +19,7 @@ from test_cli import (
     eos,
     error_line,
     ok,
+    run_here,
     start_eos,
     wait_for_counts,
     word_counts,
@@ -38,7 +39,7 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     data = tmp_path / "data"
     ok("produce", "lines", "--generate", "words", "--count", "400", "--seed", "7",
        "--data-dir", str(data))
-    ok("run", WORDCOUNT, "--data-dir", str(data), "--json")
+    run_here(WORDCOUNT, data_dir=str(data))       # the runs in this process: eos reset is tested
     fake_job(data, "other", wordcount_layout(data))          # another job, same topics
     before = topics(data)
     assert set(JOB_TOPICS) <= set(before)
@@ -63,8 +64,8 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert [j["job"] for j in jobs] == ["other"]
 
     # The next run is run 0 again, reads all the input, and counts from empty state.
-    again = json.loads(ok("run", WORDCOUNT, "--data-dir", str(data), "--json").stdout)
-    assert again["run"] == 0 and again["input_records"] == 400
+    again = run_here(WORDCOUNT, data_dir=str(data))
+    assert again.run == 0 and again.input_records == 400
     assert_exactly_once(data, word_counts(data))
 
     line = error_line(eos("reset", "nosuchjob", "--yes", "--data-dir", str(data)))
@@ -117,9 +118,10 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     kafka = ["--bootstrap-servers", kafka_bootstrap]
     state = tmp_path / "state"
     ok("produce", source, "--generate", "words", "--count", "200", *kafka)
-    run = ["run", WORDCOUNT, "--name", job, "--source", source, "--sink", sink,
-           "--state-dir", str(state), "--json", *kafka]
-    ok(*run)
+    # the runs in this process: eos reset is tested
+    run = dict(name=job, source=source, sink=sink, state_dir=str(state),
+               bootstrap_servers=kafka_bootstrap)
+    run_here(WORDCOUNT, **run)
     mine = [f"{job}.changelog", f"{job}.control", f"{job}.heartbeats", f"{job}.shuffle-1"]
     before = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
     assert set(mine) <= set(before)
@@ -131,8 +133,8 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     assert set(before) - set(mine) <= set(after)            # input, output, other jobs'
     assert not (state / job).exists()
 
-    again = json.loads(ok(*run).stdout)
-    assert again["run"] == 0 and again["input_records"] == 200
+    again = run_here(WORDCOUNT, **run)
+    assert again.run == 0 and again.input_records == 200
     # Kafka keeps the old run's committed output; the new run counted again from zero.
     assert int(ok("consume", sink, "--count", *kafka).stdout) == 2 * committed
 

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 from test_checkpoint_cli import lines_by_partition, words_in
-from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok
+from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok, run_here
 
 
 def summary(p) -> dict:
@@ -110,15 +110,16 @@ def test_a_reset_forgets_the_positions_of_the_checkpoint_topic_and_the_files(tmp
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    # the runs in this process (the --checkpoints option through the CLI: the tests above)
     for store, name in (("filesystem", "wcf"), ("kafka", "wck")):
-        run = ("run", WORDCOUNT, "--name", name, "--sink", f"counts-{name}", "--guarantee",
-               "at-least-once", "--checkpoints", store, "--json", *d)
-        assert summary(ok(*run))["stages"][0]["processed"] == 40
+        run = dict(name=name, sink=f"counts-{name}", guarantee="at-least-once",
+                   checkpoints=store, data_dir=str(data))
+        assert run_here(WORDCOUNT, **run).stages[0]["processed"] == 40
         done = ok("reset", name, "--yes", *d).stdout
         where = (f"__eos_checkpoint_{name}_1" if store == "kafka"
                  else str(data / "state" / "checkpoints" / name / "1"))
         assert where in done, done
-        assert summary(ok(*run))["stages"][0]["processed"] == 40, store
+        assert run_here(WORDCOUNT, **run).stages[0]["processed"] == 40, store
     from eos_runtime.transport import open_transport
 
     with open_transport(data_dir=str(data)) as t:   # made again by the second run
@@ -135,8 +136,9 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     key = "tasknames.task-0.systems.local.streams.lines.partitions.0"
     # The stores are where the sources start: moved behind the change log's commit, the
     # tool must show the store's position, not the commit's.
-    ok("run", WORDCOUNT, "--name", "wcf", "--sink", "counts-f", "--guarantee",
-       "at-least-once", "--checkpoints", "filesystem", *d)
+    # the runs in this process: the tool is tested (--checkpoints through the CLI: above)
+    run_here(WORDCOUNT, name="wcf", sink="counts-f", guarantee="at-least-once",
+             checkpoints="filesystem", data_dir=str(data))
     (data / "state" / "checkpoints" / "wcf" / "1" / "task-0.json").write_text(
         json.dumps({"offsets": [["lines", 0, 7]]}))
     shown = ok("checkpoint", "show", "wcf", *d).stdout
@@ -146,8 +148,8 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     assert f"\n{key}=\n" in ok("checkpoint", "show", "wcf", *d, "--state-dir",
                                str(elsewhere)).stdout   # no files there: no position
 
-    ok("run", WORDCOUNT, "--name", "wck", "--sink", "counts-k", "--guarantee",
-       "at-least-once", "--checkpoints", "kafka", "--job-id", "3", *d)
+    run_here(WORDCOUNT, name="wck", sink="counts-k", guarantee="at-least-once",
+             checkpoints="kafka", job_id="3", data_dir=str(data))
     with open_transport(data_dir=str(data)) as t:
         store = TopicCheckpoints(t, "wck", 4, "3")
         store.start()
