@@ -192,17 +192,71 @@ def test_unbounded_runs_stop_with_eos_stop_and_with_ctrl_c(tmp_path):
 
     ok("produce", "lines", "--generate", "words", "--count", "200", "--seed", "5",
        "--data-dir", str(data))
+    rc, out, err = signalled_run(data, signal.SIGINT)   # what Ctrl-C does: a graceful stop
+    assert rc == 0, err
+    assert out.startswith("wordcount run 1 (stopped): 200 input records in "), out
+    assert_exactly_once(data, word_counts(data))
+
+
+def signalled_run(data: Path, sig: int) -> tuple[int, str, str]:
+    """An unbounded ``eos run`` of wordcount sent ``sig`` once it committed all there is:
+    its exit code, stdout and stderr."""
     proc = start_eos("run", WORDCOUNT, "--unbounded", "--commit-interval", "0.3",
                      "--data-dir", str(data))
     try:
         wait_for_counts(data, sum(word_counts(data).values()), proc)
-        proc.send_signal(signal.SIGINT)        # what Ctrl-C does: a graceful stop
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
-    assert out.startswith("wordcount run 1 (stopped): 200 input records in "), out
+    return proc.returncode, out, err
+
+
+def test_sigterm_stops_eos_run_as_the_first_ctrl_c_does(tmp_path):
+    """Issue 27 item 4: SIGTERM (kill, timeout, systemd, a container's stop) is a graceful
+    stop, with the first Ctrl-C's message naming what came, final checkpoints, the summary
+    and the lease released."""
+    import signal
+
+    data = tmp_path / "data"
+    ok("produce", "lines", "--generate", "words", "--count", "300", "--seed", "3",
+       "--data-dir", str(data))
+    rc, out, err = signalled_run(data, signal.SIGTERM)
+    assert rc == 0, err
+    assert "stopping run 0 of wordcount (SIGTERM): the sources take a final checkpoint " \
+           "where they are;" in err, err
+    assert "a second SIGTERM or Ctrl-C cancels at once" in err, err
+    assert out.startswith("wordcount run 0 (stopped): 300 input records in "), out
     assert_exactly_once(data, word_counts(data))
+    (job,) = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    assert job["lease"]["status"] == "free"
+    assert job["runs"][0]["stop_reason"] == "terminated (SIGTERM)"
+
+
+def test_sigterm_before_the_run_is_watched_is_a_ctrl_c_too(tmp_path):
+    """Before the run is watched (loading the pipeline, planning, taking the lease)
+    SIGTERM ended the process by its default action, leaving whatever it held; now it
+    interrupts as Ctrl-C does there: "error: interrupted", exit code 130. The pipeline
+    file says when it is being loaded, and waits."""
+    import signal
+    import time
+
+    loading = tmp_path / "loading"
+    (tmp_path / "slow.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(loading)!r}).touch()\n"
+        "time.sleep(600)\n")
+    proc = start_eos("run", str(tmp_path / "slow.py"), "--data-dir", str(tmp_path / "data"))
+    try:
+        deadline = time.monotonic() + 60
+        while not loading.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, err.strip().splitlines()) == (130, ["error: interrupted"]), err
 
 
 def test_stop_of_a_job_that_never_ran(tmp_path):
