@@ -26,6 +26,7 @@ import click
 from ..errors import ConfigError
 from ..limits import option as in_range
 from .options import (
+    Interrupted,
     absolute_paths,
     apply_overrides,
     check_writable,
@@ -271,7 +272,7 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         try:
             summary = watch_run(run, on_progress=view.progress, on_interrupt=view.interrupted)
         except KeyboardInterrupt:
-            raise RunCancelled(f"run {run.run} of job {name!r} cancelled by "
+            raise Interrupted(f"run {run.run} of job {name!r} cancelled by "
                                f"{view.cancelled_by}: "
                                f"its tasks stopped where they were, without final "
                                f"checkpoints; the next run recovers from their last ones") from None
@@ -280,15 +281,6 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         return
     for line in _summary_lines(summary):
         click.echo(line)
-
-
-class RunCancelled(click.ClickException):
-    """A second Ctrl-C cancelled ``eos run``: one ``error:`` line, exit code 130."""
-
-    exit_code = 130
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class _Every:
