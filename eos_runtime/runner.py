@@ -31,6 +31,7 @@ from .errors import (
     EosError,
     JobRunning,
     OutageBudgetExceeded,
+    StartOutOfRange,
     TaskFailed,
     TransportError,
 )
@@ -428,7 +429,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}",
                               no_progress_timeout=no_progress_timeout,
-                              fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
+                              fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded,
+                                         StartOutOfRange))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
         check_fallback(transport, plan, state_dir, fan_out(transport, plan, -1, write=False))

@@ -179,3 +179,16 @@ def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
     edited.write_text(f"# edited\n{key0}=10\n")
     assert error_line(eos("checkpoint", "write", job, str(edited), *k)) == \
         f"error: line 2: offset 10 is outside {source}[0]'s offsets 50..100"
+
+
+def test_startpoint_set_checks_an_offset_against_the_partitions_offsets(tmp_path):
+    """Issue 27 item 5: an offset past the partition's end was accepted, and the run
+    failed 35 s later after 4 retries. Checked when set, as eos checkpoint write does;
+    the end itself (nothing to read yet) is a position."""
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\nc\n")
+    assert error_line(eos("startpoint", "set", "wordcount", "lines", "0", "--offset", "5990",
+                          *d)) == ("error: offset 5990 is outside lines[0]'s offsets 0..3: "
+                                   "give one of them (3 is the end: the next record written)")
+    assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
+    ok("startpoint", "set", "wordcount", "lines", "0", "--offset", "3", *d)

@@ -170,8 +170,8 @@ def _timestamp(text: str) -> int:
 @click.argument("stream")
 @click.argument("partition", type=click.IntRange(0))
 @click.option("--offset", type=click.IntRange(0), default=None, metavar="N",
-              help="Start at offset N (checked against the partition's offsets at the task's "
-                   "start).")
+              help="Start at offset N: refused unless the partition holds it or it is the "
+                   "partition's end (and checked again at the task's start).")
 @click.option("--timestamp", default=None, metavar="TIME",
               help="Start at the first record at or after TIME: milliseconds since the epoch, "
                    "or an ISO date-time (2026-11-22T07:00:00Z; without a zone, local time).")
