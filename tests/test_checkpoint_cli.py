@@ -188,7 +188,27 @@ def test_startpoint_set_checks_an_offset_against_the_partitions_offsets(tmp_path
     d = ("--data-dir", str(tmp_path / "data"))
     ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\nc\n")
     assert error_line(eos("startpoint", "set", "wordcount", "lines", "0", "--offset", "5990",
-                          *d)) == ("error: offset 5990 is outside lines[0]'s offsets 0..3: "
-                                   "give one of them (3 is the end: the next record written)")
-    assert ok("startpoint", "list", "wordcount", *d).stdout.startswith("no startpoints")
-    ok("startpoint", "set", "wordcount", "lines", "0", "--offset", "3", *d)
+                          "--new-job", *d)) == (
+        "error: offset 5990 is outside lines[0]'s offsets 0..3: give one of them (3 is the "
+        "end: the next record written)")
+    ok("startpoint", "set", "wordcount", "lines", "0", "--offset", "3", "--new-job", *d)
+    assert ok("startpoint", "list", "wordcount", *d).stdout == "lines[0]: offset 3\n"
+
+
+def test_startpoint_commands_refuse_a_job_that_never_ran_unless_new_job(tmp_path):
+    """Issue 27 item 6: a typo in the job name (`eos startpoint set sesions ...`) exited 0
+    and made a metadata topic for a job that does not exist; `eos startpoint list
+    nosuchjob` said "no startpoints". Refused, naming the jobs there are; --new-job sets
+    one for a job's first run, after which the name is known."""
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\n")
+    never = ("error: job 'sesions' has never run on the local log in {} and has no "
+             "Startpoints (no job has run there): check the name")
+    line = error_line(eos("startpoint", "set", "sesions", "lines", "0", "--oldest", *d))
+    assert line == never.format(d[1]) + ", or give --new-job to set one for its first run"
+    for args in (("list", "sesions"), ("clear", "sesions")):
+        assert error_line(eos("startpoint", *args, *d)) == never.format(d[1])
+    assert "sesions.metadata" not in ok("topics", *d).stdout
+    ok("startpoint", "set", "sessions", "lines", "0", "--offset", "1", "--new-job", *d)
+    ok("startpoint", "set", "sessions", "lines", "0", "--offset", "2", *d)   # known now
+    assert ok("startpoint", "list", "sessions", *d).stdout == "lines[0]: offset 2\n"
