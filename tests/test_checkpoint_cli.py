@@ -202,8 +202,8 @@ def test_startpoint_commands_refuse_a_job_that_never_ran_unless_new_job(tmp_path
     one for a job's first run, after which the name is known."""
     d = ("--data-dir", str(tmp_path / "data"))
     ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\n")
-    never = ("error: job 'sesions' has never run on the local log in {} and has no "
-             "Startpoints (no job has run there): check the name")
+    never = ("error: job 'sesions' has no run on the local log in {} (it never ran, or was "
+             "reset) and no Startpoints (no job has run there): check the name")
     line = error_line(eos("startpoint", "set", "sesions", "lines", "0", "--oldest", *d))
     assert line == never.format(d[1]) + ", or give --new-job to set one for its first run"
     for args in (("list", "sesions"), ("clear", "sesions")):

@@ -183,7 +183,8 @@ def _known_job(t: Any, job: str, where: str, *, new_job: bool | None) -> None:
     jobs = jobs_on(t)
     ran = f"jobs that ran there: {', '.join(jobs)}" if jobs else "no job has run there"
     hint = ", or give --new-job to set one for its first run" if new_job is not None else ""
-    raise ConfigError(f"job {job!r} has never run on {where} and has no Startpoints ({ran}): "
+    raise ConfigError(f"job {job!r} has no run on {where} (it never ran, or was reset) and "
+                      f"no Startpoints ({ran}): "
                       f"check the name{hint}")
 
 
