@@ -40,6 +40,7 @@ from .errors import ConfigError
 from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
+from .topic_rules import check_moves, check_name, check_sinks_not_read
 from .values import FORMATS, State, _format, _key_format
 
 __all__ = ["Pipeline", "Stream", "State", "Table", "GUARANTEES", "FORMATS"]
@@ -344,7 +345,7 @@ class Pipeline:
                  kafka_config: Mapping[str, Any] | None = None,
                  checkpoints: str = "changelog", job_id: str = "1",
                  outage_budget: float = DEFAULT_BUDGET) -> None:
-        _check_name(name)
+        check_name(name)
         if not isinstance(job_id, str) or not job_id.replace("-", "").replace("_", "") \
                 .replace(".", "").isalnum():
             raise ConfigError(f"job_id {job_id!r}: use letters, digits, '.', - and _")
@@ -542,7 +543,7 @@ class Pipeline:
         definition can then run several times side by side (on one broker, say).
         ``source`` and ``sink`` move the one source and sink; ``sources`` and ``sinks``
         map topics to new ones (a pipeline with several names the ones it moves)."""
-        _check_name(name)
+        check_name(name)
         if not self.sources or not self.sinks:
             raise ConfigError(f"pipeline {self.name!r} needs a source and a sink to be renamed")
         source_moves = dict(sources or {})
@@ -551,9 +552,12 @@ class Pipeline:
         sink_moves = dict(sinks or {})
         if sink is not None:
             sink_moves[self.sink_topic] = sink
-        _check_moves(self.name, "source", source_moves,
+        check_moves(self.name, "source", source_moves,
                      [s.topic for s in self.sources] + [t.topic for t in self._tables()])
-        _check_moves(self.name, "sink", sink_moves, [s.topic for s in self.sinks])
+        check_moves(self.name, "sink", sink_moves, [s.topic for s in self.sinks])
+        check_sinks_not_read([source_moves.get(s.topic, s.topic) for s in self.sources],
+                             [source_moves.get(t.topic, t.topic) for t in self._tables()],
+                             [sink_moves.get(s.topic, s.topic) for s in self.sinks])
         self.name = name
         moved = {t: replace(t, topic=source_moves[t.topic]) for t in self._tables()
                  if t.topic in source_moves}
@@ -566,23 +570,3 @@ class Pipeline:
                 node.payload = replace(node.payload, table=moved[node.payload.table])
             elif node.payload is not None and getattr(node.payload, "topic", None) in moves:
                 node.payload = replace(node.payload, topic=moves[node.payload.topic])
-
-
-def _check_moves(job: str, what: str, moves: Mapping[str, str], known: list[str]) -> None:
-    """Refuse a rename of a topic the pipeline does not have, to nothing, or onto another."""
-    for old, new in moves.items():
-        if old not in known:
-            raise ConfigError(f"pipeline {job!r} has no {what} {old!r} to move to {new!r}; "
-                              f"its {what}s: {', '.join(sorted(known))}")
-        if not isinstance(new, str) or not new:
-            raise ConfigError(f"{what} {old!r}: a new topic must be a non-empty string, "
-                              f"not {new!r}")
-    targets = [moves.get(t, t) for t in known]
-    if len(set(targets)) < len(targets):
-        raise ConfigError(f"pipeline {job!r}: two {what}s would be one topic "
-                          f"({', '.join(sorted(targets))})")
-
-
-def _check_name(name: object) -> None:
-    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-        raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _")

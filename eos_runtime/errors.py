@@ -246,6 +246,11 @@ class TaskFailed(EosError):
     """A task stopped on a record: names topic, partition, offset and the cause."""
 
 
+class StartOutOfRange(EosError):
+    """A source partition's start lies outside the offsets it holds: every retry would
+    start there again, so none is made (runner's fail_fast)."""
+
+
 class EngineError(EosError):
     """The Spark job failed: a task failed on its last attempt, or Spark itself failed.
 

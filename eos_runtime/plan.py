@@ -13,7 +13,8 @@ Topics a job creates (``<job>`` is the pipeline name):
     <job>.changelog         one partition per task: its state changes, commits and aborts
 
 Planning checks everything it can before anything starts: the source topic exists, the
-sink topic exists or can be created, parallelism fits the input and the engine's slots.
+sink topic exists or can be created and is none the job reads, parallelism fits the input
+and the engine's slots.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from .api import Pipeline, Shuffle, Sink, Source, Step
 from .errors import ConfigError, TopicNotFound
 from .graph import Op, StageOutput, is_chain, stage_graph, steps_of, stores_of
+from .topic_rules import check_sinks_not_read
 from .transport import TopicSpec, Transport
 
 __all__ = ["OutputPlan", "StagePlan", "TaskPlan", "JobPlan", "plan_job"]
@@ -168,6 +170,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
              job_id: str | None = None) -> JobPlan:
     """Plan ``pipeline`` against the topics ``transport`` holds; options override the
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
+    check_sinks_not_read([s.topic for s in pipeline.sources], [t.topic for t in pipeline.tables],
+                         [s.topic for s in pipeline.sinks])
     graph = stage_graph(pipeline)
     guarantee = guarantee or pipeline.processing_guarantee
     if guarantee not in ("exactly-once", "at-least-once"):

@@ -160,16 +160,11 @@ def create_job_topics(transport: Transport, plan: JobPlan) -> None:
 
 
 def check_topics(transport: Transport, plan: JobPlan) -> None:
-    """Before a run is recorded: ``ConfigError`` for a sink that is the job's own source
-    (its output would be its input, for good), and, on a log without transactions (the
-    local log), for a source that is the sink of an exactly-once job: its uncommitted
+    """Before a run is recorded, on a log without transactions (the local log):
+    ``ConfigError`` for a source that is the sink of an exactly-once job: its uncommitted
     output (of crashed or fenced attempts) lies in the topic beside the committed, and
-    only that job's commit records tell them apart, which a source does not read."""
-    for source in plan.source_topics:
-        if source in {o.topic for o in plan.sinks}:
-            raise ConfigError(f"sink {source!r} is the job's own source: its output would be "
-                              f"appended to its input for good; give the sink another topic "
-                              f"(eos run --sink TOPIC)")
+    only that job's commit records tell them apart, which a source does not read. (A sink
+    that is the job's own source or table is refused by plan_job.)"""
     if transport.supports_transactions:
         return
     for source in plan.source_topics:

@@ -31,6 +31,7 @@ from .errors import (
     EosError,
     JobRunning,
     OutageBudgetExceeded,
+    StartOutOfRange,
     TaskFailed,
     TransportError,
 )
@@ -428,7 +429,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}",
                               no_progress_timeout=no_progress_timeout,
-                              fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded))
+                              fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded,
+                                         StartOutOfRange))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
         # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
         check_fallback(transport, plan, state_dir, fan_out(transport, plan, -1, write=False))
@@ -493,30 +495,29 @@ def run_pipeline(pipeline: Pipeline, *,
 
 def watch_run(run: PipelineRun, *,
               on_progress: Callable[[dict[str, Any]], None] | None = None,
-              on_interrupt: Callable[[str], None] | None = None,
+              on_interrupt: Callable[[str, str], None] | None = None,
               progress_interval: float = 0.5) -> RunSummary:
     """Wait for a started run to end and return its summary (``close()``-ing it).
 
     ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is
     looked at even without ``on_progress``: that look is what notices a broker outage
-    that outlasts the run's budget while every task waits quietly. A SIGTERM is a first
-    Ctrl-C. A first Ctrl-C
-    asks the run to stop gracefully (``on_interrupt("stop")``, at once); a second cancels
-    it (``on_interrupt("cancel")``, at once), waits until its tasks are gone and raises
-    ``KeyboardInterrupt``."""
+    that outlasts the run's budget while every task waits quietly. A first Ctrl-C or
+    SIGTERM asks the run to stop gracefully (``on_interrupt("stop", "Ctrl-C" or
+    "SIGTERM")``, at once); a second of either cancels it (``on_interrupt("cancel", ...)``,
+    at once), waits until its tasks are gone and raises ``KeyboardInterrupt``."""
     # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
     # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
     # the run failed ("Answer from Java side is empty") instead of stopping.
     # SIGTERM (kill, timeout, systemd, a container's stop) is a first Ctrl-C: a graceful
     # stop, the final checkpoints and the lease released; a second signal of either kind
     # cancels.
-    presses: list[str] = []   # one entry per Ctrl-C or SIGTERM: what it was
+    presses: list[str] = []   # one entry per Ctrl-C or SIGTERM: which it was
+    reasons = {"Ctrl-C": "interrupted (Ctrl-C)", "SIGTERM": "terminated (SIGTERM)"}
     own = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if own:
-        for sig, what in ((signal.SIGINT, "interrupted (Ctrl-C)"),
-                          (signal.SIGTERM, "terminated (SIGTERM)")):
-            previous[sig] = signal.signal(sig, lambda *_, what=what: presses.append(what))
+        for sig, by in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")):
+            previous[sig] = signal.signal(sig, lambda *_, by=by: presses.append(by))
 
     def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
         nonlocal own
@@ -532,11 +533,11 @@ def watch_run(run: PipelineRun, *,
                 taken = len(presses)
                 if taken > 1:
                     if on_interrupt is not None:
-                        on_interrupt("cancel")
+                        on_interrupt("cancel", presses[-1])
                     raise KeyboardInterrupt
-                run.stop(presses[0])
+                run.stop(reasons[presses[0]])
                 if on_interrupt is not None:
-                    on_interrupt("stop")
+                    on_interrupt("stop", presses[0])
                 continue   # a second press may have come meanwhile
             if run.wait(progress_interval):
                 break

@@ -181,3 +181,36 @@ def test_the_round_trip_on_kafka(kafka_bootstrap, tmp_path):
     edited.write_text(f"# edited\n{key0}=10\n")
     assert error_line(eos("checkpoint", "write", job, str(edited), *k)) == \
         f"error: line 2: offset 10 is outside {source}[0]'s offsets 50..100"
+
+
+def test_startpoint_set_checks_an_offset_against_the_partitions_offsets(tmp_path):
+    """Issue 27 item 5: an offset past the partition's end was accepted, and the run
+    failed 35 s later after 4 retries. Checked when set, as eos checkpoint write does;
+    the end itself (nothing to read yet) is a position."""
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\nc\n")
+    assert error_line(eos("startpoint", "set", "wordcount", "lines", "0", "--offset", "5990",
+                          "--new-job", *d)) == (
+        "error: offset 5990 is outside lines[0]'s offsets 0..3: give one of them (3 is the "
+        "end: the next record written)")
+    ok("startpoint", "set", "wordcount", "lines", "0", "--offset", "3", "--new-job", *d)
+    assert ok("startpoint", "list", "wordcount", *d).stdout == "lines[0]: offset 3\n"
+
+
+def test_startpoint_commands_refuse_a_job_that_never_ran_unless_new_job(tmp_path):
+    """Issue 27 item 6: a typo in the job name (`eos startpoint set sesions ...`) exited 0
+    and made a metadata topic for a job that does not exist; `eos startpoint list
+    nosuchjob` said "no startpoints". Refused, naming the jobs there are; --new-job sets
+    one for a job's first run, after which the name is known."""
+    d = ("--data-dir", str(tmp_path / "data"))
+    ok("produce", "lines", "--lines-from", "-", "--partitions", "1", *d, stdin="a\nb\n")
+    never = ("error: job 'sesions' has no run on the local log in {} (it never ran, or was "
+             "reset) and no Startpoints (no job has run there): check the name")
+    line = error_line(eos("startpoint", "set", "sesions", "lines", "0", "--oldest", *d))
+    assert line == never.format(d[1]) + ", or give --new-job to set one for its first run"
+    for args in (("list", "sesions"), ("clear", "sesions")):
+        assert error_line(eos("startpoint", *args, *d)) == never.format(d[1])
+    assert "sesions.metadata" not in ok("topics", *d).stdout
+    ok("startpoint", "set", "sessions", "lines", "0", "--offset", "1", "--new-job", *d)
+    ok("startpoint", "set", "sessions", "lines", "0", "--offset", "2", *d)   # known now
+    assert ok("startpoint", "list", "sessions", *d).stdout == "lines[0]: offset 2\n"

@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos_runtime.protocol.lease import EXPIRED, FREE, HELD, fold_lease, lease_state
+from eos_runtime.protocol.lease import (
+    DEAD,
+    EXPIRED,
+    FREE,
+    HELD,
+    fold_lease,
+    lease_state,
+    release_for,
+)
 from eos_runtime.protocol.wire import Lease
 
 T = 60_000   # timeout
@@ -50,6 +58,22 @@ def test_of_two_racing_acquires_the_first_in_the_log_wins():
     first, second = acq("a", 10), acq("b", 5)   # b's clock is behind: order decides
     assert lease_state([first, second], 20) == (HELD, first)
     assert lease_state([second, first], 20) == (HELD, second)
+
+
+def test_a_gone_holder_is_dead_and_the_first_acquire_after_a_release_for_it_wins():
+    """L4 (issue 27 item 4): a holder whose process is known gone is dead, not held; a
+    taker releases on its behalf, then acquires as for a free lease. Of two takers the
+    first acquire wins, whether the second's release came before it or after."""
+    a = acq("a", 0)
+    state = fold_lease([a])
+    assert (state.status(10), state.status(10, gone=True)) == (HELD, DEAD)
+    assert state.status(T + 1, gone=True) == EXPIRED
+    rel_b, rel_c = release_for(a, 20, pid=7, host="h"), release_for(a, 21, pid=8, host="h")
+    assert (rel_b.action, rel_b.owner, rel_b.run, rel_b.pid) == ("release", "a", 0, 7)
+    b, c = acq("b", 20), acq("c", 21)
+    assert lease_state([a, rel_b, rel_c, b, c], 30) == (HELD, b)
+    assert lease_state([a, rel_b, b, rel_c, c], 30) == (HELD, b)
+    assert lease_state([a, b], 30) == (HELD, a), "an acquire without the release loses"
 
 
 def test_an_acquire_takes_an_expired_lease():

@@ -93,6 +93,52 @@ def test_an_expired_lease_is_taken_with_a_warning(data):
     assert mine.timeout_ms == 30_000 and status == FREE
 
 
+def dead_driver(opts, job: str, *, run: int = 0) -> wire.Lease:
+    """The lease of a driver of ``job`` on this host that was killed (SIGKILL: nothing
+    released), its acquire fresh and its timeout an hour: only its pid tells it is gone."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        rec = wire.Lease(run, "acquire", uuid.uuid4().hex, child.pid, socket.gethostname(),
+                         int(time.time() * 1000), HOUR_MS)
+        with open_transport(**opts) as t:
+            log = ControlLog(t, job)
+            log.create()
+            log.append_lease(rec)
+    finally:
+        child.kill()
+        child.wait()
+    return rec
+
+
+def test_a_lease_of_a_dead_driver_on_this_host_is_no_run_and_the_next_run_takes_it(data):
+    """Issue 27 item 4: the lease of a killed `eos run` kept the job "running" for an hour
+    (its timeout): `eos jobs` said running, `eos stop` said it asked and exited 0, the
+    next run was refused naming a pid that this very host says is dead."""
+    import json
+
+    opts = {"data_dir": str(data)}
+    dead = dead_driver(opts, "wordcount")
+    text = ok("jobs", "--data-dir", str(data)).stdout
+    assert "running:" not in text, text
+    assert re.search(rf"^  driver gone: run 0, pid {dead.pid} on this host \(.*\) is no longer "
+                     rf"running; the next run takes the job over$", text, re.M), text
+    lease = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)[0]["lease"]
+    assert (lease["status"], lease["pid"]) == ("dead", dead.pid)
+    assert error_line(eos("stop", "wordcount", "--data-dir", str(data))) == (
+        f"error: job 'wordcount' has no live run (run 0's driver, pid {dead.pid} on this "
+        f"host, is gone without releasing its lease): nothing to stop")
+    p = ok("run", WORDCOUNT, "--data-dir", str(data))
+    assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
+    assert (f"warning: job 'wordcount': run 0's driver (pid {dead.pid} on this host) is gone "
+            f"without releasing its lease; this run takes the job over") in p.stderr, p.stderr
+    records, status = control(opts, "wordcount")
+    assert not any(isinstance(r, wire.StopRequest) for r in records), "asked a dead run to stop"
+    assert status == FREE
+
+
 def test_a_bad_lease_timeout_is_a_usage_error(data):
     p = eos("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "0")
     assert p.returncode == 2 and "--lease-timeout" in p.stderr

@@ -189,10 +189,10 @@ def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
 
     data = tmp_path / "data"
     fake_job(data, "sp", small_layout("sp"))
-    ok("startpoint", "set", "sp", "lines", "0", "--offset", "5990", "--data-dir", str(data))
-    with open_transport(data_dir=str(data)) as t:    # fanned out for run 3, never used up
-        MetadataStore(t, "sp").write({StartpointKey("lines", 1, 1): Startpoint("offset", 7,
-                                                                                run=3)})
+    with open_transport(data_dir=str(data)) as t:    # lines[1]'s fanned out for run 3, never
+        MetadataStore(t, "sp").write({                # used up; no topic lines: written here
+            StartpointKey("lines", 0): Startpoint("offset", 5990),
+            StartpointKey("lines", 1, 1): Startpoint("offset", 7, run=3)})
     assert "lines[1] task 1: offset 7 (given to run 3)" in ok(
         "startpoint", "list", "sp", "--data-dir", str(data)).stdout
 
@@ -201,8 +201,8 @@ def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
     assert ("2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to "
             "run 3)") in done.stdout, done.stdout
     assert "sp.metadata" not in topics(data)
-    assert ok("startpoint", "list", "sp", "--data-dir", str(data)).stdout.startswith(
-        "no startpoints for job 'sp'")
+    assert error_line(eos("startpoint", "list", "sp", "--data-dir", str(data))).startswith(
+        "error: job 'sp' has no run on the local log in ")   # nor Startpoints: all gone
     fake_job(data, "sp", small_layout("sp"))               # the next run is run 0 again
     with open_transport(data_dir=str(data)) as t:
         assert fan_out_startpoints(t, "sp", "lines", {0: 0, 1: 1}, 0) == {}

@@ -34,6 +34,47 @@ def test_a_sink_that_is_the_jobs_own_source_is_refused(tmp_path):
         assert f"loop-{tag}.control" not in t.list_topics(), "refused after it was recorded"
 
 
+def test_a_sink_the_job_reads_is_refused_where_the_job_is_planned(tmp_path):
+    """Issue 27 item 2: refused by the rename (eos run --sink) and by plan_job, so every
+    way in to a run meets it, not only start_pipeline: a sink onto a source or onto a
+    table of the job, in one line naming the topic."""
+    p = passthrough("loop", "clicks", "out")
+    with pytest.raises(ConfigError, match=r"^sink 'clicks' is the job's own source: "):
+        p.rename("loop", sink="clicks")
+    with pytest.raises(ConfigError, match=r"^sink 'out' is the job's own source: "):
+        p.rename("loop", source="out")
+    assert (p.sources[0].topic, p.sinks[0].topic) == ("clicks", "out"), "renamed though refused"
+    enrich = Pipeline("enrich")
+    rates = enrich.table("rates")
+    enrich.source("clicks").lookup(rates, on=str.strip, how="left").map(str).sink("rates")
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec("clicks", 1), TopicSpec("rates", 1)])
+        with pytest.raises(ConfigError, match=r"^sink 'clicks' is the job's own source: "):
+            plan_job(passthrough("loop", "clicks", "clicks"), t)
+        with pytest.raises(ConfigError, match=r"^sink 'rates' is the job's own table: "):
+            plan_job(enrich, t)
+
+
+def test_eos_run_refuses_a_sink_onto_its_source_in_one_line(tmp_path):
+    """The issue's own command, and the pipeline written that way: one line, the input
+    untouched, no job recorded."""
+    from test_cli import eos, error_line, ok
+
+    data = str(tmp_path / "data")
+    (tmp_path / "p.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('p')\n"
+                                   "pipeline.source('clicks').map(str.upper).sink('out')\n")
+    (tmp_path / "q.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('q')\n"
+                                   "pipeline.source('clicks').map(str.upper).sink('clicks')\n")
+    ok("produce", "clicks", "--lines-from", "-", "--data-dir", data, stdin="a\nb\n")
+    for args in (("p.py", "--name", "loop", "--sink", "clicks"), ("q.py",)):
+        line = error_line(eos("run", *args, "--data-dir", data, cwd=tmp_path))
+        assert line.startswith("error: sink 'clicks' is the job's own source: "), line
+    assert ok("consume", "clicks", "--all", "--data-dir", data).stdout.count("\n") == 2
+    assert "no jobs" in ok("jobs", "--data-dir", data).stdout
+
+
 def test_on_the_local_log_another_exactly_once_jobs_sink_is_no_source(tmp_path):
     """The local log has no transactions: a job reading another exactly-once job's sink
     would read output of that job's crashed attempts, which its committed readers never

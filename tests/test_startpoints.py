@@ -345,3 +345,25 @@ def test_keys_of_one_partition_with_and_without_a_task_sort_partition_key_first(
     keys = [StartpointKey("lines", 1, 2), StartpointKey("lines", 1), StartpointKey("lines", 0, 0)]
     assert sorted(keys) == [StartpointKey("lines", 0, 0), StartpointKey("lines", 1),
                             StartpointKey("lines", 1, 2)]
+
+
+def test_a_startpoint_outside_the_partition_at_the_start_fails_at_once_naming_the_clear(tmp_path):
+    """Issue 27 item 5: eos startpoint set refuses such an offset now, but retention may
+    delete past one between the set and the run (here: written below the check). The
+    run failed after every retry, hinting at reset_offset; no retry can help, and the
+    Startpoint is what to clear."""
+    from eos_runtime.errors import EosError
+    from eos_runtime.joblog.startpoints import MetadataStore
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    produce(opts, "words", batch("a", 2), T0)
+    with open_transport(**opts) as t:
+        MetadataStore(t, "far").write({StartpointKey("words", 0): Startpoint.offset(99)})
+    p = Pipeline("far")
+    p.source("words").sink("out")
+    with pytest.raises(EosError) as caught:
+        run_pipeline(p, state_dir=str(tmp_path / "state"), max_attempts=2, **opts)
+    text = str(caught.value)
+    assert "not retried" in text and getattr(caught.value, "attempts", None) == 1, text
+    assert "source words[0]: offset 99" in text, text
+    assert "its Startpoint: eos startpoint clear far --stream words --partition 0" in text, text

@@ -54,10 +54,11 @@ class FakeRun:
 
 def test_a_ctrl_c_inside_a_look_stops_the_run_gracefully_after_the_look():
     run = FakeRun({2})
-    told: list[str] = []
-    assert watch_run(run, on_interrupt=told.append, progress_interval=0.0) == "summary"
+    told: list[tuple[str, str]] = []
+    summary = watch_run(run, on_interrupt=lambda *said: told.append(said), progress_interval=0.0)
+    assert summary == "summary"
     assert run.whole_looks == run.looks, "a look was cut by the Ctrl-C"
-    assert run.stopped == ["interrupted (Ctrl-C)"] and told == ["stop"]
+    assert run.stopped == ["interrupted (Ctrl-C)"] and told == [("stop", "Ctrl-C")]
     assert not run.cancelled and run.closed
 
 
@@ -65,11 +66,11 @@ def test_a_second_ctrl_c_cancels_and_raises_keyboard_interrupt():
     import pytest
 
     run = FakeRun({1, 2})
-    told: list[str] = []
+    told: list[tuple[str, str]] = []
     with pytest.raises(KeyboardInterrupt):
-        watch_run(run, on_interrupt=told.append, progress_interval=0.0)
+        watch_run(run, on_interrupt=lambda *said: told.append(said), progress_interval=0.0)
     assert run.whole_looks == run.looks
-    assert told == ["stop", "cancel"] and run.cancelled and run.closed
+    assert told == [("stop", "Ctrl-C"), ("cancel", "Ctrl-C")] and run.cancelled and run.closed
 
 
 def test_the_callers_sigint_handler_is_back_afterwards():
@@ -84,9 +85,10 @@ def test_sigterm_stops_the_run_gracefully_as_the_first_ctrl_c_does():
     the caller's handler is back afterwards."""
     before = signal.getsignal(signal.SIGTERM)
     run = FakeRun({2}, signal.SIGTERM)
-    told: list[str] = []
-    assert watch_run(run, on_interrupt=told.append, progress_interval=0.0) == "summary"
+    told: list[tuple[str, str]] = []
+    summary = watch_run(run, on_interrupt=lambda *said: told.append(said), progress_interval=0.0)
+    assert summary == "summary"
     assert run.whole_looks == run.looks
-    assert run.stopped == ["terminated (SIGTERM)"] and told == ["stop"]
+    assert run.stopped == ["terminated (SIGTERM)"] and told == [("stop", "SIGTERM")]
     assert not run.cancelled and run.closed
     assert signal.getsignal(signal.SIGTERM) is before

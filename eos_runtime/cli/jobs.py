@@ -102,7 +102,10 @@ def _job_lines(info: dict[str, Any]) -> list[str]:
         stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
         lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}")
     lease = info.get("lease") or {}
-    if lease.get("status") in ("held", "expired"):
+    if lease.get("status") == "dead":   # protocol/lease.py L4: judged on the holder's host
+        lines.append(f"  driver gone: run {lease['run']}, pid {lease['pid']} on this host "
+                     f"({lease['host']}) is no longer running; the next run takes the job over")
+    elif lease.get("status") in ("held", "expired"):
         ago = max(time.time() * 1000 - lease["last_ms"], 0) / 1000
         what = "running" if lease["status"] == "held" else "lease expired"
         lines.append(f"  {what}: run {lease['run']}, driver pid {lease['pid']} on host "

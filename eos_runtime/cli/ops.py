@@ -165,13 +165,36 @@ def _timestamp(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _known_job(t: Any, job: str, where: str, *, new_job: bool | None) -> None:
+    """A job that never ran here and has no Startpoints is most likely a typo: a
+    Startpoint for it would wait, unused, in a metadata topic of its own. ``new_job``
+    (``--new-job``) lets one be set for a job's first run; None: a command without it."""
+    from ..errors import WireFormatError
+    from ..joblog.control import ControlLog, jobs_on
+    from ..joblog.startpoints import list_startpoints
+
+    if new_job or list_startpoints(job, transport=t):
+        return
+    try:
+        if ControlLog(t, job).last_run() is not None:
+            return
+    except WireFormatError:   # a user's topic of that name: no job
+        pass
+    jobs = jobs_on(t)
+    ran = f"jobs that ran there: {', '.join(jobs)}" if jobs else "no job has run there"
+    hint = ", or give --new-job to set one for its first run" if new_job is not None else ""
+    raise ConfigError(f"job {job!r} has no run on {where} (it never ran, or was reset) and "
+                      f"no Startpoints ({ran}): "
+                      f"check the name{hint}")
+
+
 @startpoint_group.command("set")
 @click.argument("job")
 @click.argument("stream")
 @click.argument("partition", type=click.IntRange(0))
 @click.option("--offset", type=click.IntRange(0), default=None, metavar="N",
-              help="Start at offset N (checked against the partition's offsets at the task's "
-                   "start).")
+              help="Start at offset N: refused unless the partition holds it or it is the "
+                   "partition's end (and checked again at the task's start).")
 @click.option("--timestamp", default=None, metavar="TIME",
               help="Start at the first record at or after TIME: milliseconds since the epoch, "
                    "or an ISO date-time (2026-11-22T07:00:00Z; without a zone, local time).")
@@ -183,10 +206,13 @@ def _timestamp(text: str) -> int:
               help="Key it by partition and task N (which must read the partition). Default: "
                    "keyed by the partition, given to the task reading it when the next run "
                    "starts.")
+@click.option("--new-job", "new_job", is_flag=True,
+              help="JOB has not run yet: set it for its first run (a name that never ran and "
+                   "has no Startpoints is refused as a likely typo).")
 @transport_options
 def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
                    timestamp: str | None, oldest: bool, upcoming: bool, task: int | None,
-                   bootstrap_servers: str | None, data_dir: str | None) -> None:
+                   new_job: bool, bootstrap_servers: str | None, data_dir: str | None) -> None:
     """Set where JOB's next run starts reading partition PARTITION of its source STREAM,
     ahead of the checkpoint (one of --offset, --timestamp, --oldest, --upcoming). It is
     applied at the task's start and deleted after its next commit. Refused while a run
@@ -210,6 +236,7 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
     from ..transport import open_transport
 
     with open_transport(**opts) as t:
+        _known_job(t, job, log_named(opts), new_job=new_job)
         key = set_startpoint(job, stream, partition, sp, task=task, transport=t)
     click.echo(f"startpoint of job {job!r}: {key.describe()} -> {sp.describe()} (applied when "
                f"the next run starts)")
@@ -230,6 +257,7 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
     from ..transport import open_transport
 
     with reading_local_log(opts), open_transport(**opts) as t:
+        _known_job(t, job, log_named(opts), new_job=None)
         found = list_startpoints(job, transport=t)
     if as_json:
         click.echo(json.dumps([{"stream": k.topic, "partition": k.partition, "task": k.task,
@@ -265,6 +293,7 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
     from ..transport import open_transport
 
     with open_transport(**opts) as t:
+        _known_job(t, job, log_named(opts), new_job=None)
         gone = clear_startpoints(job, stream, partition, transport=t)
     click.echo(f"cleared {n_of(len(gone), 'startpoint')} of job {job!r}"
                + "".join(f"\n  {k.describe()}" for k in sorted(gone)))

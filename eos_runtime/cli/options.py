@@ -248,6 +248,16 @@ def _moves(option: str, given: Sequence[str],
 
 
 
+class Interrupted(click.ClickException):
+    """A command cut short by Ctrl-C that says what it did first: one ``error:`` line,
+    exit code 130 (a plain Ctrl-C elsewhere: ``error: interrupted``)."""
+
+    exit_code = 130
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """Send everything written to stdout (Python, the JVM, pipeline code) to stderr.

@@ -19,6 +19,7 @@ from ..demo import generate_words
 from ..errors import ConfigError, DeliveryFailed, TopicNotFound
 from ..runtime.outputs import kafka_partition
 from .options import (
+    Interrupted,
     check_writable,
     explicit,
     json_option,
@@ -79,6 +80,15 @@ def produce_records(transport: Any, topic: str, values: Iterable[bytes], partiti
                               f"{topic!r}") from None
         except DeliveryFailed as exc:  # e.g. a record too large for Kafka: say what got in
             raise _stopped(topic, written, exc, at_end=False) from None
+        except KeyboardInterrupt:  # lines typed, then Ctrl-C: they were meant to go out
+            try:
+                producer.flush()
+            except DeliveryFailed as failed:
+                raise _stopped(topic, written, failed, at_end=True) from None
+            if sys.stderr.isatty():   # off the line the terminal's "^C" is on, as click does
+                click.echo(err=True)
+            raise Interrupted(f"interrupted: wrote {written:,} record{_s(written)} to {topic} "
+                              f"(what was read before Ctrl-C)") from None
         try:
             producer.flush()
         except DeliveryFailed as exc:

@@ -11,10 +11,14 @@ Results go to stdout, progress to stderr. User errors are ``EosError`` subclasse
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -22,6 +26,7 @@ import click
 from ..errors import ConfigError
 from ..limits import option as in_range
 from .options import (
+    Interrupted,
     absolute_paths,
     apply_overrides,
     check_writable,
@@ -39,6 +44,23 @@ __all__ = ["run_cmd", "stop_cmd"]
 
 
 # --------------------------------------------------------------------------- eos run
+
+def _sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
+    """SIGTERM interrupts as Ctrl-C does while the run is not watched yet (loading,
+    planning, taking the lease): its default action would end the process holding what
+    it took, where a KeyboardInterrupt releases it on its way out. runner.watch_run then
+    takes both signals as a graceful stop."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return command(*args, **kwargs)
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return wrapper
+
 
 def parse_crash_at(spec: str) -> tuple[str, int]:
     """``POINT`` or ``POINT@HIT`` -> (point, hit); ``ConfigError`` naming the known points."""
@@ -176,6 +198,7 @@ def _summary_lines(summary: Any) -> list[str]:
                   "the file.", "")
 @json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
              "failed run: a JSON error object).")
+@_sigterm_interrupts
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
@@ -249,7 +272,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         try:
             summary = watch_run(run, on_progress=view.progress, on_interrupt=view.interrupted)
         except KeyboardInterrupt:
-            raise RunCancelled(f"run {run.run} of job {name!r} cancelled by a second Ctrl-C: "
+            raise Interrupted(f"run {run.run} of job {name!r} cancelled by "
+                               f"{view.cancelled_by}: "
                                f"its tasks stopped where they were, without final "
                                f"checkpoints; the next run recovers from their last ones") from None
     if as_json:
@@ -257,15 +281,6 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         return
     for line in _summary_lines(summary):
         click.echo(line)
-
-
-class RunCancelled(click.ClickException):
-    """A second Ctrl-C cancelled ``eos run``: one ``error:`` line, exit code 130."""
-
-    exit_code = 130
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 class _Every:
@@ -351,12 +366,14 @@ def _progress_line(name: str, p: dict[str, Any]) -> str:
 
 class _RunView:
     """What ``eos run`` shows on stderr while the run goes on: a live table of the stages
-    on a terminal (rich), else a line every 10 s; and at once, what a Ctrl-C does."""
+    on a terminal (rich), else a line every 10 s; and at once, what a Ctrl-C or SIGTERM
+    does."""
 
     def __init__(self, name: str, run: int, where: str, *, live: bool,
                  every: float = 10.0) -> None:
         self.name, self.run, self.where = name, run, where
         self.last: dict[str, Any] | None = None
+        self.cancelled_by = "a second Ctrl-C"
         self.every = _Every(every)
         self.started = time.monotonic()
         self._live: Any = None
@@ -383,19 +400,22 @@ class _RunView:
         elif self.every.due():
             click.echo(_progress_line(self.name, p), err=True)
 
-    def interrupted(self, what: str) -> None:
+    def interrupted(self, what: str, by: str) -> None:
+        """``by``: "Ctrl-C" or "SIGTERM", which a run takes alike (runner.watch_run)."""
+        again = "Ctrl-C again" if by == "Ctrl-C" else "a second SIGTERM or Ctrl-C"
         if what == "stop":
             p = self.last or {}
-            self._say(f"stopping run {self.run} of {self.name} (Ctrl-C): the sources take a "
+            self._say(f"stopping run {self.run} of {self.name} ({by}): the sources take a "
                       f"final checkpoint where they are; the stages after them finish the "
                       f"records already sent to them and take theirs"
                       f"{' (' + _draining(p) + ')' if any(p.get('in_flight') or []) else ''}"
                       f", then the "
-                      f"summary follows. Ctrl-C again cancels at once (no final checkpoints; "
+                      f"summary follows. {again} cancels at once (no final checkpoints; "
                       f"the next run recovers from the last ones)")
         else:
-            self._say(f"cancelling run {self.run} of {self.name} (second Ctrl-C): stopping "
-                      f"Spark and the tasks where they are ...")
+            self.cancelled_by = "a second Ctrl-C" if by == "Ctrl-C" else f"{by} while stopping"
+            self._say(f"cancelling run {self.run} of {self.name} ({self.cancelled_by}): "
+                      f"stopping Spark and the tasks where they are ...")
 
     def _say(self, text: str) -> None:
         if self._live is not None:

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from .. import clock
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
 from ..plan import JobPlan
+from ..processes import process_gone
 from ..protocol import wire
-from ..protocol.lease import EXPIRED, FREE, HELD, LeaseState, fold_lease
+from ..protocol.lease import DEAD, EXPIRED, FREE, HELD, LeaseState, fold_lease, release_for
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
 from .layout import job_layout, layout_guarantee, layout_sinks, layout_stages
@@ -259,14 +260,19 @@ class ControlLog:
         return None
 
     def lease(self, now_ms: int | None = None) -> tuple[str, wire.Lease | None, int]:
-        """``(free | held | expired, the acquire holding it, its last record's ms)``."""
+        """``(free | held | expired | dead, the acquire holding it, its last record's ms)``."""
         state = fold_lease(self.leases())
         if state.holder is not None and not state.released:
             beat = self._last_heartbeat(state.holder)
             if beat is not None and beat > state.last_ms:
                 state = LeaseState(state.holder, beat, False)
         now = clock.stamp_ms() if now_ms is None else now_ms
-        return state.status(now), state.holder, state.last_ms
+        status = state.status(now)
+        holder = state.holder
+        if status == HELD and holder is not None and holder.host == socket.gethostname() \
+                and process_gone(holder.pid, holder.at_ms):
+            status = state.status(now, gone=True)
+        return status, holder, state.last_ms
 
     def running_text(self, holder: wire.Lease, last_ms: int, now_ms: int | None = None) -> str:
         now = clock.stamp_ms() if now_ms is None else now_ms
@@ -340,6 +346,8 @@ class ControlLog:
         if status == HELD and holder is not None and not lease.take_over:
             raise JobRunning(f"{self.running_text(holder, last_ms, now)}; wait for it, "
                              f"`eos stop {self.job}`, or take it over with --take-over")
+        if status == DEAD and holder is not None:
+            self._append(release_for(holder, now, pid=os.getpid(), host=socket.gethostname()))
         mine = wire.Lease(run, "acquire", lease.owner, os.getpid(), socket.gethostname(), now,
                           int(lease.timeout * 1000), lease.take_over)
         acquired = self._append(mine)
@@ -354,6 +362,8 @@ class ControlLog:
                         "stop", self.job, holder.run, holder.pid, holder.host)
             return acquired, self._append(wire.StopRequest(
                 holder.run, now, f"taken over by run {run} (pid {os.getpid()})"))
+        if holder is not None and status == DEAD:
+            log.warning("job %r: %s; this run takes the job over", self.job, _gone_text(holder))
         if holder is not None and status == EXPIRED:
             log.warning("job %r: run %d's driver (pid %d on host %s) was last heard from %.0f s "
                         "ago, longer than its lease timeout; this run takes the job over",
@@ -401,7 +411,10 @@ class ControlLog:
             return holder.run
         if not runs and holder is None:
             raise ConfigError(f"job {self.job!r} has never run on this transport: nothing to stop")
-        if status == EXPIRED and holder is not None:
+        if status == DEAD and holder is not None:
+            why = (f"run {holder.run}'s driver, pid {holder.pid} on this host, is gone "
+                   f"without releasing its lease")
+        elif status == EXPIRED and holder is not None:
             why = (f"run {holder.run}'s driver (pid {holder.pid} on host {holder.host}) was "
                    f"last heard from {max(clock.stamp_ms() - last_ms, 0) / 1000:.0f} s ago, "
                    f"longer than its lease timeout")
@@ -414,6 +427,11 @@ class ControlLog:
         with self.t.producer() as p:
             p.produce(self.tp.topic, 0, wire.encode(record))
             return p.flush()[self.tp]
+
+
+def _gone_text(holder: wire.Lease) -> str:
+    return (f"run {holder.run}'s driver (pid {holder.pid} on this host) is gone without "
+            f"releasing its lease")
 
 
 def fold_runs(records: list[tuple[int, wire.ControlRecord]]) -> list[RunInfo]:

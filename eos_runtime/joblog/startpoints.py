@@ -292,6 +292,12 @@ def set_startpoint(job: str, topic: str, partition: int, startpoint: Startpoint,
         key = StartpointKey(topic, partition, task)
         ControlLog(t, job).refuse_if_running("Startpoints can be set")
         check_source_partition(t, job, key)
+        if startpoint.kind == "offset":   # not at the run: it would fail there, retried
+            low, high = t.watermarks(TopicPartition(topic, partition))
+            if startpoint.value is None or not low <= startpoint.value <= high:
+                raise ConfigError(f"offset {startpoint.value} is outside {topic}[{partition}]'s "
+                                  f"offsets {low}..{high}: give one of them ({high} is the "
+                                  f"end: the next record written)")
         store = MetadataStore(t, job)
         stale = [k for k in store.startpoints() if task is None and k.task is not None
                  and (k.topic, k.partition) == (topic, partition)]

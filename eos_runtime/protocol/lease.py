@@ -20,6 +20,13 @@ L2  ``renew`` and ``release`` count only from the holder (same ``owner`` token a
     a driver whose lease was taken over, or expired and taken, renews in vain.
 L3  At time ``now``: no holder or a released lease is ``free``; a holder whose last
     record is more than its timeout old is ``expired`` (anyone may take it); else ``held``.
+L4  A holder known to be gone within its timeout is ``dead``: a driver on the holder's own
+    host found its pid not running (only that host can know: elsewhere a dead driver's
+    lease lapses by L3). A taker first appends a ``release`` on the holder's behalf
+    (``release_for``: the holder's owner and run, which L2 counts), then acquires it as a
+    free lease by L1. Two takers race as for a free lease: the first acquire in the log
+    wins, and a release appended after it names a holder that no longer holds, which
+    changes nothing (L2).
 
 Clocks: expiry compares times written by different drivers' clocks, so the timeout must
 be much larger than the clock skew between the machines that run drivers of one job
@@ -33,11 +40,13 @@ from dataclasses import dataclass
 
 from .wire import Lease
 
-__all__ = ["FREE", "HELD", "EXPIRED", "LeaseState", "fold_lease", "lease_state"]
+__all__ = ["FREE", "HELD", "EXPIRED", "DEAD", "LeaseState", "fold_lease", "lease_state",
+           "release_for"]
 
 FREE = "free"
 HELD = "held"
 EXPIRED = "expired"
+DEAD = "dead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +58,13 @@ class LeaseState:
     last_ms: int = 0
     released: bool = False
 
-    def status(self, now_ms: int) -> str:
-        """L3."""
+    def status(self, now_ms: int, *, gone: bool = False) -> str:
+        """L3; L4 with ``gone``: the holder's process is known not to run any more."""
         if self.holder is None or self.released:
             return FREE
         if now_ms - self.last_ms > self.holder.timeout_ms:
             return EXPIRED
-        return HELD
+        return DEAD if gone else HELD
 
     def apply(self, rec: Lease) -> LeaseState:
         """The state after one more record (L1, L2)."""
@@ -83,3 +92,9 @@ def lease_state(records: Iterable[Lease], now_ms: int) -> tuple[str, Lease | Non
     """``(free | held | expired, the acquire that holds or held it)`` at ``now_ms``."""
     state = fold_lease(records)
     return state.status(now_ms), state.holder
+
+
+def release_for(holder: Lease, at_ms: int, *, pid: int, host: str) -> Lease:
+    """L4: the release a taker appends for a dead ``holder`` (``pid`` and ``host`` are the
+    taker's, for the person reading the log)."""
+    return Lease(holder.run, "release", holder.owner, pid, host, at_ms, holder.timeout_ms)

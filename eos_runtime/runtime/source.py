@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, EosError, TopicNotFound
+from ..errors import ConfigError, EosError, StartOutOfRange, TopicNotFound
 from ..joblog.changelog import last_commit
 from ..joblog.checkpoints import Checkpoint, FileSystemCheckpoints, TopicCheckpoints
 from ..joblog.live_run import StopWatcher
@@ -80,9 +80,12 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
             out[p] = (resolve(start, low, high, at,
                               upcoming=(run_start_ends or {}).get(p)), start.why)
         except ValueError as exc:
-            raise EosError(f"source {topic}[{p}]: {exc}; retention may have deleted input "
-                           f"this job never read: start it elsewhere with reset_offset=True "
-                           f"or a checkpoint written with eos checkpoint") from None
+            fix = (f"clear its Startpoint: eos startpoint clear {job} --stream {topic} "
+                   f"--partition {p} (or set another)" if start.why == "startpoint" else
+                   "retention may have deleted input this job never read: start it "
+                   "elsewhere with reset_offset=True or a checkpoint written with eos "
+                   "checkpoint")
+            raise StartOutOfRange(f"source {topic}[{p}]: {exc}; {fix}") from None
     return out
 
 
