@@ -37,6 +37,7 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     ├── RecoveryError            the change log does not hold what a task's recovery needs
     ├── UserFunctionError        a user function (step or key_by) raised, or returned a bad key
     ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
+    ├── StartOutOfRange          a source's start lies outside its partition: not retried
     ├── EngineError              the Spark job failed: a task's last attempt, or Spark itself
     │   ├── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
     │   └── JobStalled           some task had no running attempt for the no-progress timeout
@@ -73,6 +74,7 @@ __all__ = [
     "RecoveryError",
     "UserFunctionError",
     "TaskFailed",
+    "StartOutOfRange",
     "EngineError",
     "JobCancelled",
     "JobStalled",

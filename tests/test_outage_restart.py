@@ -35,11 +35,11 @@ def test_a_task_restarts_in_place_and_the_output_stays_exact(job, monkeypatch):
     real = Committer.checkpoint
     calls = {"n": 0}
 
-    def broker_gone_at_the_second_checkpoint(self, version, inputs, fences=()):
+    def broker_gone_at_the_second_checkpoint(self, version, inputs, fences=(), **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:   # output of the open version is downstream already
             raise BrokerUnavailable("injected: the broker went away")
-        return real(self, version, inputs, fences)
+        return real(self, version, inputs, fences, **kwargs)
 
     monkeypatch.setattr(Committer, "checkpoint", broker_gone_at_the_second_checkpoint)
     stats = task_module.run_task(_config(job, 0), attempt=0)
@@ -87,7 +87,7 @@ def test_a_log_that_serves_reads_but_refuses_every_commit_fails_the_task_within_
     job.feed_source(0, *[f"v{i}" for i in range(40)])
     refused = {"n": 0}
 
-    def refuse_every_commit(self, version, inputs, fences=()):
+    def refuse_every_commit(self, version, inputs, fences=(), **kwargs):
         refused["n"] += 1
         if refused["n"] > 50:
             raise RuntimeError("still restarting after 50 refused commits: the budget of 1 s "
