@@ -102,9 +102,8 @@ class LaneWatermark:
         it says is as true the second time."""
         up_to = [w for v, w in self._pending if v <= version]
         if up_to:
-            for w in up_to:
-                if w is not None:
-                    self.settled = highest(self.settled, w)
+            for w in up_to:   # a marker without a watermark (None) leaves it as it is
+                self.settled = highest(self.settled, w)
             self._pending = [(v, w) for v, w in self._pending if v > version]
         return self.settled
 
