@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -226,11 +227,26 @@ def test_eos_experiment_runs_a_user_pipeline_file(tmp_path, monkeypatch):
 
     from eos_runtime.cli import main
 
-    (tmp_path / "parity.py").write_text(USER_FILE)
+    # the generator runs in this process, in the runs' time: it sees what their driver sees
+    seen = tmp_path / "threshold.txt"
+    (tmp_path / "parity.py").write_text(USER_FILE + f'''
+import os
+_generate = generate
+def generate(seed, n):
+    with open({str(seen)!r}, "w") as f:
+        f.write(os.environ.get("EOS_CHANGELOG_SNAPSHOT_RECORDS", "unset"))
+    return _generate(seed, n)
+''')
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EOS_CHANGELOG_SNAPSHOT_RECORDS", raising=False)
     result = CliRunner().invoke(main, ["experiment", "parity.py", "--seed", "1", "--lines",
                                        "300", "--faults", "1", "--kinds", "crash"])
     assert result.exit_code == 0, (result.output, result.exception)
+    # its low snapshot threshold was its runs' only: a later run in this process (a test's,
+    # an API user's) cut its change log every few records, and a listener test that
+    # counted commit records failed after this one
+    assert "EOS_CHANGELOG_SNAPSHOT_RECORDS" not in os.environ
+    assert seen.read_text() == "4"     # while they ran, snapshots every few records
     assert result.stdout.splitlines()[1].split()[:3] == ["1", "pass", "1/1"]
     [report] = (tmp_path / ".eos" / "experiments").glob("parity-*")   # named after the file
     summary = json.loads((report / "summary.json").read_text())

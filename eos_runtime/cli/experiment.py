@@ -11,7 +11,6 @@ target tasks against the job's plan, the report and data directories.
 
 from __future__ import annotations
 
-import os
 import random
 import shlex
 import sys
@@ -189,7 +188,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule
     from ..experiments.setup import Settings, task_roles
     from ..experiments.workloads import load_workload
-    from .options import stdout_to_stderr
+    from .options import env_default, stdout_to_stderr
 
     if data_dir is not None and bootstrap_servers:
         raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
@@ -201,9 +200,6 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                           "for its duration: give one or the other")
     if rate is not None and duration_text is None:
         raise ConfigError("--rate is a soak's: give --duration too")
-    # Snapshots and cut change logs (recovery C7-C9) every few checkpoints, not every 10 000
-    # records: the faults must meet them. The driver reads it into each task's config.
-    os.environ.setdefault("EOS_CHANGELOG_SNAPSHOT_RECORDS", str(EXPERIMENT_SNAPSHOT_RECORDS))
     transport_name = "kafka" if bootstrap_servers else "local"
     duration = parse_duration(duration_text) if duration_text is not None else None
     lines = 10_000 if lines is None else lines
@@ -292,7 +288,11 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
             s, count, fault_kinds, roles, transport_name, duration=duration,
             then_roles=then_roles)
         show.start(i, s, schedule)
-        with stdout_to_stderr():
+        # Snapshots and cut change logs (recovery C7-C9) every few checkpoints, not every
+        # 10 000 records: the faults must meet them. The driver reads it into each task's
+        # config; the runs' child processes inherit it.
+        with stdout_to_stderr(), env_default("EOS_CHANGELOG_SNAPSHOT_RECORDS",
+                                             str(EXPERIMENT_SNAPSHOT_RECORDS)):
             result = run_experiment(settings, s, schedule, on_progress=show.progress)
         write_run(result, report_dir)
         results.append(result)

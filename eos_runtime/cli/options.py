@@ -259,6 +259,23 @@ class Interrupted(click.ClickException):
 
 
 @contextlib.contextmanager
+def env_default(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` inside, unless it was set before; as it was after.
+
+    For a setting the runs a command starts read from the environment (their tasks and
+    child processes inherit it): the command may run inside a longer-lived process (a
+    test, a notebook), whose later runs must not inherit it."""
+    before = os.environ.get(name)
+    if before is None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """Send everything written to stdout (Python, the JVM, pipeline code) to stderr.
 
