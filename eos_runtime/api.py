@@ -31,17 +31,19 @@ reference, by example.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .api_windows import Windowed, WindowOp, check_window
 from .errors import ConfigError
 from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
 from .topic_rules import check_moves, check_name, check_sinks_not_read
+from .user_functions import check_arity, function_name
 from .values import FORMATS, State, _format, _key_format
+from .windows import Hopping, Tumbling
 
 __all__ = ["Pipeline", "Stream", "State", "Table", "GUARANTEES", "FORMATS"]
 
@@ -70,6 +72,9 @@ class Source:
                                                                    compare=False)
     # a table's topic (Pipeline.table): a null value deletes its key, a null key is an error
     table: bool = False
+    # event time (W1): a record's time is timestamp(value), else its log record's (ms)
+    timestamp: Callable[[Any], int] | None = field(default=None, compare=False)
+    idle_after: float = 0.0          # seconds a caught-up partition still counts (W2)
 
 
 @dataclass(frozen=True)
@@ -130,13 +135,15 @@ class _Node:
         if self.kind == "step":
             return f".{p.kind}({p.name})"
         if self.kind == "key_by":
-            return f".key_by({_name(p.key_fn, 'key_by')})"
+            return f".key_by({function_name(p.key_fn, 'key_by')})"
         if self.kind == "sink":
             return f".sink({p.topic!r})"
         if self.kind == "table":
             return f"table {p.topic!r}"
         if self.kind == "lookup":
             return f".lookup({p.table.topic!r})"
+        if self.kind == "window":
+            return f".window(...).{p.name}.{p.emit}()"
         return ".merge(...)"
 
 
@@ -156,7 +163,7 @@ class Stream:
     def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> Stream:
         if not callable(fn):
             raise ConfigError(f"{kind}: expected a function, got {fn!r}")
-        name = _name(fn, kind)
+        name = function_name(fn, kind)
         if stateful and not self._node.keyed:
             raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it "
                               f"(or, only if the source topic's records carry keys, give the "
@@ -166,7 +173,7 @@ class Stream:
                               f"stages ({self._pipeline._roots_named(self._node.roots)}), whose "
                               f"values of one key are in different tasks: add .key_by(...) "
                               f"after the merge, so that each key's values meet in one task")
-        _check_arity(fn, f"{kind}({name})", name, stateful)
+        check_arity(fn, f"{kind}({name})", name, stateful)
         return self._pipeline._stream("step", Step(kind, fn, stateful, name), (self._node,),
                                       self._node.keyed, self._node.roots)
 
@@ -191,11 +198,11 @@ class Stream:
         """
         if not callable(key_fn):
             raise ConfigError(f"key_by: expected a function, got {key_fn!r}")
-        name = _name(key_fn, "key_by")
+        name = function_name(key_fn, "key_by")
         for what, n in (("parallelism", parallelism), ("partitions", partitions)):
             if n is not None:
                 check(what, n, what=f"key_by {what}")
-        _check_arity(key_fn, f"key_by({name})", name, False, role="a key function")
+        check_arity(key_fn, f"key_by({name})", name, False, role="a key function")
         node_id = self._pipeline._next_id()
         return self._pipeline._stream("key_by", Shuffle(key_fn, parallelism, partitions),
                                       (self._node,), True, frozenset({node_id}))
@@ -217,8 +224,8 @@ class Stream:
             if not callable(join):
                 raise ConfigError(f"lookup {table.topic!r}: join must be a function "
                                   f"(value, row), not {join!r}")
-            _check_arity(join, f"lookup({table.topic!r})", _name(join, "join"), True,
-                         role="a join function")
+            check_arity(join, f"lookup({table.topic!r})", function_name(join, "join"), True,
+                        role="a join function")
         stream = self
         if on is not None:
             stream = self.key_by(on)
@@ -231,6 +238,29 @@ class Stream:
         node = stream._node
         return self._pipeline._stream("lookup", Lookup(table, how, join, table.topic),
                                       (node,), node.keyed, node.roots)
+
+    def window(self, spec: Tumbling | Hopping, *, grace: int = 0) -> Windowed:
+        """Cut this keyed stream into event-time windows (``eos_runtime.windows``:
+        ``tumbling``, ``hopping``); ``grace`` ms after a window's end its result is final
+        and later records of it are late. Then an aggregation (``count``, ``sum``,
+        ``reduce``, ``aggregate``) and ``final()`` or ``current()``."""
+        grace = check_window(spec, grace)
+        self._keyed_here("window")
+        return Windowed(self, spec, grace)
+
+    def _window(self, op: WindowOp) -> Stream:
+        return self._pipeline._stream("window", op, (self._node,), True, self._node.roots)
+
+    def _keyed_here(self, what: str) -> None:
+        """Refuse a keyed operator where the stream has no key, or where a key's values
+        are in several tasks (after a merge of streams of different stages)."""
+        if not self._node.keyed:
+            raise ConfigError(f"{what} {self._describe()}: the stream has no key: add "
+                              f".key_by(...) before it")
+        if len(self._node.roots) > 1:
+            raise ConfigError(f"{what} {self._describe()} follows a merge of streams of "
+                              f"different stages, whose values of one key are in different "
+                              f"tasks: add .key_by(...) after the merge")
 
     def merge(self, *others: Stream) -> Stream:
         """One stream of this one and ``others``: every value of each, in the order each
@@ -269,44 +299,6 @@ class Stream:
         self._pipeline._stream("sink", Sink(topic, _key_format(key, f"sink {topic!r} key"),
                                             _format(value, f"sink {topic!r} value")),
                                (self._node,), self._node.keyed, self._node.roots)
-
-
-def _name(fn: Callable[..., Any], default: str) -> str:
-    return getattr(fn, "__name__", None) or default
-
-
-def _check_arity(fn: Callable[..., Any], step: str, name: str, stateful: bool, *,
-                 role: str = "") -> None:
-    """Refuse a function its step could not call: stateful steps call ``fn(value, state)``,
-    the others (and key_by) ``fn(value)``. Callables without a signature (some builtins)
-    and ``*args`` functions are accepted."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    args = ("value", "state") if stateful else ("value",)
-    if _binds(sig, len(args)):
-        return
-    role = role or ("a stateful function" if stateful else "a function")
-    called = f"{name if name.isidentifier() else 'fn'}({', '.join(args)})"
-    if stateful:
-        fix = "give it two parameters, (value, state)"
-        if _binds(sig, 1):
-            fix += ", or drop stateful=True"
-    elif not role.startswith("a key") and _binds(sig, 2):
-        fix = "a function of (value, state) needs stateful=True"
-    else:
-        fix = "give it one parameter, (value)"
-    raise ConfigError(f"{step}: {role} is called as {called}, but its parameters are {sig}: "
-                      f"{fix}")
-
-
-def _binds(sig: inspect.Signature, n: int) -> bool:
-    try:
-        sig.bind(*range(n))
-    except TypeError:
-        return False
-    return True
 
 
 #: Where a source partition without a checkpoint starts (protocol/positions.py, P4);
@@ -403,7 +395,9 @@ class Pipeline:
     def source(self, topic: str, *, key: str | None = None, value: str = "utf8",
                parallelism: int | None = None, reset_offset: bool = False,
                offset_default: str = "oldest",
-               startpoint_resolvers: Mapping[str, Callable[..., int]] | None = None) -> Stream:
+               startpoint_resolvers: Mapping[str, Callable[..., int]] | None = None,
+               timestamp: Callable[[Any], int] | None = None,
+               idle_after: float = 0.0) -> Stream:
         """Read ``topic``; ``key``/``value`` are formats from ``FORMATS`` (no key format:
         an unkeyed stream). ``parallelism`` defaults to the topic's partition count.
 
@@ -417,7 +411,20 @@ class Pipeline:
         keeps the job's state.
 
         ``startpoint_resolvers`` names the functions a custom Startpoint may use:
-        ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md)."""
+        ``resolver(topic, partition, argument, low, high) -> offset`` (docs/operations.md).
+
+        Event time (windows): ``timestamp(value)`` is a record's time in ms (default: its
+        log record's timestamp); ``idle_after`` seconds after a partition was last read
+        from, while it has nothing to read, it stops holding the watermark back."""
+        if timestamp is not None and not callable(timestamp):
+            raise ConfigError(f"source {topic!r}: timestamp must be a function of the value, "
+                              f"not {timestamp!r}")
+        if timestamp is not None:
+            check_arity(timestamp, f"source {topic!r} timestamp",
+                        function_name(timestamp, "timestamp"), False, role="a timestamp function")
+        if isinstance(idle_after, bool) or not isinstance(idle_after, (int, float)) \
+                or idle_after < 0:
+            raise ConfigError(f"source {topic!r}: idle_after is seconds >= 0, not {idle_after!r}")
         resolvers = dict(startpoint_resolvers or {})
         for rname, fn in resolvers.items():
             if not isinstance(rname, str) or not rname or not callable(fn):
@@ -437,7 +444,8 @@ class Pipeline:
         return self._stream("source", Source(topic, _key_format(key, f"source {topic!r} key"),
                                              _format(value, f"source {topic!r} value"),
                                              parallelism, reset_offset, offset_default,
-                                             resolvers),
+                                             resolvers, timestamp=timestamp,
+                                             idle_after=float(idle_after)),
                             (), key is not None, frozenset({self._next_id()}))
 
     def table(self, topic: str, *, key: str = "utf8", value: str = "json",

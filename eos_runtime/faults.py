@@ -43,6 +43,8 @@ CRASH_POINTS: dict[str, str] = {
     "locallog.append.after_data": "local log append: frames written, commit pointer not yet",
     "task.mid_version": "a task processed a batch of its open version; no checkpoint yet",
     "task.aligning": "a marker arrived, not every producer's yet (early arrivals may be buffered)",
+    "task.window.fired": ("a checkpoint's watermark closed its windows: their results made "
+                          "and their state deleted, all staged; checkpoint step 1 not yet"),
     "task.checkpoint.after_output_flush": "checkpoint step 1 done: output flushed",
     "task.checkpoint.before_commit": "checkpoint step 2 done: change-log records produced",
     "task.checkpoint.after_commit": "checkpoint step 3 done: commit record sealed, RocksDB not yet",

@@ -20,26 +20,32 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .api import Lookup, Pipeline, Shuffle, Sink, Source, Step, Table, _Node
+from .api_windows import WindowOp
 from .errors import ConfigError
 
 __all__ = ["Op", "StageGraph", "StageOutput", "TableFeed", "is_chain", "stage_graph", "steps_of",
-           "stores_of"]
+           "stores_of", "TIMERS"]
+
+#: The store of a stage's event-time timers (``runtime/window_ops.py``), beside its others.
+TIMERS = "timers"
 
 
 @dataclass(frozen=True)
 class Op:
     """One node of a stage's program. ``step`` None: it passes values on (the stage's
-    entry, a merge), or, with ``lookup``, adds the row of table store ``store``."""
+    entry, a merge), or, with ``lookup``, adds the row of table store ``store``, or, with
+    ``window``, aggregates into windows kept in ``store``."""
 
     step: Step | None
     next: tuple[int, ...]       # program indices fed by this node's values
     outputs: tuple[int, ...]    # stage output indices fed by this node's values
     store: str | None = None    # a stateful step's store, or a lookup's table store
     lookup: Lookup | None = None
+    window: WindowOp | None = None
 
     @property
     def stateful(self) -> bool:
-        return self.store is not None and self.lookup is None
+        return self.store is not None and self.lookup is None and self.window is None
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,11 @@ def steps_of(program: tuple[Op, ...]) -> tuple[Step, ...]:
 
 
 def stores_of(program: tuple[Op, ...], tables: Iterable[str] = ()) -> tuple[str, ...]:
-    """The stage's stores: its stateful steps' and its table stores."""
+    """The stage's stores: its stateful steps', its windows' and its table stores, and
+    the timers' store if it has windows."""
+    timers = [TIMERS] if any(op.window is not None for op in program) else []
     return tuple(dict.fromkeys([*(op.store for op in program if op.store is not None),
-                                *tables]))
+                                *tables, *timers]))
 
 
 def is_chain(program: tuple[Op, ...], outputs: int) -> bool:
@@ -98,7 +106,7 @@ def is_chain(program: tuple[Op, ...], outputs: int) -> bool:
     last = len(program) - 1
     return outputs == 1 and all(
         op.next == (() if i == last else (i + 1,)) and len(op.outputs) == (i == last)
-        and op.lookup is None for i, op in enumerate(program))
+        and op.lookup is None and op.window is None for i, op in enumerate(program))
 
 
 def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
@@ -150,7 +158,7 @@ def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
             outputs = [StageOutput(Shuffle(None, None, None), None, s)
                        for s in range(len(roots)) if i in feeds[s]]
         program = []
-        steps = 0
+        steps = windows = 0
         for n in body:
             step = n.payload if n.kind == "step" else None
             store = None
@@ -160,9 +168,13 @@ def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:
             lookup = n.payload if n.kind == "lookup" else None
             if lookup is not None:
                 store = feeds[i][table_stage[lookup.table]]
+            window = n.payload if n.kind == "window" else None
+            if window is not None:
+                store = f"window{windows}"
+                windows += 1
             program.append(Op(step, tuple(index[x.id] for x in n.nexts if x.id in index),
                               tuple(out_index[x.id] for x in n.nexts if x.id in out_index),
-                              store, lookup))
+                              store, lookup, window))
         if root.kind == "table":
             program = [Op(None, (), tuple(range(len(outputs))))]
         stages.append(StageGraph(
@@ -192,7 +204,7 @@ def _body(root: _Node) -> list[_Node]:
     todo = [root]
     while todo:
         for nxt in todo.pop().nexts:
-            if nxt.kind in ("step", "merge", "lookup") and nxt.id not in seen:
+            if nxt.kind in ("step", "merge", "lookup", "window") and nxt.id not in seen:
                 seen[nxt.id] = nxt
                 todo.append(nxt)
     return [seen[k] for k in sorted(seen)]

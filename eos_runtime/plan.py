@@ -129,6 +129,12 @@ class JobPlan:
     def exactly_once(self) -> bool:
         return self.guarantee == "exactly-once"
 
+    @property
+    def event_time(self) -> bool:
+        """Whether the job keeps watermarks: some stage has a window (W2-W4; a job
+        without pays nothing for them)."""
+        return any(op.window is not None for st in self.stages for op in st.program)
+
     def topics_to_create(self) -> list[TopicSpec]:
         specs = [TopicSpec(self.changelog_topic, len(self.tasks), keep_forever=True)]
         channels = {o.topic: o.partitions for st in self.stages for o in st.shuffles}
@@ -292,7 +298,9 @@ def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:
     """A plain description of the plan (for --json output and logs)."""
     return [{"stage": s.index, "input": s.input_topic, "tasks": list(s.task_ids),
              "steps": [f"{st.kind}{'(stateful)' if st.stateful else ''}:{st.name}"
-                       for st in s.steps],
+                       for st in s.steps]
+             + [f"window:{op.window.name}.{op.window.emit}" for op in s.program
+                if op.window is not None],
              "output": s.output_topic, "output_partitions": s.output_partitions,
              "outputs": [{"topic": o.topic, "partitions": o.partitions,
                           "kind": "sink" if o.sink is not None else "channel"}

@@ -117,6 +117,9 @@ class Committer:
         self._log_low = 0                  # the change log's first offset, as last known
         self._log_end = 0                  # and its end after this task's last write
         self._last_snapshot = 0            # data records of this task's last snapshot
+        # The event-time watermark of the last commit (W2, W4): what a restart's marker
+        # repeats, and the floor a rewind goes back to.
+        self.watermark: int | None = None
 
     def send_output(self) -> None:
         """Output made so far goes out now. The channels' always: downstream may read it
@@ -142,6 +145,7 @@ class Committer:
         self.stats.replayed_changes = recovered.replayed
         self.stats.rebuilt_store = recovered.rebuilt
         self.stats.restored_version = recovered.version
+        self.watermark = recovered.commit.watermark if recovered.commit is not None else None
         if self.channels is not None:
             self.channels.continue_from(recovered.commit)
         return recovered
@@ -182,7 +186,7 @@ class Committer:
             return
         for kind, version in announcement(self.guarantee, restored_version, self.run):
             if kind == "marker":
-                self.channels.markers(self.generation, version)
+                self.channels.markers(self.generation, version, self.watermark)
             else:
                 self.channels.restore(self.generation, version)
 
@@ -191,9 +195,12 @@ class Committer:
     def checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
                    fences: tuple[wire.ProducerFence, ...] = (),
                    alignment: dict[str, float | None] | None = None,
-                   recorded: Callable[[], None] | None = None) -> None:
+                   recorded: Callable[[], None] | None = None,
+                   watermark: int | None = None) -> None:
         """The five steps. ``alignment``: what the input policy measured of this
         checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times.
+        ``watermark``: the task's event-time watermark at ``version`` (W2, W4), in the
+        commit record and on the markers (W3).
         ``recorded``: a source task's after-commit bookkeeping (``SourceSide.recorded``:
         the topic or file-system store, used-up Startpoints), done before the listeners
         are told."""
@@ -217,7 +224,8 @@ class Committer:
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
-        record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges)
+        record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges,
+                                      watermark)
         committing = time.monotonic()
         offset, self._sealed = log.commit(record)
         committed = time.monotonic()
@@ -226,10 +234,11 @@ class Committer:
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
+        self.watermark = watermark
         faults.crash_point("task.checkpoint.after_store")
         # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
-            self.step_markers.markers(self.generation, version)
+            self.step_markers.markers(self.generation, version, watermark)
         if snapshot is not None:
             self._cut(offset - written - 1, version, written)
         self.stats.checkpoints += 1
@@ -268,13 +277,14 @@ class Committer:
         faults.crash_point("task.checkpoint.after_cut")
 
     def end_run(self, inputs: tuple[wire.InputPosition, ...],
-                recorded: Callable[[], None] | None = None) -> None:
+                recorded: Callable[[], None] | None = None,
+                watermark: int | None = None) -> None:
         """The run's last checkpoint, of version ``run_end``. Exactly-once sends its
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
-        self.checkpoint(end, inputs, recorded=recorded)
+        self.checkpoint(end, inputs, recorded=recorded, watermark=watermark)
         if self.channels is not None and self.step_markers is None:
-            self.channels.markers(self.generation, end)
+            self.channels.markers(self.generation, end, watermark)
         self.await_readable()
 
     def await_readable(self) -> None:

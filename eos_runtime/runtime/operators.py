@@ -8,15 +8,16 @@ store (``step<i>`` in the task's RocksDB). A user function that raises becomes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
 
 from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
-from ..graph import Op
+from ..graph import TIMERS, Op
 from ..state import TaskStore
+from .window_ops import WindowState, due
 
 __all__ = ["UserFunctionError", "Chain", "Program"]
 
@@ -75,30 +76,75 @@ class Program:
         self._ops = ops
         self._outputs = outputs
         self._states: list[Any] = []
-        for op in ops:
-            if op.store is not None:
+        self.windows: dict[int, WindowState] = {}
+        self._store = store
+        for i, op in enumerate(ops):
+            if op.window is not None:
+                assert store is not None and op.store is not None
+                self.windows[i] = WindowState(op.window, i, store.accessors(op.store),
+                                              store.accessors(TIMERS))
+                self._states.append(self.windows[i])
+            elif op.store is not None:
                 assert store is not None
                 access = store.accessors(op.store)
                 self._states.append(access[0] if op.lookup is not None else State(*access))
             else:
                 self._states.append(None)
+        # Event time, for a stage with windows: the record's time and the watermark of
+        # the task's last checkpoint (what a record is late against, W6); the values a
+        # record brought that fell in no open window (the caller sets them aside).
+        self.event_time = 0
+        self.watermark: int | None = None
+        self.late: list[Any] = []
 
     def run(self, key_bytes: bytes | None, value: Any) -> list[list[Any]]:
+        return self._run(0, key_bytes, [value], entry=True)
+
+    def _run(self, first: int, key_bytes: bytes | None, start: list[Any], *,
+             entry: bool) -> list[list[Any]]:
+        """``start`` into op ``first`` (``entry``), or as the output of op ``first`` (a
+        window's results at its close), and on through the ops after it."""
         outs: list[list[Any]] = [[] for _ in range(self._outputs)]
         inputs: list[list[Any]] = [[] for _ in self._ops]
-        inputs[0].append(value)
-        for op, state, values in zip(self._ops, self._states, inputs, strict=True):
+        inputs[first] = start
+        for i in range(first, len(self._ops)):
+            op, state, values = self._ops[i], self._states[i], inputs[i]
             if not values:
                 continue
-            if op.step is not None:
-                values = _apply(op.step, state, key_bytes, values)
-            elif op.lookup is not None:
-                values = _look_up(op.lookup, state, key_bytes, values)
+            if entry or i > first:
+                if op.step is not None:
+                    values = _apply(op.step, state, key_bytes, values)
+                elif op.lookup is not None:
+                    values = _look_up(op.lookup, state, key_bytes, values)
+                elif op.window is not None:
+                    values = self._window(state, key_bytes, values)
             for j in op.next:
                 inputs[j] += values
             for k in op.outputs:
                 outs[k] += values
         return outs
+
+    def _window(self, window: WindowState, key_bytes: bytes | None,
+                values: list[Any]) -> list[Any]:
+        assert key_bytes is not None   # the API puts windows on keyed streams only
+        out: list[Any] = []
+        for v in values:
+            results, late = window.add(key_bytes, v, self.event_time, self.watermark)
+            out += results
+            if late:
+                self.late.append(v)
+        return out
+
+    def fire(self, watermark: int | None) -> Iterator[tuple[bytes, list[list[Any]], int]]:
+        """W5: every window ``watermark`` closes, in timer order: its key, what it sends
+        to each of the stage's outputs, and the results' timestamp."""
+        if not self.windows or watermark is None:
+            return
+        assert self._store is not None
+        for at, index, state_key in due(self._store.items(TIMERS), watermark):
+            key_bytes, results, timestamp = self.windows[index].close(state_key, at)
+            if results:
+                yield key_bytes, self._run(index, key_bytes, results, entry=False), timestamp
 
 
 def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,

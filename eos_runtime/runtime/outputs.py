@@ -183,8 +183,9 @@ class ChannelWriter:
         self.send_pending()
         return self.producer.flush()
 
-    def markers(self, generation: int, version: int) -> None:
-        """Marker ``version`` into every channel (SEP-10 3.8), then flush."""
+    def markers(self, generation: int, version: int, watermark: int | None = None) -> None:
+        """Marker ``version`` into every channel (SEP-10 3.8), carrying the task's
+        watermark at ``version`` (W3; None: it keeps none), then flush."""
         self.send_pending()
         half = self.partitions // 2
         for p in range(self.partitions):
@@ -194,7 +195,7 @@ class ChannelWriter:
                 self.producer.flush()
                 crash_point("task.checkpoint.mid_marker_fanout")
             self.producer.produce(self.topic, p, wire.encode(
-                wire.Marker(self.producer_id, generation, version, self.seq[p])))
+                wire.Marker(self.producer_id, generation, version, self.seq[p], watermark)))
         self.producer.flush()
 
     def restore(self, generation: int, version: int) -> None:
@@ -242,9 +243,9 @@ class ChannelFanout:
             w.send_pending()
         return self.producer.flush()
 
-    def markers(self, generation: int, version: int) -> None:
+    def markers(self, generation: int, version: int, watermark: int | None = None) -> None:
         for w in self.writers:
-            w.markers(generation, version)
+            w.markers(generation, version, watermark)
 
     def restore(self, generation: int, version: int) -> None:
         for w in self.writers:

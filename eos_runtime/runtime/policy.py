@@ -27,7 +27,9 @@ from .stats import TaskStats
 
 __all__ = ["Action", "Aligned", "InputPolicy", "Unaligned", "CommitTimer", "Checkpoint"]
 
-Checkpoint = tuple[int, tuple[wire.InputPosition, ...], tuple[wire.ProducerFence, ...]]
+#: A checkpoint to take: its version, input positions, producer fences and watermark (W4)
+Checkpoint = tuple[int, tuple[wire.InputPosition, ...], tuple[wire.ProducerFence, ...],
+                   int | None]
 Data = wire.Envelope | wire.DataBatch
 Released = tuple[Data, str, int, int]
 
@@ -127,8 +129,12 @@ class InputPolicy(Protocol):
         """Take one channel record in; what the loop does with it."""
 
     def checkpoints(self) -> Iterator[Checkpoint]:
-        """The checkpoints due now, each as ``(version, inputs, fences)``; after each one
-        is taken, ``released()`` yields the messages it let through."""
+        """The checkpoints due now, each as ``(version, inputs, fences, watermark)``; after
+        each one is taken, ``released()`` yields the messages it let through."""
+
+    @property
+    def watermark(self) -> int | None:
+        """The task's event-time watermark as of its latest checkpoint (W4, T4)."""
 
     def alignment(self, now: float) -> dict[str, float | None]:
         """What the checkpoint about to be taken waited for (its metrics)."""
@@ -174,6 +180,10 @@ class Aligned:
     @property
     def version(self) -> int:
         return self.aligner.version
+
+    @property
+    def watermark(self) -> int | None:
+        return self.aligner.watermark
 
     def resume_offsets(self) -> dict[Channel, int | None]:
         return self.aligner.resume_offsets()
@@ -227,7 +237,7 @@ class Aligned:
         al = self.aligner
         while al.aligned():
             snap = al.checkpoint()
-            yield snap.version, snap.inputs, snap.fences
+            yield snap.version, snap.inputs, snap.fences, snap.watermark
             self._seeks.update(al.rereads())
 
     def alignment(self, now: float) -> dict[str, float | None]:
@@ -290,6 +300,10 @@ class Unaligned:
         self.version = first_version
         self._recorded = commit.inputs if commit is not None else None   # S6
 
+    @property
+    def watermark(self) -> int | None:
+        return self.tracker.watermark
+
     def resume_offsets(self) -> dict[Channel, int | None]:
         return dict(self.tracker.resume_offsets())
 
@@ -316,7 +330,7 @@ class Unaligned:
             if not checkpoint_needed(AT_LEAST_ONCE, inputs, self._recorded):
                 return
             version = self.version
-            yield version, inputs, ()
+            yield version, inputs, (), self.tracker.watermark
             self.version = version + 1
             self._recorded = inputs
 

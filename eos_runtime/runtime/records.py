@@ -46,10 +46,11 @@ class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan,
                  writers: Sequence[ChannelWriter | SinkWriter], dead: SinkWriter | None,
                  stats: TaskStats, lag: float = 0.0, store: TaskStore | None = None,
-                 max_record_bytes: int | None = None) -> None:
+                 max_record_bytes: int | None = None, event_time: bool = False) -> None:
         """``writers``: one per output of the stage, in its order. ``max_record_bytes``:
         the largest record the transport's producers send (None: not known), which a dead
-        letter must fit."""
+        letter must fit. ``event_time``: the job keeps watermarks, so a source task notes
+        the highest event time read per partition (``event_highs``, W2)."""
         self.job, self.task_id, self.stage = job, task_id, stage
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.writers = tuple(writers)
@@ -72,16 +73,21 @@ class RecordPath:
             self.chain = Program(stage.program, len(stage.outputs), store)
             self._emit = self._emit_each   # type: ignore[method-assign]
         self._letter_bound = letters.letter_bound(max_record_bytes)
+        # A stage with windows: each record's event time to its program, late ones set aside
+        self._windows = self.chain if isinstance(self.chain, Program) and self.chain.windows \
+            else None
+        self.event_highs: dict[int, int] | None = {} if event_time else None
         # Only a record set aside (dead letters) must take back its state writes, and
-        # only a stateful step makes any.
+        # only a stateful step or a window makes any.
         undoable = (dead is not None and store is not None
-                    and any(step.stateful for step in stage.steps))
+                    and any(op.stateful or op.window is not None for op in stage.program))
         self._savepoint = store.savepoint if undoable and store is not None else None
         self._rollback = store.rollback if undoable and store is not None else None
         if stage.source is not None:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
             self._src_value = FORMATS[src.value_format][1]
+            self._src_time = src.timestamp
             if src.table:
                 self.source_record = self._table_record   # type: ignore[method-assign]
         # The table rows this task keeps, by the producer that sends them (a table's task).
@@ -107,11 +113,71 @@ class RecordPath:
             kb = encode_key(key) if key is not None else None
             # A null value reaches the format, which names it as the record's error.
             value = self._src_value(cast(bytes, r.value))
-            self._emit(kb, self.chain.run(kb, value), r.timestamp, version)
+            t = r.timestamp if self._src_time is None else self._event_time(value)
+            if self.event_highs is not None:
+                high = self.event_highs.get(r.partition)
+                if high is None or t > high:
+                    self.event_highs[r.partition] = t
+            windows = self._windows
+            if windows is not None:
+                windows.event_time = t
+            self._emit(kb, self.chain.run(kb, value), t, version)
+            if windows is not None and windows.late:
+                self._late(windows, r.topic, r.partition, r.offset, t, r.key, r.value)
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
             self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
+
+    def _event_time(self, value: Any) -> int:
+        """W1: the source's ``timestamp(value)``, a whole number of ms."""
+        fn = self._src_time
+        assert fn is not None and self.stage.source is not None
+        try:
+            t: Any = fn(value)
+        except Exception as exc:
+            raise UserFunctionError(f"source {self.stage.source.topic!r} timestamp function "
+                                    f"raised {type(exc).__name__}: {exc}") from exc
+        if type(t) is not int:
+            if isinstance(t, float) and t.is_integer():
+                return int(t)
+            raise UserFunctionError(f"source {self.stage.source.topic!r} timestamp function "
+                                    f"returned {t!r}: an event time is whole milliseconds "
+                                    f"(an int)")
+        return t
+
+    def _late(self, windows: Program, topic: str, partition: int, offset: int,
+              timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        """W6: a record in no open window is counted, and a dead letter when those are on."""
+        n, windows.late = len(windows.late), []
+        self.stats.late += n
+        if self.dead is not None:
+            self.dead.write(None, [letters.build(
+                job=self.job, task=self.task_id, topic=topic, partition=partition,
+                offset=offset, error=f"late: event time {timestamp} is in no open window "
+                f"(the task's watermark {windows.watermark} closed them)", key=key,
+                value=value, channel=not self.stage.is_source,
+                bound=self._letter_bound)], timestamp)
+
+    def fire(self, watermark: int | None, version: int) -> None:
+        """W5 at the checkpoint of ``version``, before its output is flushed: every window
+        ``watermark`` closes sends its result, as output of ``version``; from here on
+        records are late against ``watermark``."""
+        windows = self._windows
+        if windows is None:
+            return
+        for key_bytes, outs, timestamp in windows.fire(watermark):
+            try:
+                self._emit(key_bytes, outs, timestamp, version)
+            except UserFunctionError as exc:
+                raise TaskFailed(f"task {self.task_id}: {exc}, emitting a window's result "
+                                 f"(key {decode_key(key_bytes)!r})") from exc
+        self.set_watermark(watermark)
+
+    def set_watermark(self, watermark: int | None) -> None:
+        """The watermark of the task's last checkpoint (a start, a rewind, a commit)."""
+        if self._windows is not None:
+            self._windows.watermark = watermark
 
     def _table_record(self, r: Record, version: int) -> None:
         """A record of a table's topic: its key and value (None: the key is deleted) to the
@@ -179,15 +245,20 @@ class RecordPath:
         """Channel messages in turn; one whose function raises is named by its record's
         offset (a batch's messages share it) and its key."""
         lag, run, emit, savepoint = self.lag, self.chain.run, self._emit, self._savepoint
+        windows = self._windows
         for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
             if lag:
                 time.sleep(lag)
             if savepoint is not None:
                 savepoint()
             try:
+                if windows is not None:
+                    windows.event_time = timestamp
                 outs = run(key_bytes, _unpack(cast(bytes, value)))
                 if outs:
                     emit(key_bytes, outs, timestamp, version)
+                if windows is not None and windows.late:
+                    self._late(windows, topic, partition, offset, timestamp, key_bytes, value)
             except Exception as exc:
                 if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                     raise
@@ -238,6 +309,8 @@ class RecordPath:
                     timestamp: int, key: bytes | None, value: bytes | None) -> None:
         """A record (its key and value as the task read them) whose function raised, or
         whose output could not be encoded."""
+        if self._windows is not None:
+            self._windows.late = []   # the record's: what it did is undone or set aside
         channel = not self.stage.is_source
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(

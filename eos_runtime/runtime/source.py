@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import clock
 from ..errors import ConfigError, EosError, StartOutOfRange, TopicNotFound
 from ..joblog.changelog import last_commit
 from ..joblog.checkpoints import Checkpoint, FileSystemCheckpoints, TopicCheckpoints
@@ -27,6 +28,7 @@ from ..protocol.positions import (
     store_positions,
 )
 from ..protocol.runs import Guarantee, SourceVersions, checkpoint_needed, run_of
+from ..protocol.watermarks import SourceWatermark
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .policy import CommitTimer
 
@@ -190,6 +192,13 @@ class SourceSide:
                           if commit is not None else None)
         self.timer = CommitTimer(plan.commit_interval, plan.commit_every)
         self.stopped = False
+        # W2, for a job with event time: from the last commit's watermark on
+        self.event_time: SourceWatermark | None = None
+        if plan.event_time:
+            src = stage.source
+            self.event_time = SourceWatermark(
+                parts, restored=commit.watermark if commit is not None else None,
+                idle_after_ms=round((src.idle_after if src is not None else 0) * 1000))
 
     def finished(self) -> bool:
         """The run is over: input read to its end (bounded), or a stop request."""
@@ -256,6 +265,28 @@ class SourceSide:
         if self._startpoints_due:
             delete_applied(self._t, self._job, self.topic, self._task, self._startpoints_due)
             self._startpoints_due = []
+
+    def read_event_times(self, highs: dict[int, int]) -> None:
+        """The highest event time read per partition since the last call (the record
+        path's ``event_highs``, emptied here)."""
+        if self.event_time is not None:
+            now = round(clock.wall() * 1000)
+            for p, high in highs.items():
+                self.event_time.read(p, high, now)
+        highs.clear()
+
+    def watermark(self) -> int | None:
+        """W2: the watermark of a checkpoint taken now (None: the job keeps none). A
+        partition has something left to read until its end (a bounded run), or while the
+        consumer is behind the partition's end as the log says now."""
+        if self.event_time is None:
+            return None
+        if self.bounded:
+            behind = [p for p in self.parts if p not in self.done]
+        else:
+            behind = [p for p in self.parts
+                      if self.positions[p] < self._t.watermarks(self.tps[p])[1]]
+        return self.event_time.at_checkpoint(behind, round(clock.wall() * 1000))
 
     def inputs(self) -> tuple[wire.InputPosition, ...]:
         return tuple(wire.InputPosition(self.topic, p, off)

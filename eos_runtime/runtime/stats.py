@@ -25,6 +25,7 @@ class TaskStats:
     stale: int = 0
     fenced: int = 0
     dead_letters: int = 0                # records whose function raised, sent to dead letters
+    late: int = 0                        # records in no open window (W6)
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False

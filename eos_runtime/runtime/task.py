@@ -237,7 +237,8 @@ class _Task:
                                    on_generation=self.progress.write)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
-                                  max_record_bytes=transport.max_record_bytes())
+                                  max_record_bytes=transport.max_record_bytes(),
+                                  event_time=self.plan.event_time)
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
 
@@ -270,6 +271,7 @@ class _Task:
         except ProtocolViolation as exc:
             raise ProtocolViolation(f"task {self.id}: {exc}") from None
         self.committer.announce(recovered.version)
+        self.records.set_watermark(self.committer.watermark)
         if finished:
             return  # a retry after this run's final checkpoint: announcing it was all
         self.consumer = self.transport.consumer(read_committed=True)
@@ -286,6 +288,7 @@ class _Task:
                          self.config, commit, restored, guarantee=self.guarantee)
         self._closers.append(src)
         process = self.records.source_record
+        highs = self.records.event_highs
         while not src.finished():
             batch = src.poll(self.config.poll_records, 0.2)
             self.progress.tick()
@@ -293,6 +296,8 @@ class _Task:
             for r in batch:
                 process(r, version)
             self.stats.processed += len(batch)
+            if highs:
+                src.read_event_times(highs)
             if batch:
                 self._send_output()
                 faults.crash_point("task.mid_version")
@@ -301,10 +306,23 @@ class _Task:
             except ProtocolViolation as exc:
                 raise ProtocolViolation(f"task {self.id}: {exc}") from None
             if due is not None:
-                self.committer.checkpoint(due, src.inputs(), recorded=src.recorded)
+                self._checkpoint(due, src.inputs(), src.watermark(), recorded=src.recorded)
                 src.committed(due)
         self.stats.stopped = src.stopped
-        self.committer.end_run(src.inputs(), recorded=src.recorded)
+        watermark = src.watermark()
+        self.records.fire(watermark, run_end(self.config.run))
+        self.committer.end_run(src.inputs(), recorded=src.recorded, watermark=watermark)
+
+    def _checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
+                    watermark: int | None, fences: tuple[wire.ProducerFence, ...] = (),
+                    alignment: dict[str, float | None] | None = None,
+                    recorded: Any = None) -> None:
+        """Checkpoint ``version``: the windows its watermark closes first (W5), their
+        results of this version; then the committer's steps."""
+        self.records.fire(watermark, version)
+        faults.crash_point("task.window.fired")
+        self.committer.checkpoint(version, inputs, fences, alignment, recorded=recorded,
+                                  watermark=watermark)
 
     def _send_output(self) -> None:
         """What a poll batch made goes out (``Committer.send_output`` says which); each
@@ -355,6 +373,7 @@ class _Task:
                 elif action is Action.REWIND:
                     version = policy.rewind()
                     self.committer.rewind(version)
+                    self.records.set_watermark(self.committer.watermark)
                     self._seek(policy.resume_offsets())
                     self._take_checkpoints(policy)   # R9
                     break  # the rest of the batch is read again from the checkpoint
@@ -364,7 +383,8 @@ class _Task:
             self._take_checkpoints(policy)   # at-least-once: the timer
         end = policy.end_inputs()
         if end is not None:
-            self.committer.end_run(end)
+            self.records.fire(policy.watermark, run_end(self.config.run))
+            self.committer.end_run(end, watermark=policy.watermark)
         else:   # the aligned checkpoint of run_end was the last commit
             self.committer.await_readable()
 
@@ -372,8 +392,9 @@ class _Task:
         """Take every checkpoint the policy says is due, processing what each releases;
         True if channels were re-positioned (the rest of a polled batch is then stale)."""
         process = self.records.data
-        for version, inputs, fences in policy.checkpoints():
-            self.committer.checkpoint(version, inputs, fences, policy.alignment(time.monotonic()))
+        for version, inputs, fences, watermark in policy.checkpoints():
+            self._checkpoint(version, inputs, watermark, fences,
+                             policy.alignment(time.monotonic()))
             for msg, topic, partition, offset in policy.released():
                 process(msg, topic, partition, offset, policy.version)
         seeks = policy.seeks()

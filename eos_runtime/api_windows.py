@@ -1,0 +1,115 @@
+"""The pipeline API's windows: ``stream.window(spec, grace=)``, an aggregation, an emission.
+
+    (views.source("views", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"])
+        .window(tumbling(minutes=1), grace=10_000)
+        .count()
+        .final()
+        .sink("views-per-minute", key="utf8", value="json"))
+
+Each result is ``{"start": ms, "end": ms, "value": aggregate}`` under the record's key.
+``final()`` emits a window's result once, when the task's watermark passes its end plus
+the grace; ``current()`` emits it on every update. The rules (what closes when, what is
+late) are in ``windows.py`` and docs/design/event-time.md; the operator that carries them
+out is ``runtime/window_ops.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+from .windows import Hopping, Tumbling
+
+if TYPE_CHECKING:
+    from .api import Stream
+
+__all__ = ["WindowOp", "Windowed", "WindowAggregate", "EMITS"]
+
+EMITS = ("final", "current")
+
+
+@dataclass(frozen=True)
+class WindowOp:
+    """A windowed aggregation: ``first(value)`` starts a window's aggregate, ``add(acc,
+    value)`` adds to it; ``emit`` is ``final`` or ``current``."""
+
+    spec: Tumbling | Hopping
+    grace: int
+    first: Callable[[Any], Any]
+    add: Callable[[Any, Any], Any]
+    emit: str
+    name: str                        # how messages name it: "count", "sum(price)", ...
+
+
+class Windowed:
+    """A keyed stream cut into windows; an aggregation makes it a ``WindowAggregate``."""
+
+    def __init__(self, stream: Stream, spec: Tumbling | Hopping, grace: int) -> None:
+        self._stream, self._spec, self._grace = stream, spec, grace
+
+    def count(self) -> WindowAggregate:
+        """How many values each window holds."""
+        return WindowAggregate(self, lambda v: 1, lambda acc, v: acc + 1, "count")
+
+    def sum(self, fn: Callable[[Any], Any] | None = None) -> WindowAggregate:
+        """The sum of each window's values, or of ``fn(value)``."""
+        if fn is None:
+            return WindowAggregate(self, lambda v: v, lambda acc, v: acc + v, "sum")
+        _callable(fn, "sum")
+        return WindowAggregate(self, fn, lambda acc, v: acc + fn(v), f"sum({_name(fn)})")
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> WindowAggregate:
+        """``fn(acc, value)`` over each window's values; the first value starts it."""
+        _callable(fn, "reduce")
+        return WindowAggregate(self, lambda v: v, fn, f"reduce({_name(fn)})")
+
+    def aggregate(self, initial: Callable[[], Any],
+                  add: Callable[[Any, Any], Any]) -> WindowAggregate:
+        """``add(acc, value)`` over each window's values, from ``initial()``."""
+        _callable(initial, "aggregate initial")
+        _callable(add, "aggregate add")
+        return WindowAggregate(self, lambda v: add(initial(), v), add,
+                               f"aggregate({_name(add)})")
+
+
+class WindowAggregate:
+    """An aggregation over windows, to be emitted ``final()`` or ``current()``."""
+
+    def __init__(self, windowed: Windowed, first: Callable[[Any], Any],
+                 add: Callable[[Any, Any], Any], name: str) -> None:
+        self._windowed, self._first, self._add, self._name = windowed, first, add, name
+
+    def final(self) -> Stream:
+        """Each window's result once, when the watermark passes its end plus the grace."""
+        return self._emit("final")
+
+    def current(self) -> Stream:
+        """Each window's result on every update (a record added to it)."""
+        return self._emit("current")
+
+    def _emit(self, emit: str) -> Stream:
+        w = self._windowed
+        op = WindowOp(w._spec, w._grace, self._first, self._add, emit, self._name)
+        return w._stream._window(op)
+
+
+def check_window(spec: object, grace: object) -> int:
+    """``window(spec, grace=)``'s arguments; returns the grace in ms."""
+    if not isinstance(spec, (Tumbling, Hopping)):
+        raise ConfigError(f"window: expected tumbling(...) or hopping(...) from "
+                          f"eos_runtime.windows, got {spec!r}")
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise ConfigError(f"window: grace is whole milliseconds >= 0, not {grace!r}")
+    return grace
+
+
+def _callable(fn: object, what: str) -> None:
+    if not callable(fn):
+        raise ConfigError(f"{what}: expected a function, got {fn!r}")
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", None) or "fn"

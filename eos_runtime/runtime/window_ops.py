@@ -1,0 +1,120 @@
+"""A stage's windows: records into their windows' aggregates, and windows out when the
+watermark closes them. The rules are ``windows.py``'s (W5, W6, T1-T3); this carries them
+out against the task's store.
+
+- A window's aggregate is kept under (key, window start) in the op's store, with its end
+  (T3); its timer, at ``end + grace``, in the stage's timers store, keyed in firing order
+  (T1). Both are staged writes, so they commit with the checkpoint, or go with a rewind.
+- ``add`` puts a record in each of its windows that has not closed by the task's
+  watermark (the one of its last checkpoint); a record whose every window has closed is
+  late (W6), and the caller counts it and sets it aside.
+- ``due`` yields the windows the watermark of a checkpoint closes, in timer order; the
+  caller emits a final result and deletes the window's aggregate and timer in the same
+  version (T2): a crash before the commit undoes all three, one after it has all three.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+
+from ..api_windows import WindowOp
+from ..errors import UserFunctionError
+from ..windows import closes_at, is_late, timer_key, timer_of
+
+__all__ = ["WindowState", "result"]
+
+_START = struct.Struct(">Q")
+_SIGN = 1 << 63
+
+Get = Callable[[bytes], bytes | None]
+Put = Callable[[bytes, bytes], None]
+Delete = Callable[[bytes], None]
+
+
+def _state_key(key_bytes: bytes, start: int) -> bytes:
+    """Keys are msgpack-encoded, so prefix-free: a key's windows sort by start after it."""
+    return key_bytes + _START.pack((start + _SIGN) & ((1 << 64) - 1))
+
+
+def _split(state_key: bytes) -> tuple[bytes, int]:
+    return state_key[:-_START.size], _START.unpack_from(state_key, len(state_key) - 8)[0] - _SIGN
+
+
+def result(start: int, end: int, value: Any) -> dict[str, Any]:
+    """What a window emits: its bounds and its aggregate."""
+    return {"start": start, "end": end, "value": value}
+
+
+class WindowState:
+    """One window op of a stage (``index``: its place in the program, which its timers
+    name), over its store and the stage's timers store."""
+
+    def __init__(self, op: WindowOp, index: int,
+                 state: tuple[Get, Put, Delete], timers: tuple[Get, Put, Delete]) -> None:
+        self.op, self.index = op, index
+        self._get, self._put, self._delete = state
+        self._tput, self._tdelete = timers[1], timers[2]
+        self._tag = bytes([index])
+
+    def add(self, key_bytes: bytes, value: Any, t: int,
+            watermark: int | None) -> tuple[list[Any], bool]:
+        """``value`` of event time ``t`` into its open windows. Returns the results to
+        emit now (``current``: each window's updated result) and whether it was late
+        (in no open window)."""
+        op = self.op
+        out: list[Any] = []
+        placed = False
+        for start, end in op.spec.windows_of(t):
+            if is_late(end, op.grace, watermark):
+                continue
+            placed = True
+            sk = _state_key(key_bytes, start)
+            raw = self._get(sk)
+            try:
+                if raw is None:
+                    acc = op.first(value)
+                    self._tput(timer_key(closes_at(end, op.grace), self._tag + sk), b"")
+                else:
+                    acc = op.add(msgpack.unpackb(raw, raw=False)[1], value)
+            except Exception as exc:
+                raise UserFunctionError(f"window {op.name} raised {type(exc).__name__}: "
+                                        f"{exc}") from exc
+            self._put(sk, _pack([end, acc]))
+            if op.emit == "current":
+                out.append(result(start, end, acc))
+        return out, not placed
+
+    def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
+        """The window of ``state_key`` (timer at ``at``) closes: its aggregate and timer
+        are deleted; returns its key, what it emits (``final``: its result) and the
+        result's timestamp (the window's last ms)."""
+        self._tdelete(timer_key(at, self._tag + state_key))
+        raw = self._get(state_key)
+        self._delete(state_key)
+        key_bytes, start = _split(state_key)
+        if raw is None:   # never: a timer is set with its window
+            return key_bytes, [], at
+        end, acc = msgpack.unpackb(raw, raw=False)
+        return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
+
+
+def due(timers: Iterator[tuple[bytes, bytes]], watermark: int | None
+        ) -> list[tuple[int, int, bytes]]:
+    """The timers at or below ``watermark``, in firing order (T1): (time, op index, the
+    window's state key). Collected before any is deleted."""
+    if watermark is None:
+        return []
+    out = []
+    for stored, _ in timers:
+        at, rest = timer_of(stored)
+        if at > watermark:
+            break
+        out.append((at, rest[0], rest[1:]))
+    return out
+
+
+_pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack

@@ -1,0 +1,156 @@
+"""Windows on Spark (issue 25): views per page per tumbling window, each window's final
+count once in the committed output, checked against an oracle computed from the input
+alone; with records late by construction counted and set aside."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.joblog.committed import read_output
+from eos_runtime.transport import open_transport
+from eos_runtime.windows import tumbling
+
+from pipeline_oracles import run_by_count
+from test_pipelines import KINDS, transport_opts
+
+SIZE, GRACE = 1_000, 300
+PAGES = ["/", "/a", "/b", "/c"]
+
+
+def views_pipeline(suffix: str, dead_letters: bool = False) -> Pipeline:
+    p = Pipeline(f"views-{suffix}", parallelism=2, dead_letters=dead_letters)
+    (p.source(f"views-{suffix}", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"])
+        .window(tumbling(SIZE), grace=GRACE)
+        .count()
+        .final()
+        .sink(f"per-window-{suffix}", key="utf8", value="json"))
+    return p
+
+
+def partition_views(seed: int, n: int, disorder: int) -> list[list[dict]]:
+    """Two partitions' views, time going up ~10 ms a view, each view up to ``disorder`` ms
+    before its partition's latest: within the grace, nothing is late."""
+    rng = random.Random(seed)
+    parts: list[list[dict]] = [[], []]
+    clock = [0, 0]
+    for i in range(n):
+        p = i % 2
+        clock[p] += rng.randint(0, 20)
+        parts[p].append({"id": i, "page": rng.choice(PAGES),
+                         "ts": max(0, clock[p] - rng.randint(0, disorder))})
+    return parts
+
+
+def expected(parts: list[list[dict]]) -> Counter:
+    """What a bounded run closes: the windows whose end + grace is at or below the lowest
+    of the partitions' highest times (each source task reads one partition)."""
+    watermark = min(max(v["ts"] for v in vs) for vs in parts)
+    counts: Counter = Counter()
+    for vs in parts:
+        for v in vs:
+            start = v["ts"] - v["ts"] % SIZE
+            if start + SIZE + GRACE <= watermark:
+                counts[(v["page"], start)] += 1
+    return counts
+
+
+def write(t, topic: str, parts: list[list[dict]]) -> None:
+    from eos_runtime.transport import TopicSpec
+
+    t.create_topics([TopicSpec(topic, 2)])
+    with t.producer() as prod:
+        for p, vs in enumerate(parts):
+            for v in vs:
+                prod.produce(topic, p, json.dumps(v).encode())
+        prod.flush()
+
+
+def results(t, topic: str, job: str) -> Counter:
+    got: Counter = Counter()
+    for r in read_output(t, topic, job=job):
+        v = json.loads(r.value)
+        assert v["end"] == v["start"] + SIZE
+        got[(r.key.decode(), v["start"])] += v["value"]
+    return got
+
+
+def once_each(t, topic: str, job: str) -> list[tuple[str, int]]:
+    return [(r.key.decode(), json.loads(r.value)["start"])
+            for r in read_output(t, topic, job=job)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_window_s_final_count_is_committed_once(kind, tmp_path, request):
+    opts = transport_opts(kind, tmp_path, request)
+    suffix = f"{kind}-{uuid.uuid4().hex[:6]}"
+    p = views_pipeline(suffix)
+    parts = partition_views(7, 1200, disorder=GRACE)
+    with open_transport(**opts) as t:
+        write(t, f"views-{suffix}", parts)
+    summary = run_by_count(p, tmp_path, opts)
+    want = expected(parts)
+    assert len(want) >= 16
+    with open_transport(**opts) as t:
+        keys = once_each(t, f"per-window-{suffix}", p.name)
+        assert len(keys) == len(set(keys)), "a window's result came twice"
+        assert results(t, f"per-window-{suffix}", p.name) == want
+    assert sum(s["late"] for s in summary.tasks) == 0
+    # T2, T3: what stays in the window tasks' stores is the windows still open, one
+    # aggregate and one timer each; a closed window leaves nothing
+    every = {(v["page"], v["ts"] - v["ts"] % SIZE) for vs in parts for v in vs}
+    assert stored(tmp_path, p, "timers") == stored(tmp_path, p, "window0") \
+        == len(every) - len(want) > 0
+
+
+def stored(tmp_path, p: Pipeline, store: str) -> int:
+    from eos_runtime.state import TaskStore
+
+    n = 0
+    for task in (2, 3):
+        with TaskStore(tmp_path / "state" / p.name / f"task-{task}", ["window0", "timers"]) as s:
+            n += sum(1 for _ in s.items(store))
+    return n
+
+
+def test_a_window_s_result_survives_a_crash_after_it_fired(tmp_path):
+    """A crash between the firing and the commit (``task.window.fired``): the restarted
+    task fires the window again, from state the crash left as it was."""
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = f"crash-{uuid.uuid4().hex[:6]}"
+    p = views_pipeline(suffix)
+    parts = partition_views(8, 1200, disorder=GRACE)
+    with open_transport(**opts) as t:
+        write(t, f"views-{suffix}", parts)
+    summary = run_by_count(p, tmp_path, opts, fault=[
+        {"point": "task.window.fired", "task": 2, "hit": 3, "attempt": 0}])
+    assert summary.tasks[2]["attempt"] == 1, "the crash point did not fire"
+    with open_transport(**opts) as t:
+        keys = once_each(t, f"per-window-{suffix}", p.name)
+        assert len(keys) == len(set(keys))
+        assert results(t, f"per-window-{suffix}", p.name) == expected(parts)
+
+
+def test_late_records_are_counted_and_set_aside(tmp_path):
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = f"late-{uuid.uuid4().hex[:6]}"
+    p = views_pipeline(suffix, dead_letters=True)
+    parts = partition_views(9, 1200, disorder=GRACE)
+    # records so late that any watermark past the first windows makes them late
+    late = [{"id": 10_000 + i, "page": "/", "ts": 0} for i in range(5)]
+    for vs in parts:
+        vs[len(vs) // 2:len(vs) // 2] = late
+    with open_transport(**opts) as t:
+        write(t, f"views-{suffix}", parts)
+    summary = run_by_count(p, tmp_path, opts)
+    assert sum(s["late"] for s in summary.tasks) == 10
+    with open_transport(**opts) as t:
+        letters = [json.loads(r.value) for r in read_output(t, f"{p.name}.dead-letters",
+                                                            job=p.name)]
+    assert len(letters) == 10 and all(x["error"].startswith("late:") for x in letters)
