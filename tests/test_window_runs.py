@@ -154,3 +154,53 @@ def test_late_records_are_counted_and_set_aside(tmp_path):
         letters = [json.loads(r.value) for r in read_output(t, f"{p.name}.dead-letters",
                                                             job=p.name)]
     assert len(letters) == 10 and all(x["error"].startswith("late:") for x in letters)
+
+
+@pytest.mark.parametrize("task", [0, 3])
+def test_at_least_once_a_window_s_result_may_repeat_but_is_never_lost(task, tmp_path):
+    """Watermarks ride on the markers, which an at-least-once job with windows sends at
+    every checkpoint too (G1 widened): windows close during the run, not only at its end.
+    A crash of a source task (0) or a window task (3, the one with most keys) replays;
+    every window is there."""
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = f"alo-{task}-{uuid.uuid4().hex[:6]}"
+    p = views_pipeline(suffix)
+    parts = partition_views(10, 1200, disorder=GRACE)
+    with open_transport(**opts) as t:
+        write(t, f"views-{suffix}", parts)
+    summary = run_by_count(p, tmp_path, opts, guarantee="at-least-once", fault=[
+        {"point": "task.checkpoint.after_output_flush", "task": task, "hit": 2, "attempt": 0}])
+    assert summary.tasks[task]["attempt"] == 1, ("the crash point did not fire",
+                                                 summary.tasks)
+    want = expected(parts)
+    best: dict = {}
+    with open_transport(**opts) as t:
+        for r in read_output(t, f"per-window-{suffix}", job=p.name):
+            v = json.loads(r.value)
+            k = (r.key.decode(), v["start"])
+            best[k] = max(best.get(k, 0), v["value"])
+    assert set(best) == set(want)
+    assert all(best[k] >= n for k, n in want.items())
+    # the sources sent markers with their watermarks at checkpoints before the run's
+    # end, so windows could close during the run, not all at its end
+    with open_transport(**opts) as t:
+        marks = channel_markers(t, f"{p.name}.shuffle-1")
+    assert any(m.watermark is not None and m.version < marks[-1].version for m in marks)
+
+
+def channel_markers(t, topic: str) -> list:
+    """Every marker in a channel topic's partitions, by version."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.transport import TopicPartition
+
+    out = []
+    with t.consumer(read_committed=False) as c:
+        for p in range(2):
+            tp = TopicPartition(topic, p)
+            c.assign({tp: 0})
+            while c.position(tp) < t.watermarks(tp, read_committed=False)[1]:
+                for r in c.poll(10_000, 0.5):
+                    rec = wire.decode_channel(r.value)
+                    if isinstance(rec, wire.Marker):
+                        out.append(rec)
+    return sorted(out, key=lambda m: m.version)

@@ -40,7 +40,7 @@ __all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee", 
            "SourceVersions", "announcement", "checkpoint_needed", "finished_run",
            "guarantee_named",
            "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
-           "source_start_version", "time_version"]
+           "source_start_version", "step_markers", "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
 RUN_BITS = 40
@@ -170,6 +170,14 @@ def guarantee_named(name: str) -> Guarantee:
         if g.name == name:
             return g
     raise ValueError(f"guarantee {name!r}: use exactly-once or at-least-once")
+
+
+def step_markers(guarantee: Guarantee, event_time: bool) -> bool:
+    """G1, widened for event time: whether a task with channels sends its markers at every
+    checkpoint. Exactly-once always (they are what a channel task aligns on); at-least-
+    once only when the job keeps watermarks, which ride on the markers (W3): its channel
+    tasks do not align on them, a lane's watermark is its latest marker's (T4)."""
+    return guarantee.markers_each_checkpoint or event_time
 
 
 def checkpoint_needed(guarantee: Guarantee, inputs: object, recorded: object) -> bool:

@@ -48,7 +48,7 @@ from ..protocol.recovery import (
     next_generation,
     snapshot_due,
 )
-from ..protocol.runs import Guarantee, announcement, run_end
+from ..protocol.runs import Guarantee, announcement, run_end, step_markers
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
 from .metrics import CheckpointMetrics
@@ -94,7 +94,7 @@ class Committer:
                                  [*sinks, *([dead] if dead is not None else [])],
                                  transaction_chunk)
         # Who gets markers at step 5 (G1): the channels, or nobody until the run's end.
-        self.step_markers = channels if guarantee.markers_each_checkpoint else None
+        self.step_markers = channels if step_markers(guarantee, plan.event_time) else None
         self.task_id = task_id
         self.changelog_tp = TopicPartition(plan.changelog_topic, task_id)
         self.fence_id = fence_id(plan.name, task_id)
