@@ -38,7 +38,7 @@ from .api import FORMATS, Pipeline, Sink, Source
 from .errors import ConfigError, UserFunctionError
 from .graph import StageGraph, stage_graph
 from .protocol.wire import CheckpointData
-from .runtime.operators import Program, decode_key, encode_key
+from .runtime.operators import Program, decode_key, encode_key, event_time_of
 from .state import TaskStore
 
 __all__ = ["TestRun", "run_steps"]
@@ -94,13 +94,19 @@ class TestRun:
         for g in graph:
             self._stages.append(_Stage(g, Path(self.directory)))
         self._sends = 0
+        self.watermark: int | None = None   # event time: what ``advance`` moved it to
+        self.late = 0                       # records in no open window (W6)
 
     # ------------------------------------------------------------------ the public side
 
-    def send(self, records: Iterable[Any]) -> Any:
+    def send(self, records: Iterable[Any], *, times: Iterable[int] | None = None) -> Any:
         """Run ``records`` through the pipeline, in order; returns the sink's records as
         ``(key, value)`` (several sinks: ``{topic: records}``). State persists to the next
-        ``send``; a ``send`` that raises keeps none of its own changes."""
+        ``send``; a ``send`` that raises keeps none of its own changes.
+
+        Event time: each record's is its source's ``timestamp(value)``, or the one at its
+        place in ``times`` (ms), else 0. A record in no window still open at the run's
+        watermark (``advance``) is late: counted in ``late``, in no window."""
         if not self._finalizer.alive:
             raise ConfigError("this TestRun is closed: make a new one")
         if isinstance(records, dict):
@@ -119,19 +125,51 @@ class TestRun:
                               f"send({{topic: [records], ...}}), the topics in turn")
         else:
             by_topic = {next(iter(self._source_stages)): records}
+        given = iter(times) if times is not None else None
+        return self._step(lambda out: self._send(by_topic, given, out))
+
+    def advance(self, watermark: int) -> Any:
+        """The watermark moves to ``watermark`` (ms; it never goes back): every window it
+        closes emits its final result, as a task's checkpoint would (W5). Returns the
+        sink's records, as ``send``."""
+        if not self._finalizer.alive:
+            raise ConfigError("this TestRun is closed: make a new one")
+        if isinstance(watermark, bool) or not isinstance(watermark, int):
+            raise ConfigError(f"TestRun.advance: a watermark is whole ms, not {watermark!r}")
+        self.watermark = watermark if self.watermark is None else max(self.watermark,
+                                                                      watermark)
+        return self._step(self._fire)
+
+    def _send(self, by_topic: dict[str, Any], times: Any,
+              out: dict[str, list[tuple[Any, Any]]]) -> None:
+        for topic, topic_records in by_topic.items():
+            graph = self._source_stages[topic]
+            src = graph.source
+            assert src is not None
+            for record in topic_records:
+                key, value = self._decode_input(src, record)
+                kb = encode_key(key) if key is not None else None
+                t = next(times, 0) if times is not None else 0
+                if src.timestamp is not None:
+                    t = event_time_of(src.timestamp, src.topic, value)
+                self._through(graph.index, key, kb, value, out, t)
+
+    def _fire(self, out: dict[str, list[tuple[Any, Any]]]) -> None:
+        for stage in self._stages:   # in stage order: a result fired here may feed a later one
+            stage.program.watermark = self.watermark
+            for kb, outs, t in stage.program.fire(self.watermark):
+                self._route(stage, decode_key(kb), kb, outs, out, t)
+
+    def _step(self, work: Callable[[dict[str, list[tuple[Any, Any]]]], None]) -> Any:
+        """``work`` against the state, all or nothing; the sink's records it made."""
         out: dict[str, list[tuple[Any, Any]]] = {topic: [] for topic in self._sinks}
         try:
-            for topic, topic_records in by_topic.items():
-                graph = self._source_stages[topic]
-                assert graph.source is not None
-                for record in topic_records:
-                    key, value = self._decode_input(graph.source, record)
-                    kb = encode_key(key) if key is not None else None
-                    self._through(graph.index, key, kb, value, out)
+            work(out)
         except BaseException:
             for stage in self._stages:
                 if stage.store is not None:
                     stage.store.discard()
+                stage.program.late = []
             raise
         self._sends += 1
         for stage in self._stages:
@@ -178,9 +216,18 @@ class TestRun:
         return key, value
 
     def _through(self, index: int, key: Any, kb: bytes | None, value: Any,
-                 out: dict[str, list[tuple[Any, Any]]]) -> None:
+                 out: dict[str, list[tuple[Any, Any]]], t: int) -> None:
         stage = self._stages[index]
+        stage.program.event_time = t
         outs = stage.program.run(kb, value)
+        if stage.program.late:
+            self.late += len(stage.program.late)
+            stage.program.late = []
+        self._route(stage, key, kb, outs, out, t)
+
+    def _route(self, stage: _Stage, key: Any, kb: bytes | None, outs: list[list[Any]],
+               out: dict[str, list[tuple[Any, Any]]], t: int) -> None:
+        index = stage.graph.index
         for spec, values in zip(stage.graph.outputs, outs, strict=True):
             if not values:
                 continue
@@ -203,7 +250,7 @@ class TestRun:
                     raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from exc
                 for next_kb, v in zip(keys, values, strict=True):
                     carried = _round_trip("msgpack", v, _channel_error(v, spec.to_stage, name))
-                    self._through(spec.to_stage, decode_key(next_kb), next_kb, carried, out)
+                    self._through(spec.to_stage, decode_key(next_kb), next_kb, carried, out, t)
             else:
                 assert spec.sink is not None
                 for v in values:

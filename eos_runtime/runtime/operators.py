@@ -36,6 +36,21 @@ def encode_key(key: Any) -> bytes:
     return _pack(key)
 
 
+def event_time_of(fn: Callable[[Any], Any], topic: str, value: Any) -> int:
+    """W1: a source's ``timestamp(value)``, which must be a whole number of ms."""
+    try:
+        t = fn(value)
+    except Exception as exc:
+        raise UserFunctionError(f"source {topic!r} timestamp function raised "
+                                f"{type(exc).__name__}: {exc}") from exc
+    if type(t) is int:
+        return t
+    if isinstance(t, float) and t.is_integer():
+        return int(t)
+    raise UserFunctionError(f"source {topic!r} timestamp function returned {t!r}: an event "
+                            f"time is whole milliseconds (an int)")
+
+
 def decode_key(raw: bytes | None) -> Any:
     return None if raw is None else msgpack.unpackb(raw, raw=False)
 

@@ -32,7 +32,7 @@ from ..protocol import wire
 from ..state import TaskStore
 from ..transport import Record
 from . import letters
-from .operators import Chain, Program, decode_key, encode_key
+from .operators import Chain, Program, decode_key, encode_key, event_time_of
 from .outputs import ChannelWriter, SinkWriter
 from .stats import TaskStats
 
@@ -130,21 +130,9 @@ class RecordPath:
             self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
 
     def _event_time(self, value: Any) -> int:
-        """W1: the source's ``timestamp(value)``, a whole number of ms."""
-        fn = self._src_time
-        assert fn is not None and self.stage.source is not None
-        try:
-            t: Any = fn(value)
-        except Exception as exc:
-            raise UserFunctionError(f"source {self.stage.source.topic!r} timestamp function "
-                                    f"raised {type(exc).__name__}: {exc}") from exc
-        if type(t) is not int:
-            if isinstance(t, float) and t.is_integer():
-                return int(t)
-            raise UserFunctionError(f"source {self.stage.source.topic!r} timestamp function "
-                                    f"returned {t!r}: an event time is whole milliseconds "
-                                    f"(an int)")
-        return t
+        src = self.stage.source
+        assert src is not None and src.timestamp is not None
+        return event_time_of(src.timestamp, src.topic, value)
 
     def _late(self, windows: Program, topic: str, partition: int, offset: int,
               timestamp: int, key: bytes | None, value: bytes | None) -> None:

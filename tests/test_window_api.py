@@ -1,0 +1,114 @@
+"""Windows through the API and the in-process helper (issue 25): what closes when, each
+aggregation and emission, lateness, and what a window cannot follow."""
+
+from __future__ import annotations
+
+import pytest
+
+from eos_runtime import Pipeline
+from eos_runtime.errors import ConfigError
+from eos_runtime.testing import TestRun
+from eos_runtime.windows import hopping, tumbling
+
+
+def views(emit: str = "final", agg=lambda w: w.count(), grace: int = 0, spec=None) -> Pipeline:
+    p = Pipeline("views")
+    windowed = (p.source("views", value="json", timestamp=lambda v: v["ts"])
+                .key_by(lambda v: v["page"])
+                .window(spec or tumbling(seconds=1), grace=grace))
+    getattr(agg(windowed), emit)().sink("out", key="utf8", value="json")
+    return p
+
+
+def w(start: int, end: int, value) -> dict:
+    return {"start": start, "end": end, "value": value}
+
+
+def test_final_emits_each_window_once_when_the_watermark_passes_its_end_plus_grace():
+    with TestRun(views(grace=500)) as test:
+        assert test.send([{"page": "/", "ts": 100}, {"page": "/", "ts": 900},
+                          {"page": "/b", "ts": 1_200}]) == []
+        assert test.advance(1_499) == []                       # [0, 1000) closes at 1500
+        assert test.advance(1_500) == [("/", w(0, 1_000, 2))]
+        assert test.send([{"page": "/b", "ts": 1_999}]) == []
+        assert test.advance(10_000) == [("/b", w(1_000, 2_000, 2))]
+        assert test.advance(20_000) == []                      # nothing twice
+
+
+def test_current_emits_every_update_and_nothing_at_the_close():
+    with TestRun(views("current")) as test:
+        assert test.send([{"page": "/", "ts": 1}, {"page": "/", "ts": 2}]) == [
+            ("/", w(0, 1_000, 1)), ("/", w(0, 1_000, 2))]
+        assert test.advance(5_000) == []
+
+
+@pytest.mark.parametrize("agg, want", [
+    (lambda x: x.sum(lambda v: v["n"]), 6),
+    (lambda x: x.reduce(lambda acc, v: {"n": max(acc["n"], v["n"])}), {"n": 3}),
+    (lambda x: x.aggregate(initial=lambda: [], add=lambda acc, v: acc + [v["n"]]), [1, 2, 3]),
+])
+def test_sum_reduce_and_aggregate(agg, want):
+    with TestRun(views(agg=agg)) as test:
+        test.send([{"page": "/", "ts": t, "n": t} for t in (1, 2, 3)])
+        assert test.advance(1_000) == [("/", w(0, 1_000, want))]
+
+
+def test_hopping_windows_hold_a_record_in_each_window_it_falls_in():
+    with TestRun(views(spec=hopping(1_000, 500))) as test:
+        test.send([{"page": "/", "ts": 700}])
+        assert test.advance(2_000) == [("/", w(0, 1_000, 1)), ("/", w(500, 1_500, 1))]
+
+
+def test_a_record_whose_windows_closed_is_late_counted_and_in_no_window():
+    with TestRun(views()) as test:
+        test.advance(3_000)
+        assert test.send([{"page": "/", "ts": 2_999}, {"page": "/", "ts": 3_000}]) == []
+        assert test.late == 1
+        assert test.advance(4_000) == [("/", w(3_000, 4_000, 1))]
+
+
+def test_a_window_s_results_go_on_through_later_steps_and_stages():
+    p = Pipeline("busiest")
+    (p.source("views", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"])
+        .window(tumbling(1_000)).count().final()
+        .map(lambda r: {"minute": r["start"], "views": r["value"]})
+        .key_by(lambda r: r["minute"])
+        .sink("per-minute", key="msgpack", value="json"))
+    with TestRun(p) as test:
+        test.send([{"page": pg, "ts": 10} for pg in ("/", "/", "/b")])
+        assert sorted(test.advance(1_000), key=str) == [(0, {"minute": 0, "views": 1}),
+                                                        (0, {"minute": 0, "views": 2})]
+
+
+def test_what_a_window_cannot_follow_or_take_is_refused_when_written():
+    p = Pipeline("bad")
+    lines = p.source("lines")
+    with pytest.raises(ConfigError, match="has no key: add .key_by"):
+        lines.window(tumbling(1_000))
+    keyed = lines.key_by(lambda s: s)
+    with pytest.raises(ConfigError, match="tumbling"):
+        keyed.window(1_000)
+    with pytest.raises(ConfigError, match="grace is whole milliseconds"):
+        keyed.window(tumbling(1_000), grace=-1)
+    with pytest.raises(ConfigError, match="expected a function"):
+        keyed.window(tumbling(1_000)).reduce("max")
+    with pytest.raises(ConfigError, match="timestamp must be a function"):
+        p.source("other", timestamp=5)
+    with pytest.raises(ConfigError, match="idle_after"):
+        p.source("third", idle_after=-1)
+    a = p.source("a").key_by(lambda s: s)
+    b = p.source("b").key_by(lambda s: s)
+    with pytest.raises(ConfigError, match="follows a merge"):
+        a.merge(b).window(tumbling(1_000))
+
+
+def test_a_timestamp_function_that_is_not_whole_ms_names_the_source():
+    from eos_runtime.errors import UserFunctionError
+
+    p = Pipeline("t")
+    (p.source("views", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"]).window(tumbling(1_000)).count().final().sink("o"))
+    with TestRun(p) as test, pytest.raises(UserFunctionError, match=r"source 'views' "
+                                           r"timestamp function returned 'soon': an event"):
+        test.send([{"page": "/", "ts": "soon"}])
