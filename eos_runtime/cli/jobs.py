@@ -155,9 +155,16 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
-    control, dead-letters."""
+    control, heartbeats, dead-letters, metadata, checkpoints."""
+    from ..joblog.checkpoints import checkpoint_topic
     from ..joblog.control import control_topic, heartbeat_topic, scan_jobs
-    from ..joblog.layout import layout_channels, layout_sinks, layout_sources, layout_stages
+    from ..joblog.layout import (
+        layout_channels,
+        layout_job_id,
+        layout_sinks,
+        layout_sources,
+        layout_stages,
+    )
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -178,13 +185,28 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         use(heartbeat_topic(job), job, "heartbeats")
         use(f"{job}.dead-letters", job, "dead-letters")
         use(f"{job}.metadata", job, "metadata")
+        # the checkpoint topic of --checkpoints kafka: the last run's job id, and those an
+        # earlier run under another id left (``__eos_checkpoint_<job>_<id>``)
+        if last is not None:
+            use(checkpoint_topic(job, layout_job_id(last.start.layout)), job, "checkpoints")
+        for topic in topics:
+            if topic.startswith(checkpoint_topic(job, "")) and "_" not in \
+                    topic[len(checkpoint_topic(job, "")):]:
+                use(topic, job, "checkpoints")
     return uses
+
+
+def shown_topic(topic: str) -> bool:
+    """Whether ``eos topics`` lists ``topic``: not Kafka's own internal topics
+    (``__consumer_offsets``, ``__transaction_state``, any ``__`` name), but the project's
+    (``__eos_*``: a job's checkpoint topic)."""
+    return not topic.startswith("__") or topic.startswith("__eos_")
 
 
 _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
               "changelog": "change log of", "control": "control topic of",
               "heartbeats": "lease heartbeats of", "dead-letters": "dead letters of",
-              "metadata": "startpoints of"}
+              "metadata": "startpoints of", "checkpoints": "checkpoint topic of"}
 
 
 @click.command("topics")
@@ -193,13 +215,14 @@ _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
              "command: a JSON error object).")
 def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: bool) -> None:
     """List the topics on the transport with their partitions and, for each, which job
-    uses it as source, sink, channel, change log, control topic or dead letters (from the
-    jobs' control topics)."""
+    uses it as source, sink, channel, change log, control topic, dead letters or checkpoint
+    topic (from the jobs' control topics). Kafka's internal topics (__consumer_offsets,
+    __transaction_state) are left out; the project's own __eos_* topics are listed."""
     from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with reading_local_log(opts), open_transport(**opts) as transport:
-        names = sorted(t for t in transport.list_topics() if not t.startswith("__"))
+        names = sorted(t for t in transport.list_topics() if shown_topic(t))
         parts = {t: transport.describe(t).partitions for t in names}
         uses = topic_uses(transport, names)
     if as_json:
