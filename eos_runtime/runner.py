@@ -188,6 +188,8 @@ class PipelineRun:
         self.begin = begin
         self.started = time.monotonic()
         self.stop_requested: str | None = None
+        # How the run ended (outcome, detail), recorded in the control topic at close()
+        self.ended: tuple[str, str] | None = None
         self._stages = describe_plan(plan)
         # Where the tasks write their counters (TaskProgress), when the driver can see it.
         self._task_dir = Path(state_dir) / plan.name if state_dir is not None else None
@@ -312,7 +314,16 @@ class PipelineRun:
 
     def cancel(self) -> None:
         """Stop now, without final checkpoints (the next run recovers as from a crash)."""
+        self.end("cancelled")
         self.job.cancel()
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        """How the run ended (the first call counts): ``close()`` records it where ``eos
+        jobs`` reads the runs; a failure with its error's first line."""
+        if self.ended is None:
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[0] \
+                if error is not None else ""
+            self.ended = (outcome, detail)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.job.wait(timeout)
@@ -321,7 +332,7 @@ class PipelineRun:
         """Release the job's lease and the driver's transport. Call it once the run is
         over: a run closed early leaves its tasks without a driver that holds the job."""
         if self.lease is not None:
-            self.lease.close()
+            self.lease.close(self.ended)
         self.t.close()
 
     def summary(self) -> RunSummary:
@@ -332,7 +343,13 @@ class PipelineRun:
             # A task gave up on an outage: the same one line the driver's own look gives.
             prefix = f"{OutageBudgetExceeded.__name__}: "
             if exc.reason.startswith(prefix):
-                raise OutageBudgetExceeded(exc.reason[len(prefix):]) from None
+                outage = OutageBudgetExceeded(exc.reason[len(prefix):])
+                self.end("failed", outage)
+                raise outage from None
+            self.end("failed", exc)
+            raise
+        except BaseException as exc:
+            self.end("failed", exc)
             raise
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
@@ -345,6 +362,7 @@ class PipelineRun:
                 self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
+        self.end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
                           tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
                           stopped=any(t.get("stopped") for t in tasks))
@@ -545,8 +563,10 @@ def watch_run(run: PipelineRun, *,
             if on_progress is not None:
                 on_progress(progress)
         return run.summary()
-    except BaseException:
+    except BaseException as exc:
         give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
+        if not isinstance(exc, KeyboardInterrupt):
+            run.end("failed", exc)
         run.cancel()
         run.wait()
         raise

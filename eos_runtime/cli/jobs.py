@@ -60,7 +60,10 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
                     "tasks": list(s.task_ids), "stores": list(s.stores)} for s in stages],
         "runs": [{"run": r.start.run, "started_ms": r.start.started_ms,
                   "bounded": r.start.bounded, "stopped": r.stopped is not None,
-                  "stop_reason": r.stopped.reason if r.stopped is not None else None}
+                  "stop_reason": r.stopped.reason if r.stopped is not None else None,
+                  "outcome": r.ended.outcome if r.ended is not None else None,
+                  "ended_ms": r.ended.ended_ms if r.ended is not None else None,
+                  "error": (r.ended.detail or None) if r.ended is not None else None}
                  for r in runs],
         "lease": {"status": status, "run": holder.run if holder else None,
                   "pid": holder.pid if holder else None, "host": holder.host if holder else None,
@@ -91,17 +94,31 @@ def _when(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
+def _ended_text(run: dict[str, Any], lease: dict[str, Any]) -> str:
+    """``, finished`` / ``, stopped`` / ``, failed: ERROR`` / ``, cancelled``, as the run's
+    driver recorded; ``, running`` for the run holding the lease; else ``, end not
+    recorded`` (a driver that was killed, or a run of an older release)."""
+    if run.get("outcome") == "failed":
+        return f", failed: {run['error']}" if run.get("error") else ", failed"
+    if run.get("outcome"):
+        return f", {run['outcome']}"
+    if lease.get("run") == run["run"] and lease.get("status") in ("held", "expired", "dead"):
+        return ""   # the lease line below says whether its driver runs
+    return ", end not recorded"
+
+
 def _job_lines(info: dict[str, Any]) -> list[str]:
     tasks = sum(len(s["tasks"]) for s in info["stages"])
     lines = [f"{info['job']} ({info['guarantee'] or 'guarantee unknown'}): "
              f"{info['source'] or '?'} -> {info['sink'] or '?'}, "
              f"{n_of(len(info['stages']), 'stage')}, {n_of(tasks, 'task')}, "
              f"{n_of(len(info['runs']), 'run')}"]
+    lease = info.get("lease") or {}
     for r in info["runs"]:
         kind = "bounded" if r["bounded"] else "unbounded"
         stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
-        lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}")
-    lease = info.get("lease") or {}
+        lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}"
+                     f"{_ended_text(r, lease)}")
     if lease.get("status") == "dead":   # protocol/lease.py L4: judged on the holder's host
         lines.append(f"  driver gone: run {lease['run']}, pid {lease['pid']} on this host "
                      f"({lease['host']}) is no longer running; the next run takes the job over")
