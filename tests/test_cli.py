@@ -533,11 +533,13 @@ def test_progress_reads_the_counters_the_tasks_write(tmp_path):
         [(1, 1, 40, 200), (1, 2, 99, 10)]
     line = _progress_line("wc", {
         "seconds": 12.2, "run": 3, "bounded": True, "stopping": True, "stages": stages,
-        "in_flight": [None, None], "input_committed": 30, "input_total": 50,
-        "sink_records": 8, "tasks_running": 3, "tasks_finished": 0, "failed_attempts": 1})
+        "in_flight": [None, None], "input_read": 40, "input_committed": 30, "input_total": 50,
+        "sink_records": 8, "sink_known": True, "tasks_running": 3, "tasks_finished": 0,
+        "failed_attempts": 1})
     assert line == ("eos run wc (run 3, bounded): 12 s; input 40 of 50 read, 30 of 50 committed; "
+                    "sink 8 committed; "
                     "stage 0: 40 processed, 200 emitted, 2 checkpoints; stage 1: 99 processed, "
-                    "10 emitted, 1 checkpoint (1 of 2 tasks reporting); sink 8 written; tasks 3 "
+                    "10 emitted, 1 checkpoint (1 of 2 tasks reporting); tasks 3 "
                     "running / 0 done, 1 failed attempt; stopping: the stages after the sources "
                     "finish what was sent to them (Ctrl-C again cancels)")
 
