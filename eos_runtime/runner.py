@@ -81,6 +81,7 @@ class RunSummary:
     stopped: bool = False          # a stop request ended the run early
     input_read: int | None = None  # source records read (= input_records once it ended)
     sink_records: int | None = None   # records its checkpoints committed to the sinks
+    dead_letter_topic: str | None = None   # where failing records went (None: nowhere)
 
     @property
     def records_per_second(self) -> float:
@@ -103,6 +104,8 @@ class RunSummary:
                 "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
                 "input_read": self.input_read, "sink_records": self.sink_records,
+                "dead_letters": sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks),
+                "dead_letter_topic": self.dead_letter_topic,
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds, "stages": self.stages,
                 "plan": self.plan, "tasks": self.tasks}
@@ -359,7 +362,8 @@ class PipelineRun:
                           tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
                           stopped=any(t.get("stopped") for t in tasks),
                           input_read=figures[0] if figures is not None else None,
-                          sink_records=sink_records(by_id, self.plan)[0])
+                          sink_records=sink_records(by_id, self.plan)[0],
+                          dead_letter_topic=self.plan.dead_letter_topic)
 
 
 def state_root(data_dir: str | None, state_dir: str | None) -> str:

@@ -574,3 +574,14 @@ def test_a_library_logging_an_exception_prints_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "Traceback" not in proc.stderr and "gateway closed" not in proc.stderr
     assert proc.stderr == "warning: a warning of ours\n"
+
+
+def test_a_summary_says_how_many_records_went_to_dead_letters():
+    """Issue 27 item 15: a run that set records aside says so at the end, and where."""
+    from eos_runtime.cli.run import _summary_lines
+
+    summary = _summary(5, [{"task_id": 0, "processed": 5, "dead_letters": 5},
+                           {"task_id": 1}, {"task_id": 2}])
+    summary.dead_letter_topic = "wc.dead-letters"
+    assert _summary_lines(summary)[-1] == ("5 records went to dead letters (topic "
+                                           "wc.dead-letters): eos consume wc.dead-letters")

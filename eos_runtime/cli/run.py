@@ -107,6 +107,11 @@ def _summary_lines(summary: Any) -> list[str]:
         lines.append(f"  task {t.get('task_id')}: {n_of(t.get('checkpoints', 0), 'checkpoint')}, "
                      f"{n_of(t.get('rewinds', 0), 'rewind')}, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")
+    dead = sum(int(t.get("dead_letters", 0) or 0) for t in summary.tasks)
+    if dead:
+        topic = summary.dead_letter_topic or f"{summary.job}.dead-letters"
+        lines.append(f"{n_of(dead, 'record')} went to dead letters (topic {topic}): "
+                     f"eos consume {topic}")
     return lines
 
 
