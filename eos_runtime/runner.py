@@ -11,6 +11,7 @@ Each run of a job continues from the last one's checkpoints (``protocol/runs.py`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -42,6 +43,14 @@ from .limits import check
 from .outage import DEFAULT_BUDGET, OutageClock, check_budget, gone_too_long, is_transient
 from .pipeline_file import load_pipeline
 from .plan import JobPlan, describe_plan, plan_job
+from .run_progress import (
+    STAGE_COUNTERS,
+    clear_task_progress,
+    read_task_counters,
+    sink_records,
+    source_figures,
+    stage_totals,
+)
 from .run_start import (
     check_topics,
     create_job_topics,
@@ -51,38 +60,12 @@ from .run_start import (
     source_positions,
     task_configs,
 )
-from .runtime.progress import read_task_progress
 from .runtime.source import check_fallback
 from .runtime.task import run_task_payload
 from .transport import TopicPartition, Transport, open_transport
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
            "run_pipeline", "start_pipeline", "task_configs", "watch_run", "STAGE_COUNTERS"]
-
-#: Task counters a stage's figures add up (``RunSummary.stages``, ``PipelineRun.progress``).
-STAGE_COUNTERS = ("processed", "emitted", "checkpoints", "rewinds", "buffered", "overflowed",
-                  "dead_letters")
-
-
-def stage_totals(stages: list[dict[str, Any]],
-                 tasks: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per stage of ``describe_plan``: its topics, its task count, how many of its tasks
-    reported (``tasks`` holds counters by task id), the sums of ``STAGE_COUNTERS`` and the
-    largest early-arrival buffer (``max_buffer_bytes``)."""
-    out = []
-    for st in stages:
-        got = [tasks[i] for i in st["tasks"] if i in tasks]
-        outputs = [o["topic"] for o in st.get("outputs", [])] or [st["output"]]
-        row: dict[str, Any] = {"stage": st["stage"], "input": st["input"],
-                               "output": ", ".join(outputs), "tasks": len(st["tasks"]),
-                               "reporting": len(got)}
-        for key in STAGE_COUNTERS:
-            row[key] = sum(int(t.get(key, 0) or 0) for t in got)
-        row["max_buffer_bytes"] = max((int(t.get("max_buffer_bytes", 0) or 0) for t in got),
-                                      default=0)
-        out.append(row)
-    return out
-
 
 @dataclass
 class RunSummary:
@@ -96,6 +79,9 @@ class RunSummary:
     run: int = 0                   # the job's run number (0 for its first run)
     bounded: bool = True
     stopped: bool = False          # a stop request ended the run early
+    input_read: int | None = None  # source records read (= input_records once it ended)
+    sink_records: int | None = None   # records its checkpoints committed to the sinks
+    dead_letter_topic: str | None = None   # where failing records went (None: nowhere)
 
     @property
     def records_per_second(self) -> float:
@@ -117,6 +103,9 @@ class RunSummary:
         return {"job": self.job, "guarantee": self.guarantee, "transport": self.transport,
                 "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
+                "input_read": self.input_read, "sink_records": self.sink_records,
+                "dead_letters": sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks),
+                "dead_letter_topic": self.dead_letter_topic,
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds, "stages": self.stages,
                 "plan": self.plan, "tasks": self.tasks}
@@ -188,6 +177,8 @@ class PipelineRun:
         self.begin = begin
         self.started = time.monotonic()
         self.stop_requested: str | None = None
+        # How the run ended (outcome, detail), recorded in the control topic at close()
+        self.ended: tuple[str, str] | None = None
         self._stages = describe_plan(plan)
         # Where the tasks write their counters (TaskProgress), when the driver can see it.
         self._task_dir = Path(state_dir) / plan.name if state_dir is not None else None
@@ -198,10 +189,6 @@ class PipelineRun:
         self._source_tps = [TopicPartition(st.input_topic, p) for st in plan.source_stages
                             for p in range(st.input_partitions)]
         self._source_high0 = {tp: transport.watermarks(tp)[1] for tp in self._source_tps}
-        self._sink_tps = [TopicPartition(o.topic, p) for o in plan.sinks
-                          for p in range(o.partitions)]
-        self._sink_high0 = sum(transport.watermarks(tp, read_committed=False)[1]
-                               for tp in self._sink_tps)
 
     @property
     def run(self) -> int:
@@ -209,9 +196,14 @@ class PipelineRun:
 
     def progress(self) -> dict[str, Any]:
         """Where the run is. ``seconds`` so far; ``source_new_records`` (arrived at the source
-        since the start), ``sink_records`` (written to the sink, uncommitted included);
-        ``input_committed`` (source records this run's checkpoints committed, refreshed every
-        few seconds) of ``input_total`` (what a bounded run reads; None when unbounded);
+        since the start); ``input_read`` (source records the run read: where its source
+        tasks are, less where the run began; None while some source task has not
+        reported) and ``input_committed`` (what its checkpoints committed: from the source
+        tasks' counters, else the change log's commit records, refreshed every few
+        seconds) of ``input_total`` (what a bounded run reads; None when unbounded);
+        ``sink_records`` (records the run's checkpoints committed to its sinks, as its
+        tasks count them: no transaction markers) and ``sink_known`` (every sink task
+        reported); ``final``: the look after the run ended (``watch_run``);
         ``stages`` (per stage: topics, ``tasks``, ``reporting`` (tasks whose counters the
         driver sees: those that write them where it can read), the counters of
         ``STAGE_COUNTERS`` added up, ``max_buffer_bytes``) and ``in_flight`` (per stage,
@@ -240,7 +232,8 @@ class PipelineRun:
         stages = stage_totals(self._stages, {})
         return {"run": self.run, "bounded": self.bounded,
                 "stopping": self.stop_requested is not None, "source_new_records": 0,
-                "sink_records": 0, "input_committed": 0, "input_total": None,
+                "sink_records": 0, "sink_known": False, "input_read": None,
+                "input_committed": 0, "input_total": None, "final": False,
                 "stages": stages, "in_flight": [None] * len(stages),
                 "tasks": len(self.plan.tasks), "outage_budget": self.outage.budget}
 
@@ -265,19 +258,25 @@ class PipelineRun:
     def _progress(self) -> dict[str, Any]:
         status = self.job.status()
         arrived = sum(self.t.watermarks(tp)[1] - self._source_high0[tp] for tp in self._source_tps)
-        written = sum(self.t.watermarks(tp, read_committed=False)[1]
-                      for tp in self._sink_tps) - self._sink_high0
         now = time.monotonic()
-        if now >= self._committed_next:
-            self._committed_next = now + self._committed_every
-            try:
-                self._committed = source_positions(self.t, self.plan)
-            except EosError:
-                pass   # the next look
-        committed = sum(max(self._committed.get(tp, b) - b, 0) for tp, b in self.begin.items())
+        counters = self._task_counters()
+        figures = source_figures(counters, self.plan, self.begin)
+        if figures is not None:
+            read, committed = figures
+        else:   # the tasks' counters are elsewhere (or not yet): the change log's commits
+            read = None
+            if now >= self._committed_next:
+                self._committed_next = now + self._committed_every
+                try:
+                    self._committed = source_positions(self.t, self.plan)
+                except EosError:
+                    pass   # the next look
+            committed = sum(max(self._committed.get(tp, b) - b, 0)
+                            for tp, b in self.begin.items())
+        written, sink_known = sink_records(counters, self.plan)
         total = (sum(max(self._ends.get(tp, b) - b, 0) for tp, b in self.begin.items())
                  if self._ends is not None else None)
-        stages = stage_totals(self._stages, self._task_counters())
+        stages = stage_totals(self._stages, counters)
         in_flight: list[int | None] = [None]
         for before, st in zip(stages, stages[1:], strict=False):
             known = before["reporting"] == before["tasks"] and st["reporting"] == st["tasks"]
@@ -285,6 +284,7 @@ class PipelineRun:
         return {"seconds": now - self.started, "run": self.run,
                 "bounded": self.bounded, "stopping": self.stop_requested is not None,
                 "source_new_records": arrived, "sink_records": written,
+                "sink_known": sink_known, "input_read": read, "final": False,
                 "input_committed": committed, "input_total": total,
                 "stages": stages, "in_flight": in_flight, "state": status.state,
                 "tasks": len(self.plan.tasks), "tasks_running": status.running,
@@ -296,13 +296,8 @@ class PipelineRun:
         """The counters each task last wrote beside its pid file during this run."""
         if self._task_dir is None:
             return {}
-        since = self.info.start.started_ms / 1000 - 1.0
-        out = {}
-        for task in self.plan.tasks:
-            got = read_task_progress(self._task_dir / f"task-{task.task_id}.progress")
-            if got is not None and float(got.get("time", 0)) >= since:
-                out[task.task_id] = got
-        return out
+        return read_task_counters(self._task_dir, self.plan,
+                                  self.info.start.started_ms / 1000 - 1.0)
 
     def stop(self, reason: str = "requested") -> None:
         """Ask the run to stop gracefully: every task takes a final checkpoint and ends."""
@@ -312,7 +307,16 @@ class PipelineRun:
 
     def cancel(self) -> None:
         """Stop now, without final checkpoints (the next run recovers as from a crash)."""
+        self.end("cancelled")
         self.job.cancel()
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        """How the run ended (the first call counts): ``close()`` records it where ``eos
+        jobs`` reads the runs; a failure with its error's first line."""
+        if self.ended is None:
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[0] \
+                if error is not None else ""
+            self.ended = (outcome, detail)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.job.wait(timeout)
@@ -321,7 +325,7 @@ class PipelineRun:
         """Release the job's lease and the driver's transport. Call it once the run is
         over: a run closed early leaves its tasks without a driver that holds the job."""
         if self.lease is not None:
-            self.lease.close()
+            self.lease.close(self.ended)
         self.t.close()
 
     def summary(self) -> RunSummary:
@@ -332,7 +336,13 @@ class PipelineRun:
             # A task gave up on an outage: the same one line the driver's own look gives.
             prefix = f"{OutageBudgetExceeded.__name__}: "
             if exc.reason.startswith(prefix):
-                raise OutageBudgetExceeded(exc.reason[len(prefix):]) from None
+                outage = OutageBudgetExceeded(exc.reason[len(prefix):])
+                self.end("failed", outage)
+                raise outage from None
+            self.end("failed", exc)
+            raise
+        except BaseException as exc:
+            self.end("failed", exc)
             raise
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
@@ -345,9 +355,15 @@ class PipelineRun:
                 self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
+        self.end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
+        by_id = {int(t["task_id"]): t for t in tasks}
+        figures = source_figures(by_id, self.plan, self.begin)
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
                           tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
-                          stopped=any(t.get("stopped") for t in tasks))
+                          stopped=any(t.get("stopped") for t in tasks),
+                          input_read=figures[0] if figures is not None else None,
+                          sink_records=sink_records(by_id, self.plan)[0],
+                          dead_letter_topic=self.plan.dead_letter_topic)
 
 
 def state_root(data_dir: str | None, state_dir: str | None) -> str:
@@ -454,7 +470,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                                **({"channel_batch": channel_batch} if channel_batch else {}))
         ends = {TopicPartition(plan.stage_of(c.task_id).input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
-        _clear_task_progress(Path(state_dir) / plan.name, plan)
+        clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
         return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
                            outage_budget=budget)
@@ -470,15 +486,6 @@ def plan_budget(budget: float | None) -> float:
         return check_budget(DEFAULT_BUDGET if budget is None else budget)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def _clear_task_progress(task_dir: Path, plan: JobPlan) -> None:
-    """An earlier run's progress files must not pass for this one's."""
-    for task in plan.tasks:
-        try:
-            (task_dir / f"task-{task.task_id}.progress").unlink()
-        except OSError:
-            pass
 
 
 def run_pipeline(pipeline: Pipeline, *,
@@ -540,13 +547,18 @@ def watch_run(run: PipelineRun, *,
                     on_interrupt("stop", presses[0])
                 continue   # a second press may have come meanwhile
             if run.wait(progress_interval):
+                if on_progress is not None:   # the last figures: every task's final ones
+                    with contextlib.suppress(EosError):
+                        on_progress({**run.progress(), "final": True})
                 break
             progress = run.progress()
             if on_progress is not None:
                 on_progress(progress)
         return run.summary()
-    except BaseException:
+    except BaseException as exc:
         give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
+        if not isinstance(exc, KeyboardInterrupt):
+            run.end("failed", exc)
         run.cancel()
         run.wait()
         raise

@@ -533,11 +533,13 @@ def test_progress_reads_the_counters_the_tasks_write(tmp_path):
         [(1, 1, 40, 200), (1, 2, 99, 10)]
     line = _progress_line("wc", {
         "seconds": 12.2, "run": 3, "bounded": True, "stopping": True, "stages": stages,
-        "in_flight": [None, None], "input_committed": 30, "input_total": 50,
-        "sink_records": 8, "tasks_running": 3, "tasks_finished": 0, "failed_attempts": 1})
+        "in_flight": [None, None], "input_read": 40, "input_committed": 30, "input_total": 50,
+        "sink_records": 8, "sink_known": True, "tasks_running": 3, "tasks_finished": 0,
+        "failed_attempts": 1})
     assert line == ("eos run wc (run 3, bounded): 12 s; input 40 of 50 read, 30 of 50 committed; "
+                    "sink 8 committed; "
                     "stage 0: 40 processed, 200 emitted, 2 checkpoints; stage 1: 99 processed, "
-                    "10 emitted, 1 checkpoint (1 of 2 tasks reporting); sink 8 written; tasks 3 "
+                    "10 emitted, 1 checkpoint (1 of 2 tasks reporting); tasks 3 "
                     "running / 0 done, 1 failed attempt; stopping: the stages after the sources "
                     "finish what was sent to them (Ctrl-C again cancels)")
 
@@ -572,3 +574,14 @@ def test_a_library_logging_an_exception_prints_no_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "Traceback" not in proc.stderr and "gateway closed" not in proc.stderr
     assert proc.stderr == "warning: a warning of ours\n"
+
+
+def test_a_summary_says_how_many_records_went_to_dead_letters():
+    """Issue 27 item 15: a run that set records aside says so at the end, and where."""
+    from eos_runtime.cli.run import _summary_lines
+
+    summary = _summary(5, [{"task_id": 0, "processed": 5, "dead_letters": 5},
+                           {"task_id": 1}, {"task_id": 2}])
+    summary.dead_letter_topic = "wc.dead-letters"
+    assert _summary_lines(summary)[-1] == ("5 records went to dead letters (topic "
+                                           "wc.dead-letters): eos consume wc.dead-letters")

@@ -204,3 +204,38 @@ def test_a_user_topic_named_like_a_control_topic_is_not_a_job(wordcount, tmp_pat
     assert "'wordcount'" in counts.stderr and counts.stdout
     assert ok("consume", "orders.control", "--all", "--data-dir", str(data)).stdout == \
         "\topen\n\tclosed\n"
+
+
+# ------------------------------------------------------------------ the project's __eos_* topics
+
+def test_topics_shows_the_checkpoint_topic_and_hides_kafka_s_internal_ones(wordcount, tmp_path):
+    """Issue 27 item 19: ``__eos_checkpoint_<job>_<id>`` is the job's (its input positions
+    under --checkpoints kafka); Kafka's own ``__consumer_offsets`` and
+    ``__transaction_state`` stay hidden."""
+    from eos_runtime.transport import TopicSpec
+
+    data = copy_log(wordcount, tmp_path / "data")
+    with open_transport(data_dir=str(data)) as t:
+        t.create_topics([TopicSpec("__eos_checkpoint_wordcount_1", 2),
+                         TopicSpec("__consumer_offsets", 1),
+                         TopicSpec("__transaction_state", 1)])
+    by = {t["topic"]: t for t in json.loads(ok("topics", "--json", "--data-dir",
+                                                str(data)).stdout)}
+    assert "__consumer_offsets" not in by and "__transaction_state" not in by
+    assert by["__eos_checkpoint_wordcount_1"]["uses"] == [{"job": "wordcount",
+                                                           "role": "checkpoints"}]
+    text = ok("topics", "--data-dir", str(data)).stdout
+    assert any(line.startswith("__eos_checkpoint_wordcount_1 ")
+               and line.endswith("checkpoint topic of wordcount") for line in text.splitlines())
+
+
+def test_consume_of_a_job_s_dead_letters_without_job_reads_that_job_s(wordcount, tmp_path):
+    """Issue 27 (small): ``<job>.dead-letters`` is the job's, as eos topics says; eos
+    consume finds the job from the topic's name instead of asking for --job."""
+    from eos_runtime.transport import TopicSpec
+
+    data = copy_log(wordcount, tmp_path / "data")
+    with open_transport(data_dir=str(data)) as t:
+        t.create_topics([TopicSpec("wordcount.dead-letters", 1)])
+    got = ok("consume", "wordcount.dead-letters", "--data-dir", str(data))
+    assert "committed output of job 'wordcount'" in got.stderr and got.stdout == ""

@@ -25,3 +25,25 @@ def test_a_task_leaves_its_final_counters(tmp_path):
         assert progress["generations"][0][1] <= progress["time"]
     finally:
         job.close()
+
+
+def test_a_retried_task_carries_its_sink_count_on(tmp_path):
+    """Issue 27 item 10: the sink records a run committed, counted by its tasks, stay
+    exact when a task dies right after a commit and its retry goes on: the count that
+    commit made was noted before it (``sink_pending``), and the retry recovers it."""
+    from eos_runtime import Pipeline
+    from eos_runtime.runner import run_pipeline
+    from eos_runtime.transport import open_transport
+
+    from pipeline_oracles import produce
+
+    data = str(tmp_path / "data")
+    with open_transport(data_dir=data) as t:
+        produce(t, "words", [f"w{i}".encode() for i in range(600)], partitions=1)
+    pipeline = Pipeline("carry")
+    pipeline.source("words").map(str.upper).sink("upper")
+    summary = run_pipeline(pipeline, data_dir=data, commit_every=100, poll_records=50,
+                           fault={"point": "task.checkpoint.after_commit", "hit": 2,
+                                  "task": 0, "attempt": 0})
+    assert summary.tasks[0]["attempt"] == 1           # the fault fired; the retry finished
+    assert (summary.input_records, summary.input_read, summary.sink_records) == (600, 600, 600)

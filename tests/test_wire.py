@@ -25,6 +25,7 @@ from eos_runtime.protocol.wire import (
     ParentCheckpoint,
     ProducerFence,
     Restore,
+    RunEnd,
     RunStart,
     StopRequest,
 )
@@ -68,7 +69,8 @@ run_starts = st.builds(RunStart, i32, i64, st.booleans(), st.lists(text, max_siz
 stops = st.builds(StopRequest, i32, i64, text)
 leases = st.builds(Lease, i32, st.sampled_from(wire.LEASE_ACTIONS), text, i32, text, i64, i64,
                    st.booleans())
-control_records = run_starts | stops | leases
+run_ends = st.builds(RunEnd, i32, i64, st.sampled_from(wire.RUN_OUTCOMES), text)
+control_records = run_starts | stops | leases | run_ends
 
 channel_records = envelopes | batches | markers | restores
 changelog_records = cl_data | commits | aborts

@@ -60,7 +60,10 @@ def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any
                     "tasks": list(s.task_ids), "stores": list(s.stores)} for s in stages],
         "runs": [{"run": r.start.run, "started_ms": r.start.started_ms,
                   "bounded": r.start.bounded, "stopped": r.stopped is not None,
-                  "stop_reason": r.stopped.reason if r.stopped is not None else None}
+                  "stop_reason": r.stopped.reason if r.stopped is not None else None,
+                  "outcome": r.ended.outcome if r.ended is not None else None,
+                  "ended_ms": r.ended.ended_ms if r.ended is not None else None,
+                  "error": (r.ended.detail or None) if r.ended is not None else None}
                  for r in runs],
         "lease": {"status": status, "run": holder.run if holder else None,
                   "pid": holder.pid if holder else None, "host": holder.host if holder else None,
@@ -91,17 +94,31 @@ def _when(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
+def _ended_text(run: dict[str, Any], lease: dict[str, Any]) -> str:
+    """``, finished`` / ``, stopped`` / ``, failed: ERROR`` / ``, cancelled``, as the run's
+    driver recorded; ``, running`` for the run holding the lease; else ``, end not
+    recorded`` (a driver that was killed, or a run of an older release)."""
+    if run.get("outcome") == "failed":
+        return f", failed: {run['error']}" if run.get("error") else ", failed"
+    if run.get("outcome"):
+        return f", {run['outcome']}"
+    if lease.get("run") == run["run"] and lease.get("status") in ("held", "expired", "dead"):
+        return ""   # the lease line below says whether its driver runs
+    return ", end not recorded"
+
+
 def _job_lines(info: dict[str, Any]) -> list[str]:
     tasks = sum(len(s["tasks"]) for s in info["stages"])
     lines = [f"{info['job']} ({info['guarantee'] or 'guarantee unknown'}): "
              f"{info['source'] or '?'} -> {info['sink'] or '?'}, "
              f"{n_of(len(info['stages']), 'stage')}, {n_of(tasks, 'task')}, "
              f"{n_of(len(info['runs']), 'run')}"]
+    lease = info.get("lease") or {}
     for r in info["runs"]:
         kind = "bounded" if r["bounded"] else "unbounded"
         stop = f", stop asked ({r['stop_reason']})" if r["stopped"] else ""
-        lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}")
-    lease = info.get("lease") or {}
+        lines.append(f"  run {r['run']}: {kind}, started {_when(r['started_ms'])}{stop}"
+                     f"{_ended_text(r, lease)}")
     if lease.get("status") == "dead":   # protocol/lease.py L4: judged on the holder's host
         lines.append(f"  driver gone: run {lease['run']}, pid {lease['pid']} on this host "
                      f"({lease['host']}) is no longer running; the next run takes the job over")
@@ -155,9 +172,16 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
-    control, dead-letters."""
+    control, heartbeats, dead-letters, metadata, checkpoints."""
+    from ..joblog.checkpoints import checkpoint_topic
     from ..joblog.control import control_topic, heartbeat_topic, scan_jobs
-    from ..joblog.layout import layout_channels, layout_sinks, layout_sources, layout_stages
+    from ..joblog.layout import (
+        layout_channels,
+        layout_job_id,
+        layout_sinks,
+        layout_sources,
+        layout_stages,
+    )
 
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
@@ -178,13 +202,28 @@ def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, st
         use(heartbeat_topic(job), job, "heartbeats")
         use(f"{job}.dead-letters", job, "dead-letters")
         use(f"{job}.metadata", job, "metadata")
+        # the checkpoint topic of --checkpoints kafka: the last run's job id, and those an
+        # earlier run under another id left (``__eos_checkpoint_<job>_<id>``)
+        if last is not None:
+            use(checkpoint_topic(job, layout_job_id(last.start.layout)), job, "checkpoints")
+        for topic in topics:
+            if topic.startswith(checkpoint_topic(job, "")) and "_" not in \
+                    topic[len(checkpoint_topic(job, "")):]:
+                use(topic, job, "checkpoints")
     return uses
+
+
+def shown_topic(topic: str) -> bool:
+    """Whether ``eos topics`` lists ``topic``: not Kafka's own internal topics
+    (``__consumer_offsets``, ``__transaction_state``, any ``__`` name), but the project's
+    (``__eos_*``: a job's checkpoint topic)."""
+    return not topic.startswith("__") or topic.startswith("__eos_")
 
 
 _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
               "changelog": "change log of", "control": "control topic of",
               "heartbeats": "lease heartbeats of", "dead-letters": "dead letters of",
-              "metadata": "startpoints of"}
+              "metadata": "startpoints of", "checkpoints": "checkpoint topic of"}
 
 
 @click.command("topics")
@@ -193,13 +232,14 @@ _ROLE_TEXT = {"source": "source of", "sink": "sink of", "channel": "channel of",
              "command: a JSON error object).")
 def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: bool) -> None:
     """List the topics on the transport with their partitions and, for each, which job
-    uses it as source, sink, channel, change log, control topic or dead letters (from the
-    jobs' control topics)."""
+    uses it as source, sink, channel, change log, control topic, dead letters or checkpoint
+    topic (from the jobs' control topics). Kafka's internal topics (__consumer_offsets,
+    __transaction_state) are left out; the project's own __eos_* topics are listed."""
     from ..transport import open_transport
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     with reading_local_log(opts), open_transport(**opts) as transport:
-        names = sorted(t for t in transport.list_topics() if not t.startswith("__"))
+        names = sorted(t for t in transport.list_topics() if shown_topic(t))
         parts = {t: transport.describe(t).partitions for t in names}
         uses = topic_uses(transport, names)
     if as_json:

@@ -246,7 +246,9 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
             if job is None:
                 job = _sink_job(transport, topic, opts)
                 if not as_json:
-                    click.echo(f"committed output of job {job!r} (its sink is {topic!r})",
+                    whose = ("dead letters are" if topic == f"{job}.dead-letters"
+                             else "sink is")
+                    click.echo(f"committed output of job {job!r} (its {whose} {topic!r})",
                                err=True)
             try:
                 transport.describe(f"{job}.changelog")
@@ -266,11 +268,14 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
 
 
 def _sink_job(transport: Any, topic: str, opts: dict[str, Any]) -> str:
-    """The one job whose sink is ``topic``, from the jobs' control topics; an error naming
-    them when there are several, or saying what to pass when there is none."""
-    from ..joblog.control import jobs_with_sink
+    """The one job whose sink is ``topic`` (or whose dead letters it holds,
+    ``<job>.dead-letters``, as ``eos topics`` attributes them), from the jobs' control
+    topics; an error naming them when there are several, or saying what to pass when there
+    is none."""
+    from .jobs import topic_uses
 
-    jobs = jobs_with_sink(transport, topic)
+    jobs = sorted({u["job"] for u in topic_uses(transport, [topic])[topic]
+                   if u["role"] in ("sink", "dead-letters")})
     if len(jobs) == 1:
         return jobs[0]
     if jobs:

@@ -89,6 +89,9 @@ def _summary_lines(summary: Any) -> list[str]:
             f"({summary.records_per_second:,.1f} records/s)" if summary.input_records else
             f"no new input records, {summary.seconds:.2f} s")
     lines = [f"{summary.job} run {summary.run} ({how}): {came}, {summary.guarantee} on {where}"]
+    if summary.input_read is not None and summary.sink_records is not None:
+        lines.append(f"  input {summary.input_read:,} read, {summary.input_records:,} committed; "
+                     f"sink {n_of(summary.sink_records, 'record')} committed")
     for st in summary.stages:
         counts = _stage_text({**st, "reporting": st["tasks"]})
         lines.append(f"  stage {st['stage']} ({st['input']} -> {st['output']}, "
@@ -104,6 +107,11 @@ def _summary_lines(summary: Any) -> list[str]:
         lines.append(f"  task {t.get('task_id')}: {n_of(t.get('checkpoints', 0), 'checkpoint')}, "
                      f"{n_of(t.get('rewinds', 0), 'rewind')}, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")
+    dead = sum(int(t.get("dead_letters", 0) or 0) for t in summary.tasks)
+    if dead:
+        topic = summary.dead_letter_topic or f"{summary.job}.dead-letters"
+        lines.append(f"{n_of(dead, 'record')} went to dead letters (topic {topic}): "
+                     f"eos consume {topic}")
     return lines
 
 
@@ -306,14 +314,14 @@ def _bytes(n: int) -> str:
 
 
 def _input_text(p: dict[str, Any]) -> str:
-    """What the sources did: records read (when their tasks report), committed, of how many."""
-    src = p["stages"][0] if p.get("stages") else None
+    """What the sources did: records read (when their tasks report), committed, of how many;
+    and the records committed to the sinks (when every sink task reports)."""
     total = p.get("input_total")
     of = f" of {total:,}" if total is not None else ""
     committed = f"{p['input_committed']:,}{of} committed"
-    if src is not None and src["reporting"] == src["tasks"]:
-        return f"input {src['processed']:,}{of} read, {committed}"
-    return f"input {committed}"
+    read = p.get("input_read")
+    text = f"input {read:,}{of} read, {committed}" if read is not None else f"input {committed}"
+    return text + (f"; sink {p['sink_records']:,} committed" if p.get("sink_known") else "")
 
 
 def _stage_text(st: dict[str, Any]) -> str:
@@ -352,7 +360,6 @@ def _progress_line(name: str, p: dict[str, Any]) -> str:
     for st in p.get("stages", []):
         if st["reporting"]:
             parts.append(f"stage {st['stage']}: {_stage_text(st)}")
-    parts.append(f"sink {p['sink_records']:,} written")
     failed = f", {n_of(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
     parts.append(f"tasks {p['tasks_running']} running / {p['tasks_finished']} done{failed}")
     if p.get("outage_seconds"):
@@ -455,7 +462,7 @@ class _RunView:
                         f"{st['rewinds']:,}", buffer]
             table.add_row(str(st["stage"]), tasks, f"{st['input']} -> {st['output']}", *nums)
         failed = f", {n_of(p['failed_attempts'], 'failed attempt')}" if p["failed_attempts"] else ""
-        lines = [f"{_input_text(p)} · sink {p['sink_records']:,} written · tasks "
+        lines = [f"{_input_text(p)} · tasks "
                  f"{p['tasks_running']} running / {p['tasks_finished']} done{failed}"]
         if p.get("outage_seconds"):
             lines.append(_outage_text(p))

@@ -33,7 +33,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import clock
 from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
@@ -129,6 +129,7 @@ class RunInfo:
     start: wire.RunStart
     offset: int                    # of the RunStart record: where its stop watchers read from
     stopped: wire.StopRequest | None = None
+    ended: wire.RunEnd | None = None   # how it ended, as its driver recorded (none: killed)
 
 
 class ControlLog:
@@ -370,6 +371,10 @@ class ControlLog:
                         self.job, holder.run, holder.pid, holder.host, (now - last_ms) / 1000)
         return acquired, None
 
+    def record_end(self, end: wire.RunEnd) -> None:
+        """How a run ended (its driver, as the run ends: ``LeaseKeeper.close``)."""
+        self._append(end)
+
     def append_lease(self, record: wire.Lease) -> None:
         if record.action == "renew":
             self.t.create_topics([TopicSpec(self.beats.topic, 1, compacted=True)])
@@ -436,14 +441,17 @@ def _gone_text(holder: wire.Lease) -> str:
 
 def fold_runs(records: list[tuple[int, wire.ControlRecord]]) -> list[RunInfo]:
     """The runs in ``records`` (control records with offsets, oldest first), each with the
-    first stop request naming it."""
+    first stop request naming it and the record of how it ended."""
     runs: list[RunInfo] = []
     for offset, rec in records:
         if isinstance(rec, wire.RunStart):
             runs.append(RunInfo(rec, offset))
         elif isinstance(rec, wire.StopRequest) and runs and rec.run == runs[-1].start.run \
                 and runs[-1].stopped is None:
-            runs[-1] = RunInfo(runs[-1].start, runs[-1].offset, rec)
+            runs[-1] = replace(runs[-1], stopped=rec)
+        elif isinstance(rec, wire.RunEnd) and runs and rec.run == runs[-1].start.run \
+                and runs[-1].ended is None:
+            runs[-1] = replace(runs[-1], ended=rec)
     return runs
 
 

@@ -59,15 +59,19 @@ class LeaseKeeper:
             if transport is not None:
                 transport.close()
 
-    def close(self) -> None:
-        """Stop renewing and release the lease (the next run may start at once)."""
+    def close(self, end: tuple[str, str] | None = None) -> None:
+        """Stop renewing and release the lease (the next run may start at once); first,
+        ``end`` (outcome, detail: ``wire.RunEnd``), how the run ended, if known."""
         if self._done.is_set():
             return
         self._done.set()
         self._thread.join()
         try:
             with open_transport(**self.opts) as transport:
-                ControlLog(transport, self.job).append_lease(self._record("release"))
+                control = ControlLog(transport, self.job)
+                if end is not None:
+                    control.record_end(wire.RunEnd(self.run, clock.stamp_ms(), *end))
+                control.append_lease(self._record("release"))
         except Exception as exc:   # the lease then lapses after its timeout
             log.warning("job %r: releasing the lease failed (%s); it lapses in %.0f s",
                         self.job, exc, self.lease.timeout)

@@ -85,7 +85,8 @@ class Committer:
                  pending: PendingProducer | None = None,
                  transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
                  snapshot_min_records: int = SNAPSHOT_MIN_RECORDS,
-                 on_generation: Callable[[], None] | None = None) -> None:
+                 on_generation: Callable[[], None] | None = None,
+                 on_sink_pending: Callable[[int, int], None] | None = None) -> None:
         self.transport, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.guarantee = guarantee
@@ -107,6 +108,13 @@ class Committer:
         # file notes it at once: experiments draw generations on their timelines).
         self.on_generation = on_generation
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
+        # The sinks' records committed (stats.sink_records): what the writers produced
+        # since the last commit or rewind joins the count when the next commit succeeds.
+        # Before the commit, ``on_sink_pending(version, count)`` notes the count it would
+        # make (the progress file), so a retry knows it if the commit happened.
+        self._sinks = list(sinks)
+        self._sink_base = 0
+        self.on_sink_pending = on_sink_pending
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # The change log's bound (C8): only a fenced writer cuts its log; a local-log
@@ -221,6 +229,10 @@ class Committer:
         else:
             ranges = snapshot
             written, changelog_bytes = log.snapshot(version, self.store)
+        produced = sum(w.produced for w in self._sinks)
+        sink_records = self.stats.sink_records + produced - self._sink_base
+        if self._sinks and self.on_sink_pending is not None:
+            self.on_sink_pending(version, sink_records)
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
@@ -229,6 +241,7 @@ class Committer:
         committing = time.monotonic()
         offset, self._sealed = log.commit(record)
         committed = time.monotonic()
+        self.stats.sink_records, self._sink_base = sink_records, produced
         # a transaction's commit marker takes an offset too
         self._log_end = offset + (2 if log.transactional else 1)
         faults.crash_point("task.checkpoint.after_commit")
@@ -310,6 +323,7 @@ class Committer:
         # commands would otherwise send first, or a later write under the new generation).
         self.store.discard()
         self.output.discard()
+        self._sink_base = sum(w.produced for w in self._sinks)   # aborted: not counted
         if self.channels is not None:
             self.channels.discard()
         self.log.abort_open()

@@ -278,6 +278,7 @@ class SinkWriter:
         self._key = FORMATS[sink.key_format][0] if sink.key_format else None
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
+        self.produced = 0     # records handed to a producer so far (the sink's count)
         self._rr = 0
         # stream key -> (sink key, partition), bounded
         self._by_key: dict[bytes, tuple[bytes | None, int]] = {}
@@ -376,6 +377,7 @@ class SinkWriter:
         """Hand the held output to ``producer``; returns records per partition."""
         pending, self._pending = self._pending, []
         producer.produce_many(self.topic, pending)
+        self.produced += len(pending)
         return dict(Counter(p for p, _, _, _ in pending))
 
     def discard(self) -> None:

@@ -33,6 +33,13 @@ class TaskStats:
     stopped: bool = False                # a stop request ended the run (sources)
     outage_restarts: int = 0             # in-place restarts after transient transport errors
     seconds: float = 0.0                 # from recovery start to the task's end
+    # A source task's positions per input partition: how far it read, and what its last
+    # checkpoint committed (the driver's "read" and "committed" figures)
+    read_to: dict[int, int] = field(default_factory=dict)
+    committed_to: dict[int, int] = field(default_factory=dict)
+    # Records this run's checkpoints committed to the task's sinks, over all its attempts
+    # (a retry carries the count on: runtime/progress.py), never a transaction's marker
+    sink_records: int = 0
     # per-checkpoint metrics as distributions (runtime/metrics.py)
     checkpoint_metrics: dict[str, Any] = field(default_factory=dict)
 

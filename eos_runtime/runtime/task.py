@@ -47,7 +47,7 @@ from ..transport import Consumer, PendingProducer, TopicPartition, Transport, op
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter, channels_of
 from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
-from .progress import TaskProgress
+from .progress import TaskProgress, carried_sink_records, read_task_progress
 from .records import RecordPath
 from .source import SourceSide
 from .stats import TaskStats
@@ -225,8 +225,14 @@ class _Task:
         dead = (SinkWriter(Sink(self.plan.dead_letter_topic, None, "json"),
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
-        # The driver's live view reads this (runner.PipelineRun.progress).
-        self.progress = TaskProgress(self.dir / f"task-{self.id}.progress", self.stats)
+        # The driver's live view reads this (runner.PipelineRun.progress). An earlier
+        # attempt's, of this run, says what it committed to the sinks.
+        progress_file = self.dir / f"task-{self.id}.progress"
+        self._earlier = read_task_progress(progress_file)
+        self.progress = TaskProgress(progress_file, self.stats)
+        if self._earlier is not None:   # kept in the file until this attempt recovered
+            self.stats.sink_records = int(self._earlier.get("sink_records", 0) or 0)
+            self.progress.sink_pending = self._earlier.get("sink_pending")
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels,
                                    [w for w in writers if isinstance(w, SinkWriter)], dead,
@@ -234,7 +240,8 @@ class _Task:
                                    guarantee=self.guarantee,
                                    snapshot_min_records=config.snapshot_min_records,
                                    # the progress file notes each generation as it starts
-                                   on_generation=self.progress.write)
+                                   on_generation=self.progress.write,
+                                   on_sink_pending=self.progress.note_sink_pending)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes(),
@@ -266,6 +273,7 @@ class _Task:
 
     def _run(self) -> None:
         recovered = self.committer.recover()
+        self.stats.sink_records = carried_sink_records(self._earlier, recovered.version)
         try:
             finished = finished_run(recovered.version, self.config.run)
         except ProtocolViolation as exc:
@@ -289,6 +297,10 @@ class _Task:
         self._closers.append(src)
         process = self.records.source_record
         highs = self.records.event_highs
+        # the driver's "read" and "committed" figures: where the task is, and what its
+        # last checkpoint committed (after a restart: where it resumed)
+        self.stats.read_to = src.positions
+        self.stats.committed_to = dict(src.positions)
         while not src.finished():
             batch = src.poll(self.config.poll_records, 0.2)
             self.progress.tick()
@@ -308,10 +320,12 @@ class _Task:
             if due is not None:
                 self._checkpoint(due, src.inputs(), src.watermark(), recorded=src.recorded)
                 src.committed(due)
+                self.stats.committed_to = dict(src.positions)
         self.stats.stopped = src.stopped
         watermark = src.watermark()
         self.records.fire(watermark, run_end(self.config.run))
         self.committer.end_run(src.inputs(), recorded=src.recorded, watermark=watermark)
+        self.stats.committed_to = dict(src.positions)
 
     def _checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
                     watermark: int | None, fences: tuple[wire.ProducerFence, ...] = (),

@@ -35,6 +35,7 @@ from .encoding import encode, encode_batch, encode_data
 from .records import (
     FORMAT_VERSION,
     LEASE_ACTIONS,
+    RUN_OUTCOMES,
     ChangeLogAbort,
     ChangeLogBase,
     ChangeLogCommit,
@@ -54,6 +55,7 @@ from .records import (
     ProducerFence,
     RecordType,
     Restore,
+    RunEnd,
     RunStart,
     StopRequest,
 )
@@ -79,6 +81,8 @@ __all__ = [
     "StopRequest",
     "Lease",
     "LEASE_ACTIONS",
+    "RunEnd",
+    "RUN_OUTCOMES",
     "ChannelRecord",
     "ControlRecord",
     "ChangeLogRecord",

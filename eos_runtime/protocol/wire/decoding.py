@@ -17,6 +17,7 @@ from .records import (
     INTEGER,
     LEASE_ACTIONS,
     OPTIONAL_BYTES,
+    RUN_OUTCOMES,
     AnyRecord,
     ChangeLogAbort,
     ChangeLogBase,
@@ -37,6 +38,7 @@ from .records import (
     ProducerFence,
     RecordType,
     Restore,
+    RunEnd,
     RunStart,
     StopRequest,
 )
@@ -213,6 +215,15 @@ def _read_lease(f: list[Any]) -> Lease:
                  _int(f[6], INT64, "timeout_ms"), f[7])
 
 
+def _read_run_end(f: list[Any]) -> RunEnd:
+    _array(f, 4, "run end")
+    outcome = _str(f[2], "outcome")
+    if outcome not in RUN_OUTCOMES:
+        raise _Malformed(f"unknown run outcome {outcome!r}")
+    return RunEnd(_int(f[0], INT32, "run"), _int(f[1], INT64, "ended_ms"), outcome,
+                  _str(f[3], "detail"))
+
+
 READERS: dict[int, Callable[[list[Any]], AnyRecord]] = {
     RecordType.DATA: _read_data,
     RecordType.DATA_BATCH: _read_batch,
@@ -226,6 +237,7 @@ READERS: dict[int, Callable[[list[Any]], AnyRecord]] = {
     RecordType.RUN_START: _read_run_start,
     RecordType.STOP: _read_stop,
     RecordType.LEASE: _read_lease,
+    RecordType.RUN_END: _read_run_end,
 }
 
 _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.DATA_BATCH, RecordType.MARKER,
@@ -233,7 +245,8 @@ _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.DATA_BATCH, RecordType.M
 _CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT,
                               RecordType.CL_BASE))
 _CHECKPOINT_TYPES = frozenset((RecordType.CHECKPOINT_DATA,))
-_CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP, RecordType.LEASE))
+_CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP, RecordType.LEASE,
+                            RecordType.RUN_END))
 
 
 def _decode(raw: object, allowed: frozenset[int], kind: str, topic: str | None,
@@ -288,8 +301,8 @@ def decode_checkpoint_data(raw: bytes) -> CheckpointData:
 
 def decode_control(raw: bytes | None, *, topic: str | None = None, partition: int | None = None,
                    offset: int | None = None) -> ControlRecord:
-    """A record read from a job's control topic: a ``RunStart``, a ``StopRequest`` or a
-    ``Lease``."""
+    """A record read from a job's control topic: a ``RunStart``, a ``StopRequest``, a
+    ``Lease`` or a ``RunEnd``."""
     return cast(ControlRecord, _decode(raw, _CONTROL_TYPES, "control", topic, partition, offset))
 
 

@@ -16,6 +16,7 @@ from .records import (
     INTEGER,
     LEASE_ACTIONS,
     OPTIONAL_BYTES,
+    RUN_OUTCOMES,
     ChangeLogAbort,
     ChangeLogBase,
     ChangeLogCommit,
@@ -31,6 +32,7 @@ from .records import (
     ParentCheckpoint,
     RecordType,
     Restore,
+    RunEnd,
     RunStart,
     StopRequest,
 )
@@ -157,6 +159,12 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
                       _check(at_ms, INT64, "at_ms"), _check(timeout_ms, INT64, "timeout_ms"),
                       take_over]
             return _header(RecordType.LEASE) + _packb(fields)
+        case RunEnd(run, ended_ms, outcome, detail):
+            if outcome not in RUN_OUTCOMES or not isinstance(detail, str):
+                raise ValueError(f"run end needs outcome in {RUN_OUTCOMES} and detail: str")
+            fields = [_check(run, INT32, "run"), _check(ended_ms, INT64, "ended_ms"), outcome,
+                      detail]
+            return _header(RecordType.RUN_END) + _packb(fields)
     raise TypeError(f"not a protocol record: {record!r}")
 
 

@@ -60,6 +60,7 @@ class RecordType:
     RUN_START = 48      # control topic: the driver started run N of the job
     STOP = 49           # control topic: stop run N gracefully (final checkpoint)
     LEASE = 50          # control topic: a driver takes, renews or releases the job's lease
+    RUN_END = 51        # control topic: how run N ended (finished, stopped, failed, cancelled)
 
 
 # --------------------------------------------------------------------------- records
@@ -282,7 +283,23 @@ class Lease:
     take_over: bool = False
 
 
+#: How a run ended (``RunEnd.outcome``).
+RUN_OUTCOMES = ("finished", "stopped", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How run ``run`` ended, written by its driver as it ends (for operators: ``eos
+    jobs``; no rule reads it). ``detail``: a failed run's error, one line; else empty. A
+    driver that was killed writes none."""
+
+    run: int
+    ended_ms: int
+    outcome: str
+    detail: str
+
+
 ChannelRecord = Envelope | DataBatch | Marker | Restore
-ControlRecord = RunStart | StopRequest | Lease
+ControlRecord = RunStart | StopRequest | Lease | RunEnd
 ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort | ChangeLogBase
 AnyRecord = ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord
