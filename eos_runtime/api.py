@@ -43,7 +43,7 @@ from .outage import DEFAULT_BUDGET, check_budget
 from .topic_rules import check_moves, check_name, check_sinks_not_read
 from .user_functions import check_arity, function_name
 from .values import FORMATS, State, _format, _key_format
-from .windows import Hopping, Tumbling
+from .windows import Hopping, Session, Tumbling
 
 __all__ = ["Pipeline", "Stream", "State", "Table", "GUARANTEES", "FORMATS"]
 
@@ -239,10 +239,10 @@ class Stream:
         return self._pipeline._stream("lookup", Lookup(table, how, join, table.topic),
                                       (node,), node.keyed, node.roots)
 
-    def window(self, spec: Tumbling | Hopping, *, grace: int = 0) -> Windowed:
+    def window(self, spec: Tumbling | Hopping | Session, *, grace: int = 0) -> Windowed:
         """Cut this keyed stream into event-time windows (``eos_runtime.windows``:
-        ``tumbling``, ``hopping``); ``grace`` ms after a window's end its result is final
-        and later records of it are late. Then an aggregation (``count``, ``sum``,
+        ``tumbling``, ``hopping``, ``session``); ``grace`` ms after a window's end its
+        result is final and later records of it are late. Then an aggregation (``count``, ``sum``,
         ``reduce``, ``aggregate``) and ``final()`` or ``current()``."""
         grace = check_window(spec, grace)
         self._keyed_here("window")

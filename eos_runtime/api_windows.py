@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
-from .windows import Hopping, Tumbling
+from .windows import Hopping, Session, Tumbling
 
 if TYPE_CHECKING:
     from .api import Stream
@@ -36,51 +36,68 @@ class WindowOp:
     """A windowed aggregation: ``first(value)`` starts a window's aggregate, ``add(acc,
     value)`` adds to it; ``emit`` is ``final`` or ``current``."""
 
-    spec: Tumbling | Hopping
+    spec: Tumbling | Hopping | Session
     grace: int
     first: Callable[[Any], Any]
     add: Callable[[Any, Any], Any]
     emit: str
     name: str                        # how messages name it: "count", "sum(price)", ...
+    # two aggregates of one key's sessions as one (session windows merge when a record
+    # bridges them): merge(earlier, later)
+    merge: Callable[[Any, Any], Any] | None = None
 
 
 class Windowed:
     """A keyed stream cut into windows; an aggregation makes it a ``WindowAggregate``."""
 
-    def __init__(self, stream: Stream, spec: Tumbling | Hopping, grace: int) -> None:
+    def __init__(self, stream: Stream, spec: Tumbling | Hopping | Session, grace: int) -> None:
         self._stream, self._spec, self._grace = stream, spec, grace
 
     def count(self) -> WindowAggregate:
         """How many values each window holds."""
-        return WindowAggregate(self, lambda v: 1, lambda acc, v: acc + 1, "count")
+        return WindowAggregate(self, lambda v: 1, lambda acc, v: acc + 1, "count",
+                               lambda a, b: a + b)
 
     def sum(self, fn: Callable[[Any], Any] | None = None) -> WindowAggregate:
         """The sum of each window's values, or of ``fn(value)``."""
         if fn is None:
-            return WindowAggregate(self, lambda v: v, lambda acc, v: acc + v, "sum")
+            return WindowAggregate(self, lambda v: v, lambda acc, v: acc + v, "sum",
+                                   lambda a, b: a + b)
         _callable(fn, "sum")
-        return WindowAggregate(self, fn, lambda acc, v: acc + fn(v), f"sum({_name(fn)})")
+        return WindowAggregate(self, fn, lambda acc, v: acc + fn(v), f"sum({_name(fn)})",
+                               lambda a, b: a + b)
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> WindowAggregate:
-        """``fn(acc, value)`` over each window's values; the first value starts it."""
+        """``fn(acc, value)`` over each window's values; the first value starts it. Two
+        sessions merge as ``fn(earlier, later)``."""
         _callable(fn, "reduce")
-        return WindowAggregate(self, lambda v: v, fn, f"reduce({_name(fn)})")
+        return WindowAggregate(self, lambda v: v, fn, f"reduce({_name(fn)})", fn)
 
-    def aggregate(self, initial: Callable[[], Any],
-                  add: Callable[[Any, Any], Any]) -> WindowAggregate:
-        """``add(acc, value)`` over each window's values, from ``initial()``."""
+    def aggregate(self, initial: Callable[[], Any], add: Callable[[Any, Any], Any],
+                  merge: Callable[[Any, Any], Any] | None = None) -> WindowAggregate:
+        """``add(acc, value)`` over each window's values, from ``initial()``; session
+        windows need ``merge(earlier, later)``, which makes two sessions' aggregates one
+        when a record bridges them."""
         _callable(initial, "aggregate initial")
         _callable(add, "aggregate add")
+        if merge is not None:
+            _callable(merge, "aggregate merge")
+        elif isinstance(self._spec, Session):
+            raise ConfigError(f"aggregate({_name(add)}) over session windows: give "
+                              f"merge=fn(earlier, later), which makes two sessions' "
+                              f"aggregates one when a record bridges them")
         return WindowAggregate(self, lambda v: add(initial(), v), add,
-                               f"aggregate({_name(add)})")
+                               f"aggregate({_name(add)})", merge)
 
 
 class WindowAggregate:
     """An aggregation over windows, to be emitted ``final()`` or ``current()``."""
 
     def __init__(self, windowed: Windowed, first: Callable[[Any], Any],
-                 add: Callable[[Any, Any], Any], name: str) -> None:
+                 add: Callable[[Any, Any], Any], name: str,
+                 merge: Callable[[Any, Any], Any] | None) -> None:
         self._windowed, self._first, self._add, self._name = windowed, first, add, name
+        self._merge = merge
 
     def final(self) -> Stream:
         """Each window's result once, when the watermark passes its end plus the grace."""
@@ -92,15 +109,16 @@ class WindowAggregate:
 
     def _emit(self, emit: str) -> Stream:
         w = self._windowed
-        op = WindowOp(w._spec, w._grace, self._first, self._add, emit, self._name)
+        op = WindowOp(w._spec, w._grace, self._first, self._add, emit, self._name,
+                      self._merge if isinstance(w._spec, Session) else None)
         return w._stream._window(op)
 
 
 def check_window(spec: object, grace: object) -> int:
     """``window(spec, grace=)``'s arguments; returns the grace in ms."""
-    if not isinstance(spec, (Tumbling, Hopping)):
-        raise ConfigError(f"window: expected tumbling(...) or hopping(...) from "
-                          f"eos_runtime.windows, got {spec!r}")
+    if not isinstance(spec, (Tumbling, Hopping, Session)):
+        raise ConfigError(f"window: expected tumbling(...), hopping(...) or session(...) "
+                          f"from eos_runtime.windows, got {spec!r}")
     if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
         raise ConfigError(f"window: grace is whole milliseconds >= 0, not {grace!r}")
     return grace

@@ -112,3 +112,48 @@ def test_a_timestamp_function_that_is_not_whole_ms_names_the_source():
     with TestRun(p) as test, pytest.raises(UserFunctionError, match=r"source 'views' "
                                            r"timestamp function returned 'soon': an event"):
         test.send([{"page": "/", "ts": "soon"}])
+
+
+def sessions(agg=lambda w: w.count(), emit: str = "final") -> Pipeline:
+    from eos_runtime.windows import session
+
+    p = Pipeline("sessions")
+    windowed = (p.source("clicks", value="json", timestamp=lambda c: c["ts"])
+                .key_by(lambda c: c["user"])
+                .window(session(gap=1_000)))
+    getattr(agg(windowed), emit)().sink("out", key="utf8", value="json")
+    return p
+
+
+def test_sessions_close_a_gap_after_their_last_record_and_merge_when_bridged():
+    with TestRun(sessions()) as test:
+        test.send([{"user": "u", "ts": t} for t in (0, 500, 2_000)])
+        assert test.advance(1_499) == []
+        assert test.advance(1_500) == [("u", w(0, 1_500, 2))]      # [0, 500 + gap)
+        test.send([{"user": "u", "ts": 2_400}])                    # extends [2000, 3000)
+        assert test.advance(3_000) == []
+        assert test.advance(3_400) == [("u", w(2_000, 3_400, 2))]
+
+
+def test_a_record_that_bridges_two_sessions_merges_them_in_time_order():
+    keep = sessions(lambda x: x.aggregate(initial=list, add=lambda acc, c: acc + [c["ts"]],
+                                          merge=lambda a, b: a + b))
+    with TestRun(keep) as test:
+        test.send([{"user": "u", "ts": t} for t in (0, 1_800, 900)])   # 900 bridges
+        assert test.advance(10_000) == [("u", w(0, 2_800, [0, 900, 1_800]))]
+
+
+def test_current_sessions_show_each_update_and_a_late_record_starts_none():
+    with TestRun(sessions(emit="current")) as test:
+        assert test.send([{"user": "u", "ts": 0}, {"user": "u", "ts": 300}]) == [
+            ("u", w(0, 1_000, 1)), ("u", w(0, 1_300, 2))]
+        test.advance(5_000)
+        assert test.send([{"user": "u", "ts": 3_999}]) == [] and test.late == 1
+
+
+def test_an_aggregate_over_sessions_needs_merge():
+    from eos_runtime.windows import session
+
+    keyed = Pipeline("p").source("s").key_by(lambda s: s)
+    with pytest.raises(ConfigError, match="give merge=fn"):
+        keyed.window(session(gap=10)).aggregate(initial=list, add=lambda a, v: a + [v])

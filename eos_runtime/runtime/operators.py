@@ -17,7 +17,7 @@ from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
-from .window_ops import WindowState, due
+from .window_ops import SessionState, WindowState, due, window_state
 
 __all__ = ["UserFunctionError", "Chain", "Program"]
 
@@ -91,13 +91,13 @@ class Program:
         self._ops = ops
         self._outputs = outputs
         self._states: list[Any] = []
-        self.windows: dict[int, WindowState] = {}
+        self.windows: dict[int, WindowState | SessionState] = {}
         self._store = store
         for i, op in enumerate(ops):
             if op.window is not None:
                 assert store is not None and op.store is not None
-                self.windows[i] = WindowState(op.window, i, store.accessors(op.store),
-                                              store.accessors(TIMERS))
+                self.windows[i] = window_state(op.window, i, store.accessors(op.store),
+                                               store.accessors(TIMERS))
                 self._states.append(self.windows[i])
             elif op.store is not None:
                 assert store is not None
@@ -139,7 +139,7 @@ class Program:
                 outs[k] += values
         return outs
 
-    def _window(self, window: WindowState, key_bytes: bytes | None,
+    def _window(self, window: WindowState | SessionState, key_bytes: bytes | None,
                 values: list[Any]) -> list[Any]:
         assert key_bytes is not None   # the API puts windows on keyed streams only
         out: list[Any] = []

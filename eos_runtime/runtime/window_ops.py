@@ -23,9 +23,9 @@ import msgpack
 
 from ..api_windows import WindowOp
 from ..errors import UserFunctionError
-from ..windows import closes_at, is_late, timer_key, timer_of
+from ..windows import Session, closes_at, is_late, merge_session, timer_key, timer_of
 
-__all__ = ["WindowState", "result"]
+__all__ = ["WindowState", "SessionState", "window_state", "result"]
 
 _START = struct.Struct(">Q")
 _SIGN = 1 << 63
@@ -66,9 +66,11 @@ class WindowState:
         emit now (``current``: each window's updated result) and whether it was late
         (in no open window)."""
         op = self.op
+        spec = op.spec
+        assert not isinstance(spec, Session)
         out: list[Any] = []
         placed = False
-        for start, end in op.spec.windows_of(t):
+        for start, end in spec.windows_of(t):
             if is_late(end, op.grace, watermark):
                 continue
             placed = True
@@ -100,6 +102,77 @@ class WindowState:
             return key_bytes, [], at
         end, acc = msgpack.unpackb(raw, raw=False)
         return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
+
+
+class SessionState:
+    """A session window op: a key's sessions (each ``[start, end)``, ``end`` its last
+    record's time plus the gap) are one entry of the op's store, ``[[start, end, acc],
+    ...]``; each has its timer at ``end + grace``. A record joins every session it
+    touches (``windows.merge_session``), their aggregates merged with ``op.merge``."""
+
+    def __init__(self, op: WindowOp, index: int,
+                 state: tuple[Get, Put, Delete], timers: tuple[Get, Put, Delete]) -> None:
+        assert isinstance(op.spec, Session) and op.merge is not None
+        self.op, self.index, self.gap = op, index, op.spec.gap
+        self._get, self._put, self._delete = state
+        self._tput, self._tdelete = timers[1], timers[2]
+        self._tag = bytes([index])
+
+    def _timer(self, key_bytes: bytes, start: int, end: int) -> bytes:
+        return timer_key(closes_at(end, self.op.grace), self._tag + _state_key(key_bytes, start))
+
+    def add(self, key_bytes: bytes, value: Any, t: int,
+            watermark: int | None) -> tuple[list[Any], bool]:
+        op = self.op
+        if is_late(t + self.gap, op.grace, watermark):
+            return [], True
+        raw = self._get(key_bytes)
+        sessions: list[list[Any]] = [] if raw is None else msgpack.unpackb(raw, raw=False)
+        (start, end), merged = merge_session([(s, e) for s, e, _ in sessions], t, self.gap)
+        joined = [s for s in sessions if (s[0], s[1]) in merged]
+        kept = [s for s in sessions if (s[0], s[1]) not in merged]
+        merge = op.merge
+        assert merge is not None
+        try:   # in time order: the sessions before the record, the record, those after
+            parts = [*(s[2] for s in joined if s[0] <= t), op.first(value),
+                     *(s[2] for s in joined if s[0] > t)]
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = merge(acc, part)
+        except Exception as exc:
+            raise UserFunctionError(f"window {op.name} raised {type(exc).__name__}: "
+                                    f"{exc}") from exc
+        for s in joined:
+            self._tdelete(self._timer(key_bytes, s[0], s[1]))
+        self._tput(self._timer(key_bytes, start, end), b"")
+        kept.append([start, end, acc])
+        kept.sort(key=lambda s: s[0])
+        self._put(key_bytes, _pack(kept))
+        return ([result(start, end, acc)] if op.emit == "current" else []), False
+
+    def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
+        key_bytes, start = _split(state_key)
+        self._tdelete(timer_key(at, self._tag + state_key))
+        raw = self._get(key_bytes)
+        sessions: list[list[Any]] = [] if raw is None else msgpack.unpackb(raw, raw=False)
+        closing = [s for s in sessions if s[0] == start]
+        rest = [s for s in sessions if s[0] != start]
+        if rest:
+            self._put(key_bytes, _pack(rest))
+        else:
+            self._delete(key_bytes)
+        if not closing:   # never: a session's timer goes with it
+            return key_bytes, [], at
+        _, end, acc = closing[0]
+        return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
+
+
+def window_state(op: WindowOp, index: int, state: tuple[Get, Put, Delete],
+                 timers: tuple[Get, Put, Delete]) -> WindowState | SessionState:
+    """The operator of a window op, by its kind of window."""
+    if isinstance(op.spec, Session):
+        return SessionState(op, index, state, timers)
+    return WindowState(op, index, state, timers)
 
 
 def due(timers: Iterator[tuple[bytes, bytes]], watermark: int | None
