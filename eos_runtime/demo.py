@@ -1,7 +1,7 @@
 """The main job of the README: word count end to end, verified.
 
 Generates text lines into the ``lines`` topic of a fresh data directory, runs
-``examples/wordcount.py`` on Spark (exactly-once by default), reads the committed
+``eos_runtime/examples/wordcount.py`` on Spark (exactly-once by default), reads the committed
 output and checks it record by record against counts computed here from the input:
 each word seen n times must have exactly the values 1..n, in order.
 
@@ -28,7 +28,9 @@ from .transport import TopicSpec, open_transport
 __all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MARKER",
            "WORDCOUNT", "WORDS", "generate_words"]
 
-WORDCOUNT = Path(__file__).resolve().parent.parent / "examples" / "wordcount.py"
+#: The demo's pipeline, inside the package so an installed wheel has it (the checkout's
+#: ``examples/`` links to these files).
+WORDCOUNT = Path(__file__).resolve().parent / "examples" / "wordcount.py"
 #: The file that marks a directory as the demo's own, so the demo may clear it.
 DEMO_MARKER = ".eos-demo"
 
