@@ -155,7 +155,8 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
               help="Where the runs' local logs go (each run in a new directory of its own, "
                    "removed when the run passed). Default: <report>/data.")
 @click.option("--keep-data", is_flag=True,
-              help="Keep every run's local log and task state (default: only failing runs').")
+              help="Keep every run's local log and task state, and on Kafka the topics it "
+                   "made (default: only failing runs').")
 @click.option("--bootstrap-servers", default=None, metavar="HOST:PORT",
               help="Run on this Kafka broker instead of the local log.")
 @click.option("--broker-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from .setup import (
     fault_dicts,
     job_pipeline,
     job_topic,
+    keep_or_remove,
     max_attempts_for,
     new_job,
     recovery_times,
@@ -125,7 +125,7 @@ def _one_line(exc: BaseException) -> str:
 def run_scenario(settings: Settings, seed: int, schedule: Schedule, *,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     w = settings.workload
-    job, pipeline, opts, root = new_job(settings, seed)
+    job, pipeline, opts, root, topics = new_job(settings, seed)
     state = root / "state"
     job_dir = state / job
     roles = task_roles(w, settings.guarantee)
@@ -148,10 +148,7 @@ def run_scenario(settings: Settings, seed: int, schedule: Schedule, *,
                        scene.faults, attempts, scene.timeline, scene.tasks, scene.verdict,
                        scene.error, scene.now(), settings.replay(seed),
                        generations=scene.generations, runs=scene.runs)
-    if result.passed and not settings.keep_data:
-        shutil.rmtree(root, ignore_errors=True)
-    else:
-        result.kept_data = str(root)
+    keep_or_remove(settings, result, root, topics)
     return result
 
 

@@ -198,6 +198,9 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
             md += [f"- seed {r.seed}: {why}", f"  replay: `{r.replay}`"]
             if r.kept_data:
                 md.append(f"  data kept in `{r.kept_data}`")
+            if r.kept_topics:
+                md.append("  topics kept on the broker: "
+                          + ", ".join(f"`{t}`" for t in r.kept_topics))
     md += ["", "## Faults", ""]
     for r in results:
         md.append(f"- seed {r.seed}: " + ("; ".join(

@@ -18,7 +18,6 @@ count means the same thing on a slow machine as on a fast one.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from .setup import (
     RunResult,
     Settings,
     fault_dicts,
+    keep_or_remove,
     max_attempts_for,
     new_job,
     recovery_times,
@@ -88,7 +88,7 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
         return run_scenario(settings, seed, schedule, on_progress=on_progress)
 
     w = settings.workload
-    job, pipeline, opts, root = new_job(settings, seed)
+    job, pipeline, opts, root, topics = new_job(settings, seed)
     state = root / "state"
     job_dir = state / job
     log = job_dir / "faults.log"
@@ -253,8 +253,5 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                        soak=soak, generations=sorted(
                            injector.generations.values(),
                            key=lambda g: (g["task"], g["attempt"], g["generation"])))
-    if result.passed and not settings.keep_data:
-        shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
-    else:
-        result.kept_data = str(root)
+    keep_or_remove(settings, result, root, topics)
     return result
