@@ -157,11 +157,13 @@ def recovery_png(results: Sequence[RunResult], path: Path) -> bool:
 
 
 def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: str,
-                  settings: dict[str, Any]) -> Path:
+                  settings: dict[str, Any], interrupted: dict[str, Any] | None = None) -> Path:
+    """``interrupted``: the run a Ctrl-C cancelled (run, of, seed, kept_data, kept_topics);
+    ``results`` are the runs that finished before it."""
     report_dir.mkdir(parents=True, exist_ok=True)
     passed = sum(r.passed for r in results)
     doc = {"command": command, "settings": settings, "runs": len(results), "passed": passed,
-           "failed": len(results) - passed,
+           "failed": len(results) - passed, "interrupted": interrupted,
            "results": [{"seed": r.seed, "verdict": verdict_word(r), "passed": r.passed,
                         "error": r.error, "faults_fired": r.fired(), "faults": len(r.faults),
                         "counts": r.verdict.counts() if r.verdict else None,
@@ -174,8 +176,16 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
     size = (f"{settings.get('lines'):,} input records per run" if not soak else
             f"soaks of {soak['duration']:g} s fed at {soak['rate']:g} records per second")
     md = [f"# Experiment: {settings.get('workload')}", "", f"    {command}", "",
-          f"{len(results)} runs, {passed} passed, {len(results) - passed} failed; "
+          f"{len(results)} run{'s' * (len(results) != 1)}, {passed} passed, "
+          f"{len(results) - passed} failed; "
           f"{settings.get('guarantee')} on {settings.get('transport')}, {size}.", ""]
+    if interrupted is not None:
+        left = (f"its data is kept in `{interrupted['kept_data']}`"
+                + "".join(f", topic `{t}`" for t in interrupted.get("kept_topics") or ())
+                if interrupted.get("kept_data") else "its data was removed")
+        md += [f"Interrupted (Ctrl-C) during run {interrupted['run']} of {interrupted['of']}, "
+               f"seed {interrupted['seed']}: {left}. The table holds the runs that "
+               f"finished before it.", ""]
     rows = table_rows(results)
     md.append("| " + " | ".join(rows[0]) + " | timeline |")
     md.append("|" + "---|" * (len(rows[0]) + 1))

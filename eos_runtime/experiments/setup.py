@@ -21,7 +21,8 @@ from .verify import Verdict
 from .workloads import Workload
 
 __all__ = ["Settings", "RunResult", "task_roles", "new_job", "job_pipeline", "job_topic",
-           "input_topics", "fault_dicts", "keep_or_remove",
+           "input_topics", "fault_dicts", "keep_or_remove", "NewJob", "RunInterrupted",
+           "interrupted",
            "max_attempts_for", "recovery_times", "NO_TIMER", "SAMPLE_EVERY", "SOAK_COMMIT",
            "DRAIN_LIMIT"]
 
@@ -206,8 +207,12 @@ def _resumed(rec: dict[str, Any], since: float, timeline: list[dict[str, Any]]) 
 # --------------------------------------------------------------------------- soaks
 
 
-def new_job(settings: Settings, seed: int
-            ) -> tuple[str, Any, dict[str, Any], Path, ScratchTopics]:
+#: What ``new_job`` makes: the job's name, its pipeline, the transport's options, the
+#: run's root directory, and the topics' list before the run.
+NewJob = tuple[str, Any, dict[str, Any], Path, ScratchTopics]
+
+
+def new_job(settings: Settings, seed: int) -> NewJob:
     """A job of the run's own: its name, its pipeline renamed to it (on Kafka with topics
     named after it), the transport's options, the run's root directory, whose
     ``state/<job>`` (the tasks' state, pid and progress files) is made, and what will tell
@@ -232,15 +237,41 @@ def keep_or_remove(settings: Settings, result: RunResult, root: Path,
     the tasks' state) and on Kafka the topics it made. Any other run's is kept, and its
     result names it."""
     if result.passed and not settings.keep_data:
-        shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
-        try:
-            topics.remove()
-        except EosError as exc:   # the run passed: what is left is said, not failed on
-            logger.warning("the topics of job %s were left on the broker (%s): eos topics "
-                           "lists them", result.job, " ".join(str(exc).split()))
+        _discard(result.job, root, topics)
         return
     result.kept_data = str(root)
     result.kept_topics = topics.made()
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A Ctrl-C cancelled an experiment run; what is left of its data, if anything."""
+
+    def __init__(self, job: str, kept_data: str | None, kept_topics: list[str]) -> None:
+        super().__init__(job)
+        self.job, self.kept_data, self.kept_topics = job, kept_data, kept_topics
+
+
+def interrupted(settings: Settings, made: NewJob) -> RunInterrupted:
+    """The data of a run a Ctrl-C cancelled goes as a passing run's would (its result
+    would judge nothing), unless ``--keep-data``."""
+    job, _, _, root, topics = made
+    if settings.keep_data:
+        try:
+            kept = topics.made()
+        except EosError:
+            kept = []
+        return RunInterrupted(job, str(root), kept)
+    _discard(job, root, topics)
+    return RunInterrupted(job, None, [])
+
+
+def _discard(job: str, root: Path, topics: ScratchTopics) -> None:
+    shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
+    try:
+        topics.remove()
+    except EosError as exc:   # the run is over: what is left is said, not failed on
+        logger.warning("the topics of job %s were left on the broker (%s): eos topics lists "
+                       "them", job, " ".join(str(exc).split()))
 
 
 def job_pipeline(w: Workload, job: str, transport_name: str) -> Any:
