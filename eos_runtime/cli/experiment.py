@@ -368,7 +368,9 @@ class _Progress:
 
     def progress(self, p: dict[str, Any]) -> None:
         for rec in p["events"]:
-            self._say(f"  {p['seconds']:6.2f} s  fault: {rec['describe']}")
+            # when it fired, as the report says, not when this sample noticed it
+            at = rec["time"] if rec.get("time") is not None else p["seconds"]
+            self._say(f"  {at:6.2f} s  fault: {rec['describe']}")
         if self.live is None and not self.quiet and p.get("duration") is not None \
                 and p["seconds"] >= self.next_line:
             # a soak runs for minutes: a line now and then shows it is alive

@@ -21,8 +21,8 @@ from .verify import Verdict
 from .workloads import Workload
 
 __all__ = ["Settings", "RunResult", "task_roles", "new_job", "job_pipeline", "job_topic",
-           "input_topics", "fault_dicts", "keep_or_remove", "NewJob", "RunInterrupted",
-           "interrupted",
+           "input_topics", "fault_dicts", "verdict_word", "keep_or_remove", "NewJob",
+           "RunInterrupted", "interrupted",
            "max_attempts_for", "recovery_times", "NO_TIMER", "SAMPLE_EVERY", "SOAK_COMMIT",
            "DRAIN_LIMIT"]
 
@@ -115,6 +115,12 @@ class RunResult:
                 "attempts": self.attempts, "generations": self.generations,
                 "runs": self.runs,
                 "tasks": self.tasks, "timeline": self.timeline}
+
+
+def verdict_word(r: RunResult) -> str:
+    if r.error is not None:
+        return "ERROR"
+    return "pass" if r.passed else "FAIL"
 
 
 def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> list[TaskRole]:
