@@ -1,7 +1,7 @@
 """The main job of the README: word count end to end, verified.
 
 Generates text lines into the ``lines`` topic of a fresh data directory, runs
-``examples/wordcount.py`` on Spark (exactly-once by default), reads the committed
+``eos_runtime/examples/wordcount.py`` on Spark (exactly-once by default), reads the committed
 output and checks it record by record against counts computed here from the input:
 each word seen n times must have exactly the values 1..n, in order.
 
@@ -12,23 +12,29 @@ it did not make.
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, DemoFailed
+from .errors import ConfigError, DemoFailed, EosError
 from .joblog.committed import read_output
-from .runner import RunSummary, load_pipeline, run_pipeline
+from .runner import RunSummary, load_pipeline, run_pipeline, state_root
+from .scratch_topics import ScratchTopics
 from .transport import TopicSpec, open_transport
 
 __all__ = ["DemoResult", "DemoFailed", "run_demo", "prepare_demo_dir", "DEMO_MARKER",
            "WORDCOUNT", "WORDS", "generate_words"]
 
-WORDCOUNT = Path(__file__).resolve().parent.parent / "examples" / "wordcount.py"
+#: The demo's pipeline, inside the package so an installed wheel has it (the checkout's
+#: ``examples/`` links to these files).
+WORDCOUNT = Path(__file__).resolve().parent / "examples" / "wordcount.py"
+logger = logging.getLogger(__name__)
+
 #: The file that marks a directory as the demo's own, so the demo may clear it.
 DEMO_MARKER = ".eos-demo"
 
@@ -93,18 +99,26 @@ class DemoResult:
     words: int
     output_records: int
     duplicates: int
+    # on Kafka: the topics the run made, deleted after the verification unless kept
+    removed_topics: list[str] = field(default_factory=list)
+    kept_topics: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"lines": self.lines, "distinct_words": self.words,
                 "output_records": self.output_records, "duplicates": self.duplicates,
-                "verified": True, "run": self.summary.as_dict()}
+                "verified": True, "removed_topics": self.removed_topics,
+                "kept_topics": self.kept_topics, "run": self.summary.as_dict()}
 
 
 def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | None = None,
              client_config: dict[str, Any] | None = None,
              lines: int = 20_000, guarantee: str = "exactly-once",
              on_progress: Callable[[dict[str, Any]], None] | None = None,
-             **run_options: Any) -> DemoResult:
+             keep_topics: bool = False, **run_options: Any) -> DemoResult:
+    """Run and verify the demo. On Kafka the job is a new one (``wordcount-<random>``)
+    whose topics are deleted, with its task state, once its output is verified, unless
+    ``keep_topics``; a demo that fails keeps them for inspection and says so. On the local
+    log everything stays in ``data_dir`` until the next demo clears it."""
     pipeline = load_pipeline(WORDCOUNT)
     opts: dict[str, Any]
     if bootstrap_servers:
@@ -116,6 +130,30 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
             opts["client_config"] = client_config
     else:
         opts = {"data_dir": str(prepare_demo_dir(data_dir or ".eos/demo"))}
+    topics = ScratchTopics(opts, pipeline.name, pipeline.job_id)   # before it makes any
+    try:
+        result = _run_and_verify(pipeline, opts, lines, guarantee, on_progress, run_options)
+    except BaseException:
+        if bootstrap_servers:
+            try:
+                kept = ", ".join(topics.made())
+            except EosError:   # the broker is gone: the run's own error is what counts
+                kept = f"those named after {pipeline.name}"
+            logger.warning("the demo's topics are kept on the broker for inspection: %s",
+                           kept)
+        raise
+    if bootstrap_servers and keep_topics:
+        result.kept_topics = topics.made()
+    elif bootstrap_servers:
+        shutil.rmtree(Path(state_root(None, run_options.get("state_dir"))) / pipeline.name,
+                      ignore_errors=True)   # the job's task state, made by this run
+        result.removed_topics = topics.remove()
+    return result
+
+
+def _run_and_verify(pipeline: Any, opts: dict[str, Any], lines: int, guarantee: str,
+                    on_progress: Callable[[dict[str, Any]], None] | None,
+                    run_options: dict[str, Any]) -> DemoResult:
     source, sink = pipeline.source_topic, pipeline.sink_topic
     text = list(generate_words(lines, seed=42))
     with open_transport(**opts) as t:

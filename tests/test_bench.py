@@ -658,6 +658,30 @@ def test_rounds_are_one_number_or_one_per_measure_and_a_bad_one_is_named():
     assert rounds_text({"throughput": 5, "memory": 1}) == "rounds: throughput 5, memory 1"
 
 
+def test_targets_measured_in_fewer_than_three_rounds_are_not_judged():
+    """A 1-round bench printed a bold "missed" with no word that one round says little,
+    and "1 rounds" (issue 27, Small)."""
+    from eos_runtime.bench.report import rounds_text
+    from eos_runtime.bench.targets import judge, markdown_section
+
+    assert rounds_text(1) == "1 round"
+    assert rounds_text({"throughput": 1, "memory": 1}) == "1 round"
+    one = _bench_result({"eos-exactly-once": [90.0], "eos-at-least-once": [100.0]},
+                        settings={"commit_interval": 1.0, "rounds": {"throughput": 1}})
+    eo = judge(one)[0]
+    assert eo["target"] == "exactly-once ≥ 0.95 × at-least-once"
+    assert eo["met"] is False and eo["rounds"] == 1 and eo["too_few_rounds"] is True
+    table = "\n".join(markdown_section(judge(one)))
+    assert "**missed**" not in table
+    assert "| too few rounds to judge (1 round; short of the target) |" in table
+    assert "fewer than 3 rounds" in table
+    three = _bench_result({"eos-exactly-once": [90.0] * 3, "eos-at-least-once": [100.0] * 3},
+                          settings={"commit_interval": 1.0, "rounds": 3})
+    eo = judge(three)[0]
+    assert eo["met"] is False and eo["too_few_rounds"] is False
+    assert "| **missed** |" in "\n".join(markdown_section(judge(three)))
+
+
 def test_a_run_without_throughput_writes_no_throughput_plot(tmp_path):
     """A memory-only run wrote an empty throughput.png beside its report (which, rightly,
     showed no throughput section)."""

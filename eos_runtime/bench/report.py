@@ -116,11 +116,11 @@ def _fmt(x: float | None, digits: int = 0) -> str:
 
 
 def rounds_text(rounds: int | dict[str, int]) -> str:
-    """"3 rounds", or per measure: "rounds: throughput 5, latency 3"."""
+    """"3 rounds", "1 round", or per measure: "rounds: throughput 5, latency 3"."""
+    if isinstance(rounds, dict) and len(set(rounds.values())) == 1:
+        rounds = next(iter(rounds.values()))
     if isinstance(rounds, int):
-        return f"{rounds} rounds"
-    if len(set(rounds.values())) == 1:
-        return f"{next(iter(rounds.values()))} rounds"
+        return f"{rounds} round{'s' * (rounds != 1)}"
     return "rounds: " + ", ".join(f"{m} {n}" for m, n in rounds.items())
 
 

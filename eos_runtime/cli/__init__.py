@@ -108,10 +108,14 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
               metavar="N", help="Text lines to count words in.")
 @click.option("--guarantee", type=click.Choice(["exactly-once", "at-least-once"]),
               default="exactly-once", show_default=True, help="Processing guarantee of the job.")
+@click.option("--keep-topics", is_flag=True,
+              help="On Kafka, keep the topics the run made (its job's, named after it); "
+                   "by default they are deleted once the output is verified. A failing demo "
+                   "keeps them and names them.")
 @kafka_settings_options
 @json_option("Print the result as JSON (a failed demo: a JSON error object).")
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
-         as_json: bool) -> None:
+         keep_topics: bool, as_json: bool) -> None:
     """The main job: word count end to end on Spark, output verified against an oracle."""
     import json
 
@@ -130,7 +134,7 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
         click.echo(f"word count over {n_lines} generated lines, {guarantee}, on {where} ...",
                    err=True)
     result = run_demo(data_dir=data_dir, bootstrap_servers=bootstrap_servers, lines=n_lines,
-                      guarantee=guarantee, **client)
+                      guarantee=guarantee, keep_topics=keep_topics, **client)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -142,6 +146,11 @@ def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: 
                f"{n_of(result.words, 'word')}; each word seen n times has exactly the counts 1..n"
                if guarantee == "exactly-once" else
                f"verified: no count lost; {n_of(result.duplicates, 'duplicate record')}")
+    if result.removed_topics:
+        click.echo(f"removed the run's {n_of(len(result.removed_topics), 'topic')} from the "
+                   f"broker (--keep-topics keeps them)")
+    if result.kept_topics:
+        click.echo(f"kept on the broker: {', '.join(result.kept_topics)}")
 
 
 def run() -> None:

@@ -23,7 +23,7 @@ import click
 from ..errors import ConfigError
 from ..limits import option as in_range
 from ..redact import redact
-from .options import kafka_client_config, kafka_settings_options
+from .options import kafka_client_config, kafka_settings_options, n_of
 
 #: Change-log offsets before a task's first snapshot in an experiment (recovery C8).
 EXPERIMENT_SNAPSHOT_RECORDS = 4
@@ -155,7 +155,8 @@ def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
               help="Where the runs' local logs go (each run in a new directory of its own, "
                    "removed when the run passed). Default: <report>/data.")
 @click.option("--keep-data", is_flag=True,
-              help="Keep every run's local log and task state (default: only failing runs').")
+              help="Keep every run's local log and task state, and on Kafka the topics it "
+                   "made (default: only failing runs').")
 @click.option("--bootstrap-servers", default=None, metavar="HOST:PORT",
               help="Run on this Kafka broker instead of the local log.")
 @click.option("--broker-dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
@@ -186,7 +187,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
     from ..experiments.run import run_experiment
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule
-    from ..experiments.setup import Settings, task_roles
+    from ..experiments.setup import RunInterrupted, Settings, task_roles
     from ..experiments.workloads import load_workload
     from .options import env_default, stdout_to_stderr
 
@@ -283,6 +284,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
 
     show = _Progress(as_json, runs)
     results = []
+    stopped: dict[str, Any] | None = None   # the run a Ctrl-C interrupted
     for i, s in enumerate(range(first, first + runs)):
         schedule = fixed if fixed is not None else random_schedule(
             s, count, fault_kinds, roles, transport_name, duration=duration,
@@ -291,9 +293,14 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         # Snapshots and cut change logs (recovery C7-C9) every few checkpoints, not every
         # 10 000 records: the faults must meet them. The driver reads it into each task's
         # config; the runs' child processes inherit it.
-        with stdout_to_stderr(), env_default("EOS_CHANGELOG_SNAPSHOT_RECORDS",
-                                             str(EXPERIMENT_SNAPSHOT_RECORDS)):
-            result = run_experiment(settings, s, schedule, on_progress=show.progress)
+        try:
+            with stdout_to_stderr(), env_default("EOS_CHANGELOG_SNAPSHOT_RECORDS",
+                                                 str(EXPERIMENT_SNAPSHOT_RECORDS)):
+                result = run_experiment(settings, s, schedule, on_progress=show.progress)
+        except RunInterrupted as exc:   # the runs that finished are reported all the same
+            stopped = {"run": i + 1, "of": runs, "seed": s, "kept_data": exc.kept_data,
+                       "kept_topics": exc.kept_topics}
+            break
         write_run(result, report_dir)
         results.append(result)
         show.done(result)
@@ -304,7 +311,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         "lines": lines if duration is None else None,
         "soak": None if duration is None else {"duration": duration, "rate": rate},
         "seeds": [first, first + runs - 1], "faults": count if fixed is None else None,
-        "kinds": fault_kinds or None, "schedule": schedule_file})
+        "kinds": fault_kinds or None, "schedule": schedule_file}, interrupted=stopped)
     failed = [r for r in results if not r.passed]
     if as_json:
         click.echo((report_dir / "summary.json").read_text(), nl=False)
@@ -315,6 +322,14 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         for r in failed:
             why = r.error or ", ".join(r.verdict.reasons() if r.verdict else [])
             click.echo(f"seed {r.seed} failed ({why}); replay: {r.replay}")
+    if stopped is not None:
+        left = (f"its data is kept in {stopped['kept_data']}" if stopped["kept_data"]
+                else "its data was removed")
+        finished = n_of(len(results), "finished run")
+        click.echo(f"error: interrupted during run {stopped['run']} of {runs} (seed "
+                   f"{stopped['seed']}); {left}; the summary of the {finished} is in "
+                   f"{summary}", err=True)
+        sys.exit(130)
     if failed:
         seeds = ", ".join(str(r.seed) for r in failed)
         click.echo(f"error: {len(failed)} of {len(results)} runs failed "
@@ -353,7 +368,9 @@ class _Progress:
 
     def progress(self, p: dict[str, Any]) -> None:
         for rec in p["events"]:
-            self._say(f"  {p['seconds']:6.2f} s  fault: {rec['describe']}")
+            # when it fired, as the report says, not when this sample noticed it
+            at = rec["time"] if rec.get("time") is not None else p["seconds"]
+            self._say(f"  {at:6.2f} s  fault: {rec['describe']}")
         if self.live is None and not self.quiet and p.get("duration") is not None \
                 and p["seconds"] >= self.next_line:
             # a soak runs for minutes: a line now and then shows it is alive

@@ -1,6 +1,6 @@
 """An experiment of several runs of one job, with an operator's actions between and in them.
 
-    result = run_scenario(settings, seed, schedule)   # run.run_experiment calls it
+    result = run_scenario(settings, seed, schedule, new_job(settings, seed))   # as run.py
 
 The schedule names the runs (field ``run``). Before run k the experiment carries out the
 actions for it, as an operator does, with the ``eos`` commands themselves (``eos
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -48,13 +47,14 @@ from .scenario_plan import check_offsets, check_scenario, fill_offsets, input_st
 from .schedule import BETWEEN_RUNS, Fault, Schedule, TaskRole
 from .setup import (
     SAMPLE_EVERY,
+    NewJob,
     RunResult,
     Settings,
     fault_dicts,
     job_pipeline,
     job_topic,
+    keep_or_remove,
     max_attempts_for,
-    new_job,
     recovery_times,
     task_roles,
 )
@@ -122,10 +122,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
 
 
-def run_scenario(settings: Settings, seed: int, schedule: Schedule, *,
+def run_scenario(settings: Settings, seed: int, schedule: Schedule, made: NewJob, *,
                  on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     w = settings.workload
-    job, pipeline, opts, root = new_job(settings, seed)
+    job, pipeline, opts, root, topics = made
     state = root / "state"
     job_dir = state / job
     roles = task_roles(w, settings.guarantee)
@@ -148,10 +148,7 @@ def run_scenario(settings: Settings, seed: int, schedule: Schedule, *,
                        scene.faults, attempts, scene.timeline, scene.tasks, scene.verdict,
                        scene.error, scene.now(), settings.replay(seed),
                        generations=scene.generations, runs=scene.runs)
-    if result.passed and not settings.keep_data:
-        shutil.rmtree(root, ignore_errors=True)
-    else:
-        result.kept_data = str(root)
+    keep_or_remove(settings, result, root, topics)
     return result
 
 

@@ -16,18 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .setup import RunResult
+from .setup import RunResult, verdict_word
+from .timeline import recovery_png, timeline_png
 
-__all__ = ["write_run", "write_summary", "table_lines", "verdict_word", "REPORT_MARKER"]
+__all__ = ["write_run", "write_summary", "table_lines", "verdict_word", "REPORT_MARKER",
+           "timeline_png", "recovery_png"]
 
 #: The file that marks a directory as an experiment report (so a later run may add to it).
 REPORT_MARKER = ".eos-experiment"
-
-
-def verdict_word(r: RunResult) -> str:
-    if r.error is not None:
-        return "ERROR"
-    return "pass" if r.passed else "FAIL"
 
 
 def _failed_attempts(r: RunResult) -> int:
@@ -65,103 +61,14 @@ def write_run(r: RunResult, report_dir: Path) -> Path:
     return d
 
 
-def timeline_png(r: RunResult, path: Path) -> None:
-    """Sink records per second over the run, task attempts and their generations below
-    it, faults marked."""
-    from matplotlib.figure import Figure  # a Figure of its own: no pyplot, no GUI backend
-
-    fig = Figure(figsize=(8, 4.2), dpi=80, layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1.4])
-    ts = [s["t"] for s in r.timeline]
-    rates = [0.0] + [max(0.0, (b["sink"] - a["sink"]) / (b["t"] - a["t"]))
-                     if b["t"] > a["t"] else 0.0
-                     for a, b in zip(r.timeline, r.timeline[1:], strict=False)]
-    top.step(ts, rates, where="post", color="tab:blue", linewidth=1.2)
-    top.set_ylabel("sink records/s")
-    end = max(ts + [r.seconds])
-    fired = [(i, f) for i, f in enumerate(r.faults, 1) if f.get("fired") and f.get("time")]
-    for k, (i, f) in enumerate(fired):
-        top.axvline(f["time"], color="tab:red", linestyle="--", linewidth=1)
-        if f.get("back") is not None:   # a broker outage: shade until the broker answered
-            top.axvspan(f["time"], f["back"], color="tab:red", alpha=0.08, linewidth=0)
-        target = f" t{f['task']}" if f.get("task") is not None else ""
-        # staggered: faults a few milliseconds apart would print over each other
-        top.annotate(f"{i} {f['kind']}{target}", (f["time"], 0.97 - 0.11 * (k % 5)),
-                     xycoords=("data", "axes fraction"), va="top", ha="left", fontsize=7,
-                     color="tab:red", xytext=(2, 0), textcoords="offset points")
-    word = verdict_word(r)
-    v = r.verdict
-    detail = ("" if v is None else f": {v.lost} lost, {v.duplicated} dup, {v.unexpected} "
-              f"unexpected, {v.out_of_order} out of order")
-    top.set_title(f"{r.job} ({r.guarantee}, {r.transport}) {word}{detail}", fontsize=9)
-
-    by_task: dict[int, list[dict[str, Any]]] = {}
-    for a in r.attempts:
-        by_task.setdefault(a["task"], []).append(a)
-    colors = ["tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
-    for task, attempts in by_task.items():
-        attempts.sort(key=lambda a: a["attempt"])
-        for k, a in enumerate(attempts):
-            start = a["started"]
-            if start is None:
-                continue
-            stop = next((b["started"] for b in attempts[k + 1:] if b["started"] is not None),
-                        None)
-            died = next((f["time"] for _, f in fired if f.get("task") == task
-                         and f.get("attempt") == a["attempt"] and f.get("kind") != "zombie"),
-                        None)
-            if died is not None:   # the retry starts later: Spark waits before it retries
-                stop = died
-            elif stop is None:   # the last attempt: it ran for its task's own seconds
-                stats = next((t for t in r.tasks if t.get("task_id") == task), None)
-                stop = (start + stats["seconds"] if stats and stats.get("attempt") == a["attempt"]
-                        and stats.get("seconds") else end)
-            bottom.broken_barh([(start, max(stop - start, 0.01))], (task - 0.35, 0.7),
-                               color=colors[a["attempt"] % len(colors)])
-    # each generation's start on its task's bar: a tick and "g<n>" (a retry, a restart in
-    # place or a rewind takes a new one)
-    for g in r.generations:
-        bottom.vlines(g["started"], g["task"] - 0.35, g["task"] + 0.35, color="black",
-                      linewidth=0.8)
-        bottom.annotate(f"g{g['generation']}", (g["started"], g["task"] + 0.35), fontsize=6,
-                        va="bottom", ha="left", xytext=(1, 0), textcoords="offset points")
-    for i, f in fired:
-        if f.get("task") is not None:
-            bottom.plot([f["time"]], [f["task"]], marker="x", color="tab:red", markersize=7)
-            bottom.annotate(str(i), (f["time"], f["task"]), fontsize=7, color="tab:red",
-                            xytext=(3, 3), textcoords="offset points")
-    starts = [a["started"] for a in r.attempts if a["started"] is not None]
-    if starts:   # from just before the first task started: Spark's start-up is not the run
-        bottom.set_xlim(left=max(0.0, min(starts) - 0.5), right=end + 0.1)
-    bottom.set_yticks(sorted(by_task) or [0])
-    bottom.set_ylabel("task")
-    bottom.set_xlabel("seconds since the run started (attempts: green first, orange second, "
-                      "...; |gN: generation N starts)")
-    fig.savefig(path)
-
-
-def recovery_png(results: Sequence[RunResult], path: Path) -> bool:
-    times = [f["restarted_after"] for r in results for f in r.faults if "restarted_after" in f]
-    if not times:
-        return False
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 2.8), dpi=80, layout="constrained")
-    ax = fig.subplots()
-    ax.hist(times, bins=min(20, max(5, len(times))), color="tab:blue")
-    ax.set_xlabel("seconds from a fault to the task's next attempt")
-    ax.set_ylabel("faults")
-    ax.set_title(f"recovery of {len(times)} faults over {len(results)} runs", fontsize=9)
-    fig.savefig(path)
-    return True
-
-
 def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: str,
-                  settings: dict[str, Any]) -> Path:
+                  settings: dict[str, Any], interrupted: dict[str, Any] | None = None) -> Path:
+    """``interrupted``: the run a Ctrl-C cancelled (run, of, seed, kept_data, kept_topics);
+    ``results`` are the runs that finished before it."""
     report_dir.mkdir(parents=True, exist_ok=True)
     passed = sum(r.passed for r in results)
     doc = {"command": command, "settings": settings, "runs": len(results), "passed": passed,
-           "failed": len(results) - passed,
+           "failed": len(results) - passed, "interrupted": interrupted,
            "results": [{"seed": r.seed, "verdict": verdict_word(r), "passed": r.passed,
                         "error": r.error, "faults_fired": r.fired(), "faults": len(r.faults),
                         "counts": r.verdict.counts() if r.verdict else None,
@@ -174,8 +81,16 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
     size = (f"{settings.get('lines'):,} input records per run" if not soak else
             f"soaks of {soak['duration']:g} s fed at {soak['rate']:g} records per second")
     md = [f"# Experiment: {settings.get('workload')}", "", f"    {command}", "",
-          f"{len(results)} runs, {passed} passed, {len(results) - passed} failed; "
+          f"{len(results)} run{'s' * (len(results) != 1)}, {passed} passed, "
+          f"{len(results) - passed} failed; "
           f"{settings.get('guarantee')} on {settings.get('transport')}, {size}.", ""]
+    if interrupted is not None:
+        left = (f"its data is kept in `{interrupted['kept_data']}`"
+                + "".join(f", topic `{t}`" for t in interrupted.get("kept_topics") or ())
+                if interrupted.get("kept_data") else "its data was removed")
+        md += [f"Interrupted (Ctrl-C) during run {interrupted['run']} of {interrupted['of']}, "
+               f"seed {interrupted['seed']}: {left}. The table holds the runs that "
+               f"finished before it.", ""]
     rows = table_rows(results)
     md.append("| " + " | ".join(rows[0]) + " | timeline |")
     md.append("|" + "---|" * (len(rows[0]) + 1))
@@ -198,6 +113,9 @@ def write_summary(results: Sequence[RunResult], report_dir: Path, *, command: st
             md += [f"- seed {r.seed}: {why}", f"  replay: `{r.replay}`"]
             if r.kept_data:
                 md.append(f"  data kept in `{r.kept_data}`")
+            if r.kept_topics:
+                md.append("  topics kept on the broker: "
+                          + ", ".join(f"`{t}`" for t in r.kept_topics))
     md += ["", "## Faults", ""]
     for r in results:
         md.append(f"- seed {r.seed}: " + ("; ".join(

@@ -18,7 +18,6 @@ count means the same thing on a slow machine as on a fast one.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,9 +32,12 @@ from .scenario_plan import input_stamp0
 from .schedule import Schedule
 from .setup import (
     SAMPLE_EVERY,
+    NewJob,
     RunResult,
     Settings,
     fault_dicts,
+    interrupted,
+    keep_or_remove,
     max_attempts_for,
     new_job,
     recovery_times,
@@ -81,14 +83,24 @@ def feed_graph(t: Any, feed: dict[str, Any], partitions: int) -> None:
 def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                    on_progress: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Run ``settings.workload`` once under ``schedule`` and judge its committed output
-    (several runs of the job when the schedule has an operator's actions: multirun.py)."""
+    (several runs of the job when the schedule has an operator's actions: multirun.py).
+    A Ctrl-C cancels the run, removes its data (unless ``keep_data``) and raises
+    ``RunInterrupted`` saying what is left."""
+    made = new_job(settings, seed)
+    try:
+        if schedule.multi_run():
+            return run_scenario(settings, seed, schedule, made, on_progress=on_progress)
+        return _one_run(settings, seed, schedule, made, on_progress)
+    except KeyboardInterrupt:
+        raise interrupted(settings, made) from None
+
+
+def _one_run(settings: Settings, seed: int, schedule: Schedule, made: NewJob,
+             on_progress: Callable[[dict[str, Any]], None] | None) -> RunResult:
     from ..runner import start_pipeline
 
-    if schedule.multi_run():
-        return run_scenario(settings, seed, schedule, on_progress=on_progress)
-
     w = settings.workload
-    job, pipeline, opts, root = new_job(settings, seed)
+    job, pipeline, opts, root, topics = made
     state = root / "state"
     job_dir = state / job
     log = job_dir / "faults.log"
@@ -253,8 +265,5 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
                        soak=soak, generations=sorted(
                            injector.generations.values(),
                            key=lambda g: (g["task"], g["attempt"], g["generation"])))
-    if result.passed and not settings.keep_data:
-        shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
-    else:
-        result.kept_data = str(root)
+    keep_or_remove(settings, result, root, topics)
     return result

@@ -3,7 +3,9 @@ after the workload and seed) and its tasks' roles, and the fault list its tasks 
 
 from __future__ import annotations
 
+import logging
 import math
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -11,13 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import EosError
+from ..scratch_topics import ScratchTopics
 from ..transport import TopicSpec, open_transport
 from .schedule import PAUSES, Schedule, TaskRole
 from .verify import Verdict
 from .workloads import Workload
 
 __all__ = ["Settings", "RunResult", "task_roles", "new_job", "job_pipeline", "job_topic",
-           "input_topics", "fault_dicts",
+           "input_topics", "fault_dicts", "verdict_word", "keep_or_remove", "NewJob",
+           "RunInterrupted", "interrupted",
            "max_attempts_for", "recovery_times", "NO_TIMER", "SAMPLE_EVERY", "SOAK_COMMIT",
            "DRAIN_LIMIT"]
 
@@ -27,6 +32,8 @@ SAMPLE_EVERY = 0.25   # seconds between timeline samples
 # every downstream task would wait for markers that a record count never brings.
 SOAK_COMMIT = 1.0
 DRAIN_LIMIT = 120.0   # seconds a soak waits, after feeding, for its input to be committed
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,6 +89,7 @@ class RunResult:
     seconds: float
     replay: str
     kept_data: str | None = None
+    kept_topics: list[str] = field(default_factory=list)   # on Kafka: what the run made
     soak: dict[str, Any] | None = None   # a soak's duration, rate, input fed and committed
     # each generation an attempt took, with when it started: {task, attempt, generation,
     # started}
@@ -100,12 +108,19 @@ class RunResult:
         return {"seed": self.seed, "job": self.job, "guarantee": self.guarantee,
                 "transport": self.transport, "passed": self.passed, "error": self.error,
                 "seconds": round(self.seconds, 2), "replay": self.replay,
-                "kept_data": self.kept_data, "soak": self.soak,
+                "kept_data": self.kept_data, "kept_topics": self.kept_topics,
+                "soak": self.soak,
                 "verdict": self.verdict.as_dict() if self.verdict is not None else None,
                 "schedule": self.schedule.as_dict(), "faults": self.faults,
                 "attempts": self.attempts, "generations": self.generations,
                 "runs": self.runs,
                 "tasks": self.tasks, "timeline": self.timeline}
+
+
+def verdict_word(r: RunResult) -> str:
+    if r.error is not None:
+        return "ERROR"
+    return "pass" if r.passed else "FAIL"
 
 
 def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> list[TaskRole]:
@@ -198,10 +213,16 @@ def _resumed(rec: dict[str, Any], since: float, timeline: list[dict[str, Any]]) 
 # --------------------------------------------------------------------------- soaks
 
 
-def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Path]:
+#: What ``new_job`` makes: the job's name, its pipeline, the transport's options, the
+#: run's root directory, and the topics' list before the run.
+NewJob = tuple[str, Any, dict[str, Any], Path, ScratchTopics]
+
+
+def new_job(settings: Settings, seed: int) -> NewJob:
     """A job of the run's own: its name, its pipeline renamed to it (on Kafka with topics
-    named after it), the transport's options and the run's root directory, whose
-    ``state/<job>`` (the tasks' state, pid and progress files) is made."""
+    named after it), the transport's options, the run's root directory, whose
+    ``state/<job>`` (the tasks' state, pid and progress files) is made, and what will tell
+    the topics the run made (on Kafka; the local log's are in the root)."""
     w = settings.workload
     job = f"{w.name}-s{seed}-{uuid.uuid4().hex[:6]}"
     pipeline = job_pipeline(w, job, settings.transport_name)
@@ -211,8 +232,52 @@ def new_job(settings: Settings, seed: int) -> tuple[str, Any, dict[str, Any], Pa
     else:
         root = Path(settings.report_dir).absolute() / "state" / job
         opts = dict(settings.transport)
+    topics = ScratchTopics(opts, job, pipeline.job_id)   # before anything of the job exists
     (root / "state" / job).mkdir(parents=True, exist_ok=True)
-    return job, pipeline, opts, root
+    return job, pipeline, opts, root, topics
+
+
+def keep_or_remove(settings: Settings, result: RunResult, root: Path,
+                   topics: ScratchTopics) -> None:
+    """A passing run's data goes, unless ``--keep-data``: its directory (the local log,
+    the tasks' state) and on Kafka the topics it made. Any other run's is kept, and its
+    result names it."""
+    if result.passed and not settings.keep_data:
+        _discard(result.job, root, topics)
+        return
+    result.kept_data = str(root)
+    result.kept_topics = topics.made()
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A Ctrl-C cancelled an experiment run; what is left of its data, if anything."""
+
+    def __init__(self, job: str, kept_data: str | None, kept_topics: list[str]) -> None:
+        super().__init__(job)
+        self.job, self.kept_data, self.kept_topics = job, kept_data, kept_topics
+
+
+def interrupted(settings: Settings, made: NewJob) -> RunInterrupted:
+    """The data of a run a Ctrl-C cancelled goes as a passing run's would (its result
+    would judge nothing), unless ``--keep-data``."""
+    job, _, _, root, topics = made
+    if settings.keep_data:
+        try:
+            kept = topics.made()
+        except EosError:
+            kept = []
+        return RunInterrupted(job, str(root), kept)
+    _discard(job, root, topics)
+    return RunInterrupted(job, None, [])
+
+
+def _discard(job: str, root: Path, topics: ScratchTopics) -> None:
+    shutil.rmtree(root, ignore_errors=True)   # a directory this run made, nothing else
+    try:
+        topics.remove()
+    except EosError as exc:   # the run is over: what is left is said, not failed on
+        logger.warning("the topics of job %s were left on the broker (%s): eos topics lists "
+                       "them", job, " ".join(str(exc).split()))
 
 
 def job_pipeline(w: Workload, job: str, transport_name: str) -> Any:
