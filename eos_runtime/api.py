@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .api_windows import Windowed, WindowOp, check_window
+from .api_windows import JoinOp, Windowed, WindowOp, check_window, join_streams
 from .errors import ConfigError
 from .kafka_settings import check_settings
 from .limits import check
@@ -143,7 +143,8 @@ class _Node:
         if self.kind == "lookup":
             return f".lookup({p.table.topic!r})"
         if self.kind == "window":
-            return f".window(...).{p.name}.{p.emit}()"
+            return (".join(...)" if isinstance(p, JoinOp)
+                    else f".window(...).{p.name}.{p.emit}()")
         return ".merge(...)"
 
 
@@ -248,7 +249,20 @@ class Stream:
         self._keyed_here("window")
         return Windowed(self, spec, grace)
 
-    def _window(self, op: WindowOp) -> Stream:
+    def join(self, other: Stream, *, within: int, on: tuple[Callable[[Any], Any],
+                                                           Callable[[Any], Any]],
+             how: str = "inner", join: Callable[[Any, Any], Any] | None = None,
+             grace: int = 0, parallelism: int | None = None) -> Stream:
+        """Pair each value of this stream with each value of ``other`` whose join key is
+        the same (``on``: this side's key function, the other's) and whose event time is
+        at most ``within`` ms from its own: ``join(left, right)``, or the pair ``[left,
+        right]``. Each pair is emitted once; ``how="left"`` also emits each value of this
+        stream that found no partner, with None, once none can come any more. A new
+        stage (``parallelism`` tasks) holds both sides by key."""
+        return join_streams(self, other, within=within, on=on, how=how, join=join,
+                            grace=grace, parallelism=parallelism)
+
+    def _window(self, op: WindowOp | JoinOp) -> Stream:
         return self._pipeline._stream("window", op, (self._node,), True, self._node.roots)
 
     def _keyed_here(self, what: str) -> None:

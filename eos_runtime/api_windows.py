@@ -26,7 +26,7 @@ from .windows import Hopping, Session, Tumbling
 if TYPE_CHECKING:
     from .api import Stream
 
-__all__ = ["WindowOp", "Windowed", "WindowAggregate", "EMITS"]
+__all__ = ["WindowOp", "JoinOp", "Windowed", "WindowAggregate", "EMITS", "join_streams"]
 
 EMITS = ("final", "current")
 
@@ -45,6 +45,64 @@ class WindowOp:
     # two aggregates of one key's sessions as one (session windows merge when a record
     # bridges them): merge(earlier, later)
     merge: Callable[[Any, Any], Any] | None = None
+
+
+@dataclass(frozen=True)
+class JoinOp:
+    """A windowed join's op: pairs of a key's left and right records at most ``within``
+    ms apart (``runtime/join_ops.py``)."""
+
+    within: int
+    grace: int
+    how: str                                   # inner | left
+    join: Callable[[Any, Any], Any] | None     # None: the pair [left, right]
+    name: str
+
+
+def join_left(value: Any) -> list[Any]:
+    """A left value of a join, tagged for the join's stage."""
+    return ["L", value]
+
+
+def join_right(value: Any) -> list[Any]:
+    """A right value of a join, tagged for the join's stage."""
+    return ["R", value]
+
+
+class _JoinKey:
+    """The join key of a tagged value: the left side's ``on`` or the right side's."""
+
+    def __init__(self, left: Callable[[Any], Any], right: Callable[[Any], Any]) -> None:
+        self.left, self.right = left, right
+        self.__name__ = f"join key ({_name(left)}, {_name(right)})"
+
+    def __call__(self, tagged: list[Any]) -> Any:
+        side, value = tagged
+        return self.left(value) if side == "L" else self.right(value)
+
+
+def join_streams(left: Stream, right: Stream, *, within: int, on: object, how: str,
+                 join: Callable[[Any, Any], Any] | None, grace: int,
+                 parallelism: int | None) -> Stream:
+    """``left.join(right, ...)``: both sides tagged, merged and shuffled by their join key
+    into one stage, where the join op pairs them."""
+    if isinstance(within, bool) or not isinstance(within, int) or within < 0:
+        raise ConfigError(f"join: within is whole milliseconds >= 0, not {within!r}")
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+        raise ConfigError(f"join: grace is whole milliseconds >= 0, not {grace!r}")
+    if how not in ("inner", "left"):
+        raise ConfigError(f"join: how={how!r}: use 'inner' or 'left'")
+    if not (isinstance(on, tuple) and len(on) == 2 and all(callable(f) for f in on)):
+        raise ConfigError(f"join: on=(left_key, right_key), two functions giving each "
+                          f"side's join key, not {on!r}")
+    if join is not None:
+        _callable(join, "join")
+    if left is right:
+        raise ConfigError("join: a stream joined with itself: join two streams")
+    name = f"join({_name(join) if join is not None else 'pair'})"
+    tagged = left.map(join_left).merge(right.map(join_right))
+    keyed = tagged.key_by(_JoinKey(on[0], on[1]), parallelism=parallelism)
+    return keyed._window(JoinOp(within, grace, how, join, name))
 
 
 class Windowed:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .api import Lookup, Pipeline, Shuffle, Sink, Source, Step, Table, _Node
-from .api_windows import WindowOp
+from .api_windows import JoinOp, WindowOp
 from .errors import ConfigError
 
 __all__ = ["Op", "StageGraph", "StageOutput", "TableFeed", "is_chain", "stage_graph", "steps_of",
@@ -41,7 +41,7 @@ class Op:
     outputs: tuple[int, ...]    # stage output indices fed by this node's values
     store: str | None = None    # a stateful step's store, or a lookup's table store
     lookup: Lookup | None = None
-    window: WindowOp | None = None
+    window: WindowOp | JoinOp | None = None
 
     @property
     def stateful(self) -> bool:

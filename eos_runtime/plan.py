@@ -299,8 +299,8 @@ def describe_plan(plan: JobPlan) -> list[dict[str, Any]]:
     return [{"stage": s.index, "input": s.input_topic, "tasks": list(s.task_ids),
              "steps": [f"{st.kind}{'(stateful)' if st.stateful else ''}:{st.name}"
                        for st in s.steps]
-             + [f"window:{op.window.name}.{op.window.emit}" for op in s.program
-                if op.window is not None],
+             + [f"window:{op.window.name}.{getattr(op.window, 'emit', 'pairs')}"
+                for op in s.program if op.window is not None],
              "output": s.output_topic, "output_partitions": s.output_partitions,
              "outputs": [{"topic": o.topic, "partitions": o.partitions,
                           "kind": "sink" if o.sink is not None else "channel"}

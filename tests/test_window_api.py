@@ -157,3 +157,55 @@ def test_an_aggregate_over_sessions_needs_merge():
     keyed = Pipeline("p").source("s").key_by(lambda s: s)
     with pytest.raises(ConfigError, match="give merge=fn"):
         keyed.window(session(gap=10)).aggregate(initial=list, add=lambda a, v: a + [v])
+
+
+def attribution(how: str = "inner", join=None) -> Pipeline:
+    p = Pipeline("attribution")
+    clicks = p.source("clicks", value="json", timestamp=lambda c: c["ts"])
+    buys = p.source("purchases", value="json", timestamp=lambda b: b["ts"])
+    (buys.join(clicks, within=1_000, on=(lambda b: b["user"], lambda c: c["user"]), how=how,
+               join=join)
+        .sink("attributed", key="utf8", value="json"))
+    return p
+
+
+def test_a_windowed_join_pairs_records_within_the_interval_once_each():
+    with TestRun(attribution(join=lambda b, c: [b["id"], c["id"]])) as test:
+        assert test.send({"clicks": [{"user": "u", "id": "c1", "ts": 100},
+                                     {"user": "v", "id": "c2", "ts": 100}]}) == []
+        out = test.send({"purchases": [{"user": "u", "id": "b1", "ts": 1_100},    # c1: 1000 ms
+                                       {"user": "u", "id": "b2", "ts": 1_101}]})  # too late
+        assert out == [("u", ["b1", "c1"])]
+        out = test.send({"clicks": [{"user": "u", "id": "c3", "ts": 2_000}]})     # b1, b2
+        assert out == [("u", ["b1", "c3"]), ("u", ["b2", "c3"])]
+        assert test.advance(100_000) == []                                        # inner
+
+
+def test_a_left_join_emits_the_unmatched_once_no_partner_can_come():
+    with TestRun(attribution("left")) as test:
+        test.send({"purchases": [{"user": "u", "id": "b1", "ts": 5_000},
+                                 {"user": "w", "id": "b2", "ts": 5_000}]})
+        test.send({"clicks": [{"user": "u", "id": "c1", "ts": 4_500}]})
+        assert test.advance(6_000) == []       # a partner at 6000 may still come
+        assert test.advance(6_001) == [("w", [{"user": "w", "id": "b2", "ts": 5_000}, None])]
+        assert test.advance(100_000) == []     # b1 had c1: nothing more
+
+
+def test_a_join_record_past_the_watermark_is_late():
+    with TestRun(attribution()) as test:
+        test.advance(10_000)
+        test.send({"clicks": [{"user": "u", "id": "c", "ts": 9_999}]})
+        assert test.late == 1
+
+
+def test_a_join_is_refused_where_it_cannot_work():
+    p = Pipeline("j")
+    a, b = p.source("a"), p.source("b")
+    with pytest.raises(ConfigError, match="on=\\(left_key, right_key\\)"):
+        a.join(b, within=10, on=lambda v: v)
+    with pytest.raises(ConfigError, match="within is whole"):
+        a.join(b, within=-1, on=(len, len))
+    with pytest.raises(ConfigError, match="how='outer'"):
+        a.join(b, within=1, on=(len, len), how="outer")
+    with pytest.raises(ConfigError, match="joined with itself"):
+        a.join(a, within=1, on=(len, len))

@@ -204,3 +204,42 @@ def channel_markers(t, topic: str) -> list:
                     if isinstance(rec, wire.Marker):
                         out.append(rec)
     return sorted(out, key=lambda m: m.version)
+
+
+def test_a_windowed_join_commits_each_pair_once_under_a_crash(tmp_path):
+    """Purchases joined with the clicks of the same user within 200 ms: every pair of the
+    input, each once, with the join task crashing between a firing and its commit."""
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = f"join-{uuid.uuid4().hex[:6]}"
+    p = Pipeline(f"attribution-{suffix}", parallelism=2)
+    clicks = p.source(f"clicks-{suffix}", value="json", timestamp=lambda c: c["ts"])
+    buys = p.source(f"buys-{suffix}", value="json", timestamp=lambda b: b["ts"])
+    (buys.join(clicks, within=200, on=(lambda b: b["user"], lambda c: c["user"]),
+               join=lambda b, c: [b["id"], c["id"]], grace=GRACE)
+        .sink(f"attributed-{suffix}", key="utf8", value="json"))
+    rng = random.Random(11)
+
+    def side(prefix: str, n: int) -> list[list[dict]]:
+        parts: list[list[dict]] = [[], []]
+        clock = [0, 0]
+        for i in range(n):
+            k = i % 2
+            clock[k] += rng.randint(0, 20)
+            parts[k].append({"id": f"{prefix}{i}", "user": f"u{rng.randint(0, 9)}",
+                             "ts": max(0, clock[k] - rng.randint(0, GRACE))})
+        return parts
+
+    cs, bs = side("c", 600), side("b", 600)
+    with open_transport(**opts) as t:
+        write(t, f"clicks-{suffix}", cs)
+        write(t, f"buys-{suffix}", bs)
+    summary = run_by_count(p, tmp_path, opts, fault=[
+        {"point": "task.window.fired", "task": 4, "hit": 2, "attempt": 0}])
+    assert summary.tasks[4]["attempt"] == 1, "the crash point did not fire"
+    want = sorted([b["id"], c["id"]] for b in sum(bs, []) for c in sum(cs, [])
+                  if b["user"] == c["user"] and abs(b["ts"] - c["ts"]) <= 200)
+    with open_transport(**opts) as t:
+        got = sorted(json.loads(r.value) for r in read_output(t, f"attributed-{suffix}",
+                                                              job=p.name))
+    assert sum(s["late"] for s in summary.tasks) == 0, [s["late"] for s in summary.tasks]
+    assert len(want) > 100 and got == want

@@ -17,6 +17,7 @@ from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
+from .join_ops import JoinState
 from .window_ops import SessionState, WindowState, due, window_state
 
 __all__ = ["UserFunctionError", "Chain", "Program"]
@@ -91,7 +92,7 @@ class Program:
         self._ops = ops
         self._outputs = outputs
         self._states: list[Any] = []
-        self.windows: dict[int, WindowState | SessionState] = {}
+        self.windows: dict[int, WindowState | SessionState | JoinState] = {}
         self._store = store
         for i, op in enumerate(ops):
             if op.window is not None:
@@ -139,7 +140,7 @@ class Program:
                 outs[k] += values
         return outs
 
-    def _window(self, window: WindowState | SessionState, key_bytes: bytes | None,
+    def _window(self, window: WindowState | SessionState | JoinState, key_bytes: bytes | None,
                 values: list[Any]) -> list[Any]:
         assert key_bytes is not None   # the API puts windows on keyed streams only
         out: list[Any] = []

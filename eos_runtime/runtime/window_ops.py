@@ -21,9 +21,10 @@ from typing import Any
 
 import msgpack
 
-from ..api_windows import WindowOp
+from ..api_windows import JoinOp, WindowOp
 from ..errors import UserFunctionError
 from ..windows import Session, closes_at, is_late, merge_session, timer_key, timer_of
+from .join_ops import JoinState
 
 __all__ = ["WindowState", "SessionState", "window_state", "result"]
 
@@ -167,9 +168,11 @@ class SessionState:
         return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
 
 
-def window_state(op: WindowOp, index: int, state: tuple[Get, Put, Delete],
-                 timers: tuple[Get, Put, Delete]) -> WindowState | SessionState:
-    """The operator of a window op, by its kind of window."""
+def window_state(op: WindowOp | JoinOp, index: int, state: tuple[Get, Put, Delete],
+                 timers: tuple[Get, Put, Delete]) -> WindowState | SessionState | JoinState:
+    """The operator of a window op, by its kind of window (a join's too)."""
+    if isinstance(op, JoinOp):
+        return JoinState(op, index, state, timers)
     if isinstance(op.spec, Session):
         return SessionState(op, index, state, timers)
     return WindowState(op, index, state, timers)
