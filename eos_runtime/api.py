@@ -41,7 +41,7 @@ from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
 from .topic_rules import check_moves, check_name, check_sinks_not_read
-from .user_functions import check_arity, function_name
+from .user_functions import as_listener, check_arity, function_name
 from .values import FORMATS, State, _format, _key_format
 from .windows import Hopping, Session, Tumbling
 
@@ -56,6 +56,8 @@ class Step:
     fn: Callable[..., Any]
     stateful: bool = False
     name: str = ""
+    # on_timer(at, state): an event-time timer this step's state.timer(at) set has fired
+    on_timer: Callable[[int, Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,10 +163,17 @@ class Stream:
         node = self._node
         return f"from {node.describe()}" if node.kind == "source" else f"after {node.describe()}"
 
-    def _add(self, kind: str, fn: Callable[..., Any], stateful: bool) -> Stream:
+    def _add(self, kind: str, fn: Callable[..., Any], stateful: bool,
+             on_timer: Callable[[int, Any], Any] | None = None) -> Stream:
         if not callable(fn):
             raise ConfigError(f"{kind}: expected a function, got {fn!r}")
         name = function_name(fn, kind)
+        if on_timer is not None:
+            if not stateful:
+                raise ConfigError(f"{kind}({name}): on_timer needs stateful=True (a timer is "
+                                  f"set with state.timer(at), for the record's key)")
+            check_arity(on_timer, f"{kind}({name}) on_timer", function_name(on_timer, "on_timer"),
+                        True, role="an on_timer function (at, state)")
         if stateful and not self._node.keyed:
             raise ConfigError(f"stateful step {name!r} has no key: add .key_by(...) before it "
                               f"(or, only if the source topic's records carry keys, give the "
@@ -175,12 +184,16 @@ class Stream:
                               f"values of one key are in different tasks: add .key_by(...) "
                               f"after the merge, so that each key's values meet in one task")
         check_arity(fn, f"{kind}({name})", name, stateful)
-        return self._pipeline._stream("step", Step(kind, fn, stateful, name), (self._node,),
+        return self._pipeline._stream("step", Step(kind, fn, stateful, name, on_timer),
+                                      (self._node,),
                                       self._node.keyed, self._node.roots)
 
-    def map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
-        """Replace each value by ``fn(value)`` (or ``fn(value, state)``)."""
-        return self._add("map", fn, stateful)
+    def map(self, fn: Callable[..., Any], *, stateful: bool = False,
+            on_timer: Callable[[int, Any], Any] | None = None) -> Stream:
+        """Replace each value by ``fn(value)`` (or ``fn(value, state)``). ``on_timer(at,
+        state)``: called when the watermark passes a time ``state.timer(at)`` set for a
+        key, its return value (None: nothing) going on as the step's output."""
+        return self._add("map", fn, stateful, on_timer)
 
     def flat_map(self, fn: Callable[..., Any], *, stateful: bool = False) -> Stream:
         """Replace each value by every item of ``fn(value)`` (or ``fn(value, state)``)."""
@@ -322,24 +335,6 @@ OFFSET_DEFAULTS = ("oldest", "upcoming", "none")
 #: Where a job's source tasks keep their checkpoints: the change log (the default, and the
 #: only store exactly-once may use), the checkpoint topic, the file system.
 CHECKPOINT_STORES = ("changelog", "kafka", "filesystem")
-
-
-class _FunctionListener:
-    def __init__(self, fn: Callable[[int, Mapping[tuple[str, int], int]], Any]) -> None:
-        self.fn = fn
-
-    def on_checkpoint(self, task: int, offsets: Mapping[tuple[str, int], int]) -> None:
-        self.fn(task, offsets)
-
-
-def as_listener(listener: Any) -> Any:
-    """A checkpoint listener object from a function or an object with ``on_checkpoint``."""
-    if hasattr(listener, "on_checkpoint"):
-        return listener
-    if callable(listener):
-        return _FunctionListener(listener)
-    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
-                      f"on_checkpoint(task, offsets), got {listener!r}")
 
 
 class Pipeline:

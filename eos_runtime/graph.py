@@ -24,7 +24,7 @@ from .api_windows import JoinOp, WindowOp
 from .errors import ConfigError
 
 __all__ = ["Op", "StageGraph", "StageOutput", "TableFeed", "is_chain", "stage_graph", "steps_of",
-           "stores_of", "TIMERS"]
+           "stores_of", "has_timers", "TIMERS"]
 
 #: The store of a stage's event-time timers (``runtime/window_ops.py``), beside its others.
 TIMERS = "timers"
@@ -89,6 +89,11 @@ class StageGraph:
         return is_chain(self.program, len(self.outputs))
 
 
+def has_timers(op: Op) -> bool:
+    """A window, a join, or a step with ``on_timer``: it keeps event-time timers."""
+    return op.window is not None or (op.step is not None and op.step.on_timer is not None)
+
+
 def steps_of(program: tuple[Op, ...]) -> tuple[Step, ...]:
     return tuple(op.step for op in program if op.step is not None)
 
@@ -96,7 +101,7 @@ def steps_of(program: tuple[Op, ...]) -> tuple[Step, ...]:
 def stores_of(program: tuple[Op, ...], tables: Iterable[str] = ()) -> tuple[str, ...]:
     """The stage's stores: its stateful steps', its windows' and its table stores, and
     the timers' store if it has windows."""
-    timers = [TIMERS] if any(op.window is not None for op in program) else []
+    timers = [TIMERS] if any(has_timers(op) for op in program) else []
     return tuple(dict.fromkeys([*(op.store for op in program if op.store is not None),
                                 *tables, *timers]))
 
@@ -106,7 +111,7 @@ def is_chain(program: tuple[Op, ...], outputs: int) -> bool:
     last = len(program) - 1
     return outputs == 1 and all(
         op.next == (() if i == last else (i + 1,)) and len(op.outputs) == (i == last)
-        and op.lookup is None and op.window is None for i, op in enumerate(program))
+        and op.lookup is None and not has_timers(op) for i, op in enumerate(program))
 
 
 def stage_graph(pipeline: Pipeline) -> tuple[StageGraph, ...]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .api import Pipeline, Shuffle, Sink, Source, Step
 from .errors import ConfigError, TopicNotFound
-from .graph import Op, StageOutput, is_chain, stage_graph, steps_of, stores_of
+from .graph import Op, StageOutput, has_timers, is_chain, stage_graph, steps_of, stores_of
 from .topic_rules import check_sinks_not_read
 from .transport import TopicSpec, Transport
 
@@ -133,7 +133,7 @@ class JobPlan:
     def event_time(self) -> bool:
         """Whether the job keeps watermarks: some stage has a window (W2-W4; a job
         without pays nothing for them)."""
-        return any(op.window is not None for st in self.stages for op in st.program)
+        return any(has_timers(op) for st in self.stages for op in st.program)
 
     def topics_to_create(self) -> list[TopicSpec]:
         specs = [TopicSpec(self.changelog_topic, len(self.tasks), keep_forever=True)]

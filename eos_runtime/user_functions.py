@@ -1,16 +1,16 @@
-"""Checks of the functions a pipeline is given, made when the pipeline is written: a
-function whose parameters do not fit how its step calls it is refused there, naming the
-step, not at run time."""
+"""The functions a pipeline is given: checked when the pipeline is written (a function
+whose parameters do not fit how its step calls it is refused there, naming the step,
+not at run time), and checkpoint listeners made objects."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["check_arity", "function_name"]
+__all__ = ["check_arity", "function_name", "as_listener"]
 
 
 def function_name(fn: Callable[..., Any], default: str) -> str:
@@ -49,3 +49,21 @@ def binds(sig: inspect.Signature, n: int) -> bool:
     except TypeError:
         return False
     return True
+
+
+class _FunctionListener:
+    def __init__(self, fn: Callable[[int, Mapping[tuple[str, int], int]], Any]) -> None:
+        self.fn = fn
+
+    def on_checkpoint(self, task: int, offsets: Mapping[tuple[str, int], int]) -> None:
+        self.fn(task, offsets)
+
+
+def as_listener(listener: Any) -> Any:
+    """A checkpoint listener object from a function or an object with ``on_checkpoint``."""
+    if hasattr(listener, "on_checkpoint"):
+        return listener
+    if callable(listener):
+        return _FunctionListener(listener)
+    raise ConfigError(f"on_checkpoint: expected a function (task, offsets) or an object with "
+                      f"on_checkpoint(task, offsets), got {listener!r}")

@@ -45,7 +45,7 @@ class State:
     keyless record.
     """
 
-    __slots__ = ("_get", "_put", "_delete", "_prefix")
+    __slots__ = ("_get", "_put", "_delete", "_prefix", "_timer")
 
     def __init__(self, get: Callable[[bytes], bytes | None], put: Callable[[bytes, bytes], None],
                  delete: Callable[[bytes], None]) -> None:
@@ -53,6 +53,19 @@ class State:
         # The current record's encoded key, set by the runtime's chain before each call.
         # An encoded key is never empty (msgpack), so b"" means the record has no key.
         self._prefix = b""
+        # Sets an event-time timer for a key (a step with on_timer); None: the step has none.
+        self._timer: Callable[[int, bytes], None] | None = None
+
+    def timer(self, at: int) -> None:
+        """Call this step's ``on_timer(at, state)`` for this key once the watermark reaches
+        ``at`` (event time, ms). Setting one time twice sets one timer."""
+        if self._timer is None:
+            raise UserFunctionError("state.timer: this step has no on_timer; give it one: "
+                                    ".map(fn, stateful=True, on_timer=handler)")
+        if isinstance(at, bool) or not isinstance(at, int):
+            raise UserFunctionError(f"state.timer({at!r}): a time is whole milliseconds "
+                                    f"(an int)")
+        self._timer(at, self._key(""))
 
     def _key(self, name: str) -> bytes:
         prefix = self._prefix

@@ -78,8 +78,8 @@ MUTATIONS = [
      '            if nxt.kind in ("step", "merge", "lookup", "window") and nxt.id not in seen:',
      '            if nxt.kind in ("step", "merge", "window") and nxt.id not in seen:'),
     ("a lookup taken for a chain (the fast path would skip it)",
-     "        and op.lookup is None and op.window is None for i, op in enumerate(program))",
-     "        and op.window is None for i, op in enumerate(program))"),
+     "        and op.lookup is None and not has_timers(op) for i, op in enumerate(program))",
+     "        and not has_timers(op) for i, op in enumerate(program))"),
     ("a branch's second output dropped",
      '            outs += [x for x in n.nexts if x.kind in ("key_by", "sink") and x not in outs]',
      '            outs += [x for x in n.nexts[:1] if x.kind in ("key_by", "sink") '

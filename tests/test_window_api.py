@@ -209,3 +209,50 @@ def test_a_join_is_refused_where_it_cannot_work():
         a.join(b, within=1, on=(len, len), how="outer")
     with pytest.raises(ConfigError, match="joined with itself"):
         a.join(a, within=1, on=(len, len))
+
+
+def reminders() -> Pipeline:
+    def remember(order, state):
+        state.set("order", order)
+        state.timer(order["ts"] + 1_000)        # an hour, in this test a second
+        return None
+
+    def on_timer(at, state):
+        order = state.get("order")
+        state.delete("order")
+        return None if order.get("paid") else {"unpaid": order["id"], "at": at}
+
+    p = Pipeline("reminders")
+    (p.source("orders", value="json", timestamp=lambda o: o["ts"])
+        .key_by(lambda o: o["id"])
+        .map(remember, stateful=True, on_timer=on_timer)
+        .filter(lambda out: out is not None)
+        .sink("unpaid", key="utf8", value="json"))
+    return p
+
+
+def test_a_step_s_timer_calls_on_timer_with_the_key_s_state_once_the_watermark_passes():
+    with TestRun(reminders()) as test:
+        test.send([{"id": "a", "ts": 0}, {"id": "b", "ts": 500, "paid": True},
+                   {"id": "c", "ts": 700}])
+        assert test.advance(999) == []
+        assert test.advance(1_500) == [("a", {"unpaid": "a", "at": 1_000})]   # b paid
+        assert test.advance(5_000) == [("c", {"unpaid": "c", "at": 1_700})]
+        assert test.advance(9_000) == []                                      # once
+
+
+def test_a_timer_needs_on_timer_and_on_timer_needs_state():
+    from eos_runtime.errors import UserFunctionError
+
+    p = Pipeline("t")
+    keyed = p.source("s", value="json", timestamp=lambda v: 0).key_by(lambda v: "k")
+    with pytest.raises(ConfigError, match="on_timer needs stateful=True"):
+        keyed.map(lambda v: v, on_timer=lambda at, state: None)
+
+    def sets(v, state):
+        state.timer(5)
+        return v
+
+    keyed.map(sets, stateful=True).sink("o")
+    with TestRun(p) as test, pytest.raises(UserFunctionError, match="has no on_timer"):
+        test.send([1])

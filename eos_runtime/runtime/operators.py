@@ -18,7 +18,7 @@ from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
 from .join_ops import JoinState
-from .window_ops import SessionState, WindowState, due, window_state
+from .window_ops import SessionState, StepTimers, WindowState, due, window_state
 
 __all__ = ["UserFunctionError", "Chain", "Program"]
 
@@ -92,7 +92,7 @@ class Program:
         self._ops = ops
         self._outputs = outputs
         self._states: list[Any] = []
-        self.windows: dict[int, WindowState | SessionState | JoinState] = {}
+        self.windows: dict[int, WindowState | SessionState | JoinState | StepTimers] = {}
         self._store = store
         for i, op in enumerate(ops):
             if op.window is not None:
@@ -103,7 +103,13 @@ class Program:
             elif op.store is not None:
                 assert store is not None
                 access = store.accessors(op.store)
-                self._states.append(access[0] if op.lookup is not None else State(*access))
+                if op.lookup is not None:
+                    self._states.append(access[0])
+                    continue
+                state = State(*access)
+                if op.step is not None and op.step.on_timer is not None:
+                    self.windows[i] = StepTimers(op.step, i, state, store.accessors(TIMERS))
+                self._states.append(state)
             else:
                 self._states.append(None)
         # Event time, for a stage with windows: the record's time and the watermark of
@@ -140,8 +146,7 @@ class Program:
                 outs[k] += values
         return outs
 
-    def _window(self, window: WindowState | SessionState | JoinState, key_bytes: bytes | None,
-                values: list[Any]) -> list[Any]:
+    def _window(self, window: Any, key_bytes: bytes | None, values: list[Any]) -> list[Any]:
         assert key_bytes is not None   # the API puts windows on keyed streams only
         out: list[Any] = []
         for v in values:

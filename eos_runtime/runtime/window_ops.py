@@ -21,6 +21,7 @@ from typing import Any
 
 import msgpack
 
+from ..api import State, Step
 from ..api_windows import JoinOp, WindowOp
 from ..errors import UserFunctionError
 from ..windows import Session, closes_at, is_late, merge_session, timer_key, timer_of
@@ -166,6 +167,31 @@ class SessionState:
             return key_bytes, [], at
         _, end, acc = closing[0]
         return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
+
+
+class StepTimers:
+    """The timers of a step with ``on_timer``: ``state.timer(at)`` sets one for the
+    record's key (T1); when the watermark reaches it, ``on_timer(at, state)`` runs with
+    the key's state, and what it returns (None: nothing) is the step's output."""
+
+    def __init__(self, step: Step, index: int, state: State,
+                 timers: tuple[Get, Put, Delete]) -> None:
+        self.step, self.state = step, state
+        tag, put, self._tdelete = bytes([index]), timers[1], timers[2]
+        state._timer = lambda at, key_bytes: put(timer_key(at, tag + key_bytes), b"")
+        self._tag = tag
+
+    def close(self, key_bytes: bytes, at: int) -> tuple[bytes, list[Any], int]:
+        self._tdelete(timer_key(at, self._tag + key_bytes))
+        on_timer = self.step.on_timer
+        assert on_timer is not None
+        self.state._prefix = key_bytes
+        try:
+            out = on_timer(at, self.state)
+        except Exception as exc:
+            raise UserFunctionError(f"step {self.step.kind}({self.step.name}) on_timer raised "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        return key_bytes, ([] if out is None else [out]), at
 
 
 def window_state(op: WindowOp | JoinOp, index: int, state: tuple[Get, Put, Delete],
