@@ -4,6 +4,7 @@ what was wrong when it cannot (its own error, with the line of the file it was r
 from __future__ import annotations
 
 import runpy
+import sys
 from pathlib import Path
 from types import TracebackType
 
@@ -17,10 +18,17 @@ __all__ = ["load_pipeline"]
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
-    """Run a pipeline file and return the ``Pipeline`` it defines (``pipeline`` or the only one)."""
+    """Run a pipeline file and return the ``Pipeline`` it defines (``pipeline`` or the only one).
+
+    The file's directory goes first on ``sys.path``, here and in every worker of the
+    pipeline's runs (``Pipeline.python_path``), as ``python file.py`` puts it: a module
+    beside the file imports."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"pipeline file {str(path)!r} does not exist")
+    directory = str(path.parent.absolute())
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     try:
         namespace = runpy.run_path(str(path), run_name="eos_pipeline")
     except SyntaxError as exc:
@@ -41,10 +49,11 @@ def load_pipeline(path: str | Path) -> Pipeline:
                                 path=str(path), line=line) from exc
     found = {name: v for name, v in namespace.items() if isinstance(v, Pipeline)}
     chosen = namespace.get("pipeline")
+    if not isinstance(chosen, Pipeline) and len(found) == 1:
+        chosen = next(iter(found.values()))
     if isinstance(chosen, Pipeline):
+        chosen.python_path = (directory, *(p for p in chosen.python_path if p != directory))
         return chosen
-    if len(found) == 1:
-        return next(iter(found.values()))
     if not found:
         raise ConfigError(f'{path} defines no Pipeline object: make one, e.g. pipeline = '
                           f'Pipeline("my-job")')

@@ -429,6 +429,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}",
                               no_progress_timeout=no_progress_timeout,
+                              python_path=tuple(pipeline.python_path),
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded,
                                          StartOutOfRange))
         check_slots(engine, len(plan.tasks))   # before the run is recorded

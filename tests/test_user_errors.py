@@ -483,3 +483,53 @@ def test_a_produce_stopped_in_a_later_batch_says_where_it_stopped_reading(
         assert t.watermarks(TopicPartition(topic, 0))[1] == 29
     assert str(info.value).startswith(f"29 records were written to {topic!r} and 1 was not: ")
     assert str(info.value).endswith("; the input after record 30 was not read")
+
+
+# --------------------------------------------------------- a module beside the pipeline file
+
+def produce_lines(tmp_path: Path, *lines: str) -> Path:
+    """A local log whose one-partition topic ``lines`` holds ``lines``."""
+    data = tmp_path / "data"
+    src = tmp_path / "lines.txt"
+    src.write_text("".join(f"{line}\n" for line in lines))
+    p = eos("produce", "lines", "--lines-from", str(src), "--partitions", "1",
+            "--data-dir", str(data))
+    assert p.returncode == 0, p.stderr
+    return data
+
+
+BESIDE = '''from eos_runtime import Pipeline
+from wordhelpers import norm
+
+pipeline = Pipeline("{name}")
+
+(pipeline.source("lines", value="utf8")
+    .flat_map(str.split)
+    .map(norm)
+    .key_by(norm)
+    .sink("normed", key="utf8", value="utf8"))
+'''
+
+
+def write_beside(directory: Path, name: str) -> Path:
+    """A pipeline file that imports a module of its own directory, in the workers too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "wordhelpers.py").write_text("def norm(word):\n    return word.lower()\n")
+    path = directory / "beside.py"
+    path.write_text(BESIDE.format(name=name))
+    return path
+
+
+def test_a_pipeline_file_imports_a_module_beside_it(tmp_path):
+    """Issue 27 item 9: ``from helpers import norm`` failed, even run from that directory;
+    the file's directory is on sys.path of the driver and every worker, as for
+    ``python file.py``."""
+    data = produce_lines(tmp_path, "Hello World")
+    path = write_beside(tmp_path / "project", "beside")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = eos("run", str(path), "--data-dir", str(data), "--state-dir", str(tmp_path / "state"),
+            cwd=elsewhere)
+    assert p.returncode == 0, p.stderr
+    out = eos("consume", "normed", "--all", "--data-dir", str(data))
+    assert sorted(out.stdout.splitlines()) == ["hello\thello", "world\tworld"], out
