@@ -6,13 +6,13 @@ from __future__ import annotations
 import runpy
 import sys
 from pathlib import Path
-from types import TracebackType
 
 from .api import Pipeline
 from .errors import (
     ConfigError,
     PipelineFileError,
 )
+from .user_code import line_in
 
 __all__ = ["load_pipeline"]
 
@@ -37,13 +37,13 @@ def load_pipeline(path: str | Path) -> Pipeline:
         line = exc.lineno
         via = ""
         if _same_file_key(Path(where)) != _same_file_key(path):
-            at = _line_in(path, exc.__traceback__)
+            at = line_in(str(path), exc.__traceback__)
             via = f" (imported by {path}{f', line {at}' if at else ''})"
         raise PipelineFileError(f"{where}{f', line {line}' if line else ''}: "
                                 f"{type(exc).__name__}: {exc.msg}{via}",
                                 path=str(where), line=line) from exc
     except Exception as exc:
-        line = _line_in(path, exc.__traceback__)
+        line = line_in(str(path), exc.__traceback__)
         raise PipelineFileError(f"{path}{f', line {line}' if line else ''}: {_one_line(exc)} "
                                 f"(raised while loading the pipeline file)",
                                 path=str(path), line=line) from exc
@@ -59,18 +59,6 @@ def load_pipeline(path: str | Path) -> Pipeline:
                           f'Pipeline("my-job")')
     raise ConfigError(f"{path} defines {len(found)} Pipeline objects ({', '.join(found)}); "
                       f"name the one to run `pipeline`")
-
-
-def _line_in(path: Path, tb: TracebackType | None) -> int | None:
-    """The line of ``path`` the traceback last passed through: the user's own line, even
-    when the exception came from a library their file called."""
-    target = _same_file_key(path)
-    line = None
-    while tb is not None:
-        if _same_file_key(Path(tb.tb_frame.f_code.co_filename)) == target:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
 
 
 def _same_file_key(path: Path) -> str:

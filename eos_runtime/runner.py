@@ -55,6 +55,7 @@ from .runtime.progress import read_task_progress
 from .runtime.source import check_fallback
 from .runtime.task import run_task_payload
 from .transport import TopicPartition, Transport, open_transport
+from .user_code import dumps, tracebacks_wanted
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
            "run_pipeline", "start_pipeline", "task_configs", "watch_run", "STAGE_COUNTERS"]
@@ -333,6 +334,8 @@ class PipelineRun:
             prefix = f"{OutageBudgetExceeded.__name__}: "
             if exc.reason.startswith(prefix):
                 raise OutageBudgetExceeded(exc.reason[len(prefix):]) from None
+            if exc.user_traceback and tracebacks_wanted():
+                exc.add_note(exc.user_traceback.rstrip())   # printed under the traceback
             raise
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
@@ -456,7 +459,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         ends = {TopicPartition(plan.stage_of(c.task_id).input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
         _clear_task_progress(Path(state_dir) / plan.name, plan)
-        job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
+        job = start_tasks(_task_entry, [dumps(c) for c in configs], engine)
         return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
                            outage_budget=budget)
     except BaseException:
