@@ -93,3 +93,27 @@ def test_on_the_local_log_another_exactly_once_jobs_sink_is_no_source(tmp_path):
                 rf"local log has no transactions.*Kafka")):
             check_topics(t, plan_job(passthrough(f"b-{tag}", f"a-{tag}-out", f"b-out-{tag}",
                                                  "at-least-once"), t))
+
+
+def test_a_missing_source_topic_names_the_data_directory_and_the_nearest_topic(tmp_path):
+    """Issue 27 (small): `eos run` on a topic that does not exist named neither the data
+    directory it looked in nor the topic the user probably meant."""
+    from test_cli import eos, error_line, ok
+
+    data = tmp_path / "data"
+    (tmp_path / "p.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('p')\n"
+                                   "pipeline.source('clicks').map(str.upper).sink('out')\n")
+    ok("produce", "clickz", "--lines-from", "-", "--data-dir", str(data), stdin="a\n")
+    ok("produce", "views", "--lines-from", "-", "--data-dir", str(data), stdin="a\n")
+    line = error_line(eos("run", "p.py", "--data-dir", str(data), cwd=tmp_path))
+    assert line == (f"error: source topic 'clicks' does not exist on the local log in {data} "
+                    f"(did you mean 'clickz'?): create it (eos produce creates it) or fix "
+                    f"the name"), line
+    # nothing close: no guess
+    (tmp_path / "q.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('q')\n"
+                                   "pipeline.source('orders').map(str.upper).sink('out')\n")
+    line = error_line(eos("run", "q.py", "--data-dir", str(data), cwd=tmp_path))
+    assert line == (f"error: source topic 'orders' does not exist on the local log in {data}: "
+                    f"create it (eos produce creates it) or fix the name"), line
