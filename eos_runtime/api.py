@@ -388,6 +388,9 @@ class Pipeline:
         self._nodes: list[_Node] = []
         # Told after each committed checkpoint of every task (joblog/listeners.py).
         self.listeners: list[Any] = []
+        # Directories every worker of a run puts first on sys.path: load_pipeline sets the
+        # pipeline file's, as `python file.py` does, so a module beside it imports there.
+        self.python_path: tuple[str, ...] = ()
 
     def on_checkpoint(self, listener: Any) -> Any:
         """Register a checkpoint listener: a function ``fn(task, offsets)`` or an object

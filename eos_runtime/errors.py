@@ -241,11 +241,17 @@ class RecoveryError(EosError):
 
 
 class UserFunctionError(EosError):
-    """A user function raised on a record."""
+    """A user function raised on a record. ``user_traceback``: the frames of the user's
+    own files, as Python prints them (None: not a function's exception)."""
+
+    user_traceback: str | None = None
 
 
 class TaskFailed(EosError):
-    """A task stopped on a record: names topic, partition, offset and the cause."""
+    """A task stopped on a record: names topic, partition, offset and the cause;
+    ``user_traceback`` as its cause's (``UserFunctionError``)."""
+
+    user_traceback: str | None = None
 
 
 class StartOutOfRange(EosError):
@@ -260,17 +266,20 @@ class EngineError(EosError):
     ``attempts`` how many attempts that task had, ``reason`` the Python exception text
     from the worker (``"ValueError: boom"``) or Spark's one-line reason (``"Python
     worker exited unexpectedly (crashed)"``), ``python_traceback`` the worker's
-    traceback when there was one.
+    traceback when there was one, ``user_traceback`` its frames of the user's own files
+    when a user function raised (``eos run --traceback`` shows them).
     """
 
     def __init__(self, message: str, *, task_index: int | None = None,
                  attempts: int | None = None, reason: str | None = None,
-                 python_traceback: str | None = None) -> None:
+                 python_traceback: str | None = None,
+                 user_traceback: str | None = None) -> None:
         super().__init__(message)
         self.task_index = task_index
         self.attempts = attempts
         self.reason = reason if reason is not None else message
         self.python_traceback = python_traceback
+        self.user_traceback = user_traceback
 
 
 class JobCancelled(EngineError):

@@ -19,6 +19,7 @@ and the engine's slots.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -211,9 +212,11 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
         try:
             source_parts[g.index] = transport.describe(source.topic).partitions
         except TopicNotFound:
-            raise ConfigError(f"source topic {source.topic!r} does not exist on the "
-                              f"{transport.name} transport: create it (eos produce creates "
-                              f"it) or fix the name") from None
+            close = difflib.get_close_matches(source.topic, transport.list_topics(), n=1)
+            raise ConfigError(f"{'table' if source.table else 'source'} topic "
+                              f"{source.topic!r} does not exist on {transport.location}"
+                              f"{f' (did you mean {close[0]!r}?)' if close else ''}: create "
+                              f"it (eos produce creates it) or fix the name") from None
         sources[g.index] = source
     sink_parts: dict[str, int] = {}
     for sink in pipeline.sinks:

@@ -63,6 +63,7 @@ from .run_start import (
 from .runtime.source import check_fallback
 from .runtime.task import run_task_payload
 from .transport import TopicPartition, Transport, open_transport
+from .user_code import dumps, tracebacks_wanted
 
 __all__ = ["PipelineRun", "RunSummary", "check_writable_dir", "create_job_topics", "load_pipeline",
            "run_pipeline", "start_pipeline", "task_configs", "watch_run", "STAGE_COUNTERS"]
@@ -339,6 +340,8 @@ class PipelineRun:
                 outage = OutageBudgetExceeded(exc.reason[len(prefix):])
                 self.end("failed", outage)
                 raise outage from None
+            if exc.user_traceback and tracebacks_wanted():
+                exc.add_note(exc.user_traceback.rstrip())   # printed under the traceback
             self.end("failed", exc)
             raise
         except BaseException as exc:
@@ -445,6 +448,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         engine = EngineConfig(master=master, max_attempts=max_attempts,
                               app_name=f"eos:{plan.name}",
                               no_progress_timeout=no_progress_timeout,
+                              python_path=tuple(pipeline.python_path),
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded,
                                          StartOutOfRange))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
@@ -471,7 +475,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         ends = {TopicPartition(plan.stage_of(c.task_id).input_topic, p): end
                 for c in configs for p, end in c.end_offsets.items()}
         clear_task_progress(Path(state_dir) / plan.name, plan)
-        job = start_tasks(_task_entry, [cloudpickle.dumps(c) for c in configs], engine)
+        job = start_tasks(_task_entry, [dumps(c) for c in configs], engine)
         return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
                            outage_budget=budget)
     except BaseException:

@@ -40,6 +40,7 @@ from .graph import StageGraph, stage_graph
 from .protocol.wire import CheckpointData
 from .runtime.operators import Program, decode_key, encode_key, event_time_of
 from .state import TaskStore
+from .user_code import MSGPACK_TAKES, cannot_cross, crossing_text, function_error, value_origin
 
 __all__ = ["TestRun", "run_steps"]
 
@@ -50,7 +51,7 @@ _TAKES = {
     "bytes": "bytes",
     "utf8": "a str",
     "json": "a JSON-serializable value",
-    "msgpack": "None, bool, int, float, str, bytes, or lists and dicts of those",
+    "msgpack": MSGPACK_TAKES,
 }
 
 
@@ -228,9 +229,10 @@ class TestRun:
     def _route(self, stage: _Stage, key: Any, kb: bytes | None, outs: list[list[Any]],
                out: dict[str, list[tuple[Any, Any]]], t: int) -> None:
         index = stage.graph.index
-        for spec, values in zip(stage.graph.outputs, outs, strict=True):
+        for k, (spec, values) in enumerate(zip(stage.graph.outputs, outs, strict=True)):
             if not values:
                 continue
+            origin = value_origin(stage.graph.program, k, stage.graph.source)
             if spec.shuffle is not None:
                 assert spec.to_stage is not None
                 key_fn = spec.shuffle.key_fn
@@ -238,23 +240,23 @@ class TestRun:
                     assert kb is not None
                     self._row(spec.to_stage, index, kb, values[-1])
                     continue
-                name = getattr(key_fn, "__name__", "key_by")
+                name = getattr(key_fn, "__name__", None) or "key_by"
                 try:  # every key first, as the runtime: a record whose key_by raises sends nothing
                     raw_keys = [key_fn(v) for v in values]
                 except Exception as exc:
-                    raise UserFunctionError(f"key_by({name}) raised {type(exc).__name__}: "
-                                            f"{exc}") from exc
+                    raise function_error(f"key_by({name})", key_fn, exc) from exc
                 try:
                     keys = [encode_key(k) for k in raw_keys]
                 except UserFunctionError as exc:
                     raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from exc
+                crossing = crossing_text(key_fn, spec.to_stage)
                 for next_kb, v in zip(keys, values, strict=True):
-                    carried = _round_trip("msgpack", v, _channel_error(v, spec.to_stage, name))
+                    carried = _round_trip("msgpack", v, _channel_error(v, origin, crossing))
                     self._through(spec.to_stage, decode_key(next_kb), next_kb, carried, out, t)
             else:
                 assert spec.sink is not None
                 for v in values:
-                    out[spec.sink.topic].append(_sink_record(spec.sink, key, v))
+                    out[spec.sink.topic].append(_sink_record(spec.sink, key, v, origin))
 
 
     def _row(self, index: int, table_stage: int, kb: bytes, value: Any) -> None:
@@ -267,18 +269,16 @@ class TestRun:
             delete(kb)
         else:
             put(kb, _pack(_round_trip("msgpack", value, _channel_error(
-                value, index, "a table's key"))))
+                value, f"a row of table stage {table_stage}", crossing_text(None, index)))))
 
 
-def _channel_error(value: Any, stage: int, key_by: str) -> Callable[[str], Exception]:
+def _channel_error(value: Any, origin: str, crossing: str) -> Callable[[str], Exception]:
     def error(why: str) -> Exception:
-        return UserFunctionError(
-            f"the value {value!r} cannot go to stage {stage} (after .key_by({key_by})): values "
-            f"travel between stages as msgpack, which takes {_TAKES['msgpack']} ({why})")
+        return cannot_cross(value, why, origin, crossing)
     return error
 
 
-def _sink_record(sink: Sink, key: Any, value: Any) -> tuple[Any, Any]:
+def _sink_record(sink: Sink, key: Any, value: Any, origin: str) -> tuple[Any, Any]:
     """What the sink topic would hold, read back with the sink's formats."""
     if sink.key_format is not None and key is not None:
         fmt = sink.key_format
@@ -289,8 +289,8 @@ def _sink_record(sink: Sink, key: Any, value: Any) -> tuple[Any, Any]:
         key = None
     fmt = sink.value_format
     value = _round_trip(fmt, value, lambda why: UserFunctionError(
-        f"sink {sink.topic!r}: the value {value!r} does not fit the value format {fmt!r}, "
-        f"which takes {_TAKES[fmt]}: make the last step return one, or choose another "
+        f"sink {sink.topic!r}: the value {value!r} ({origin}) does not fit the value format "
+        f"{fmt!r}, which takes {_TAKES[fmt]}: make that step return one, or choose another "
         f"format ({why})"))
     return key, value
 

@@ -80,12 +80,16 @@ def test_a_raising_step_is_named_alike_with_one_step_or_many(tmp_path, kind, sta
                 Chain(steps, store).run(encode_key("k"), "v")
             said.append(str(info.value))
             assert isinstance(info.value.__cause__, ValueError)
-    assert said[0] == said[1] == f"step {kind}(boom) raised ValueError: no"
+    # where the function raised, in its file (issue 27 item 7)
+    line = boom.__code__.co_firstlineno + 1
+    assert said[0] == said[1] == f"step {kind}(boom) at test_chain.py:{line} raised ValueError: no"
 
 
 def test_a_flat_map_that_returns_no_iterable_is_the_steps_error(tmp_path):
     step = Step("flat_map", lambda v: 7, name="seven")
-    with pytest.raises(UserFunctionError, match=r"step flat_map\(seven\) raised TypeError"):
+    # the lambda returned; the step's iteration raised: the lambda's own line is named
+    with pytest.raises(UserFunctionError,
+                       match=r"step flat_map\(seven\) at test_chain.py:\d+ raised TypeError"):
         Chain((step,), None).run(None, "v")
 
 

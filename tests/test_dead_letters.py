@@ -50,6 +50,9 @@ def fail_on_long(value: str) -> str:
     return value
 
 
+FAIL_LINE = fail_on_long.__code__.co_firstlineno + 2   # the line that raises
+
+
 def _run_one_task(tmp_path, opts: dict, name: str, values: list[bytes]) -> list[dict]:
     """A one-stage job (source -> map(fail_on_long) -> sink, dead letters on) over
     ``values``, its one task run in this process to the end of its input; returns the
@@ -93,7 +96,8 @@ def test_a_large_failing_record_becomes_a_letter_that_fits_the_default_bound(tmp
     assert all(d["_bytes"] <= 1_000_000 for d in letters)
     assert whole["value"] == text.decode() and whole["value_base64"] is None
     assert whole["value_size"] == len(text) and whole["truncated"] == []
-    assert whole["error"] == "ValueError: too long: 600000 characters"
+    assert whole["error"] == (f"step map(fail_on_long) at test_dead_letters.py:{FAIL_LINE} "
+                              f"raised ValueError: too long: 600000 characters")
     assert cut["value"] is None and cut["truncated"] == ["value_base64"]
     assert cut["value_size"] == len(binary) and cut["offset"] == 2
     assert cut["topic"] == "big.in" and cut["partition"] == 0
@@ -101,6 +105,22 @@ def test_a_large_failing_record_becomes_a_letter_that_fits_the_default_bound(tmp
     assert kept is not None and 600_000 < len(kept) < len(binary)
     assert binary.startswith(kept)
     assert cut["error"].startswith("UnicodeDecodeError") or "utf" in cut["error"]
+
+
+def test_a_letter_s_reason_names_the_function_s_line_and_with_eos_traceback_its_frames(
+        tmp_path, monkeypatch):
+    """Issue 27 item 7: a letter's error named no file or line; with EOS_TRACEBACK=1 (read
+    by the driver, as --traceback sets it) it carries the user's frames too."""
+    monkeypatch.setenv("EOS_TRACEBACK", "1")
+    [letter] = _run_one_task(tmp_path, {"data_dir": str(tmp_path / "data")}, "traced",
+                             [b"x" * 1001, b"small"])
+    assert letter["error"] == (f"step map(fail_on_long) at test_dead_letters.py:{FAIL_LINE} "
+                               f"raised ValueError: too long: 1001 characters")
+    assert letter["stream"] == "source 'traced.in'"
+    frames = letter["traceback"]
+    assert f'test_dead_letters.py", line {FAIL_LINE}, in fail_on_long' in frames, frames
+    assert frames.endswith("ValueError: too long: 1001 characters\n")
+    assert "eos_runtime" not in frames   # the runtime's own frames are left out
 
 
 @pytest.mark.kafka

@@ -136,7 +136,7 @@ def test_user_errors_are_refused_before_anything_starts(tmp_path):
         run_pipeline(big, master="local[3]", **opts)
 
 
-def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path):
+def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path, monkeypatch):
     from eos_runtime import Pipeline
     from eos_runtime.engine import EngineError
 
@@ -154,7 +154,14 @@ def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path):
     with pytest.raises(EngineError) as info:
         run_pipeline(p, max_attempts=2, poll_records=50, **opts)
     msg = str(info.value)
-    assert "topic='nums' partition=0 offset=500" in msg and "no 500 please" in msg
+    assert "topic='nums' partition=0 offset=500, value '500'" in msg and "no 500 please" in msg
+    line = checked.__code__.co_firstlineno + 2
+    assert f"step map(checked) at test_pipelines.py:{line} raised ValueError" in msg, msg
+    # the user's frames travel with the error (issue 27 item 7): eos run --traceback
+    # prints them; EOS_TRACEBACK=1 adds them to the error as a note for API users
+    frames = info.value.user_traceback
+    assert frames is not None and f"line {line}, in checked" in frames, frames
+    assert not getattr(info.value, "__notes__", None)
     with open_transport(**opts) as t:
         got = [int(r.value) for r in read_output(t, "out", job="fails")]
     assert got == list(range(len(got))) and len(got) <= 500, "committed past the failing record"
@@ -162,10 +169,14 @@ def test_a_user_function_that_raises_stops_the_task_naming_the_record(tmp_path):
 
     bad_key = Pipeline("badkey")
     bad_key.source("nums", value="utf8").key_by(lambda v: str(1 // (int(v) - 700))).sink("out2")
+    monkeypatch.setenv("EOS_TRACEBACK", "1")
     with pytest.raises(EngineError) as info:
         run_pipeline(bad_key, max_attempts=1, poll_records=50, **opts)
-    assert "offset=700" in str(info.value)
-    assert "key_by function raised ZeroDivisionError" in str(info.value)
+    assert "offset=700, value '700'" in str(info.value)
+    assert "key_by(<lambda>) at test_pipelines.py:" in str(info.value)
+    assert "raised ZeroDivisionError" in str(info.value)
+    [note] = info.value.__notes__
+    assert note.startswith("Traceback of the pipeline's own code") and "<lambda>" in note
 
 
 def test_a_full_early_arrival_buffer_overflows_and_loses_nothing(tmp_path):

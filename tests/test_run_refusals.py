@@ -93,3 +93,66 @@ def test_on_the_local_log_another_exactly_once_jobs_sink_is_no_source(tmp_path):
                 rf"local log has no transactions.*Kafka")):
             check_topics(t, plan_job(passthrough(f"b-{tag}", f"a-{tag}-out", f"b-out-{tag}",
                                                  "at-least-once"), t))
+
+
+def test_a_missing_source_topic_names_the_data_directory_and_the_nearest_topic(tmp_path):
+    """Issue 27 (small): `eos run` on a topic that does not exist named neither the data
+    directory it looked in nor the topic the user probably meant."""
+    from test_cli import eos, error_line, ok
+
+    data = tmp_path / "data"
+    (tmp_path / "p.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('p')\n"
+                                   "pipeline.source('clicks').map(str.upper).sink('out')\n")
+    ok("produce", "clickz", "--lines-from", "-", "--data-dir", str(data), stdin="a\n")
+    ok("produce", "views", "--lines-from", "-", "--data-dir", str(data), stdin="a\n")
+    line = error_line(eos("run", "p.py", "--data-dir", str(data), cwd=tmp_path))
+    assert line == (f"error: source topic 'clicks' does not exist on the local log in {data} "
+                    f"(did you mean 'clickz'?): create it (eos produce creates it) or fix "
+                    f"the name"), line
+    # nothing close: no guess
+    (tmp_path / "q.py").write_text("from eos_runtime import Pipeline\n"
+                                   "pipeline = Pipeline('q')\n"
+                                   "pipeline.source('orders').map(str.upper).sink('out')\n")
+    line = error_line(eos("run", "q.py", "--data-dir", str(data), cwd=tmp_path))
+    assert line == (f"error: source topic 'orders' does not exist on the local log in {data}: "
+                    f"create it (eos produce creates it) or fix the name"), line
+
+
+def test_a_layout_refusal_says_what_changed_first(tmp_path):
+    """Issue 27 (small): the refusal printed both layouts (8 lines) but not what changed;
+    its first line now says it."""
+    tag = uuid.uuid4().hex[:6]
+    p = Pipeline(f"counts-{tag}", parallelism=2)
+    p.source(f"in-{tag}", parallelism=2).key_by(str).map(str.upper).sink(f"out-{tag}")
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"in-{tag}", 2)])
+        ControlLog(t, p.name).start_run(plan_job(p, t), bounded=True)
+        for options, changed in (
+                ({"parallelism": 4}, "stage 1's partitions 2 -> 4, its tasks 2 -> 4"),
+                ({"guarantee": "at-least-once"}, "guarantee exactly-once -> at-least-once"),
+                ({"parallelism": 4, "guarantee": "at-least-once"},
+                 "stage 1's partitions 2 -> 4, its tasks 2 -> 4; guarantee exactly-once -> "
+                 "at-least-once")):
+            with pytest.raises(ConfigError) as info:
+                ControlLog(t, p.name).start_run(plan_job(p, t, **options), bounded=True)
+            first = str(info.value).splitlines()[0]
+            assert first == (f"job 'counts-{tag}' ran before (run 0) with another layout: "
+                             f"{changed}"), str(info.value)
+            assert "was:" in str(info.value) and "now:" in str(info.value)
+
+
+def test_layout_changes_names_each_change_once():
+    from eos_runtime.joblog.layout import layout_changes
+
+    was = ("stage 0: input in x2, tasks 0,1, stores [], output j.shuffle-1 x2",
+           "stage 1: input j.shuffle-1 x2, tasks 2,3, stores [step0], output out x1",
+           "guarantee exactly-once")
+    assert layout_changes(was, was) == "its stages are written differently"
+    assert layout_changes(was, (was[0], was[1].replace("[step0]", "[step0, step1]"),
+                                was[2])) == "stage 1's stores ['step0'] -> ['step0', 'step1']"
+    assert layout_changes(was, (was[0], was[1].replace("out x1", "out x3"), was[2],
+                                "checkpoints kafka")) == (
+        "stage 1's sinks out x1 -> out x3; checkpoints changelog -> kafka")
+    assert layout_changes(was, (was[0].replace("j.shuffle-1 x2", "out x1"), was[2])) == (
+        "stages 2 -> 1; stage 0's sinks none -> out x1")

@@ -204,3 +204,20 @@ def test_wordcount_on_the_cluster_matches_the_oracle(cluster: StandaloneCluster,
     with open_transport(data_dir=data_dir) as t:
         check_wordcount_exactly_once(read_output(t, pipeline.sink_topic, job=pipeline.name),
                                      lines)
+
+
+def test_eos_run_on_the_cluster_imports_a_module_beside_the_pipeline_file(
+        cluster: StandaloneCluster, tmp_path: Path) -> None:
+    """Issue 27 item 9 on a cluster: its executors get the pipeline file's directory on
+    sys.path too (the driver's own sys.path reaches local workers only)."""
+    from test_user_errors import eos, produce_lines, write_beside
+
+    data = produce_lines(tmp_path, "Hello World")
+    name = f"beside-{uuid.uuid4().hex[:6]}"
+    path = write_beside(tmp_path / "project", name)
+    p = eos("run", str(path), "--master", cluster.master_url, "--data-dir", str(data),
+            "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f"eos:{name}" in _apps(cluster)                      # ran as a cluster app
+    out = eos("consume", "normed", "--all", "--data-dir", str(data))
+    assert sorted(out.stdout.splitlines()) == ["hello\thello", "world\tworld"], out

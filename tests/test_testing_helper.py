@@ -140,7 +140,10 @@ def test_a_function_that_raises_names_its_step_and_chains_the_cause():
 
     p = Pipeline("raises")
     p.source("in").map(parse).map(str).sink("out")
-    with pytest.raises(UserFunctionError, match=r"step map\(parse\) raised ValueError") as info:
+    line = parse.__code__.co_firstlineno + 1
+    with pytest.raises(UserFunctionError,
+                       match=rf"step map\(parse\) at test_testing_helper.py:{line} raised "
+                             rf"ValueError") as info:
         run_steps(p, ["1", "x"])
     assert isinstance(info.value.__cause__, ValueError)
 
@@ -207,3 +210,14 @@ def test_a_test_run_left_open_is_cleaned_up_when_collected():
 def test_pytest_does_not_collect_it():
     assert TestRun.__test__ is False
 
+
+
+def test_a_value_the_sink_cannot_write_names_the_step_that_made_it():
+    """Issue 27 (small): the helper's bad-sink-value message named no step; a run's does."""
+    p = Pipeline("lens")
+    p.source("in").filter(bool).map(len).filter(lambda n: n > 0).sink("out")
+    with pytest.raises(UserFunctionError) as info:
+        run_steps(p, ["abc"])
+    assert str(info.value).startswith(
+        "sink 'out': the value 3 (returned by map(len)) does not fit the value format "
+        "'utf8', which takes a str: make that step return one"), str(info.value)

@@ -400,7 +400,7 @@ def test_a_raising_function_stops_the_run_at_once_and_suggests_dead_letters(tmp_
     p = eos("run", str(path), "--data-dir", str(fifty_lines), "--state-dir", str(state),
             "--json")
     err = run_error_line(p)
-    assert "step map(count) raised ValueError: no alpha" in err, err
+    assert "step map(count) at raises.py:10 raised ValueError: no alpha" in err, err
     assert "--dead-letters" in err and "not retried" in err
     failed = int(err.split("task ", 1)[1].split()[0])
     assert task_attempt(state, "raises", failed) == 0
@@ -483,3 +483,170 @@ def test_a_produce_stopped_in_a_later_batch_says_where_it_stopped_reading(
         assert t.watermarks(TopicPartition(topic, 0))[1] == 29
     assert str(info.value).startswith(f"29 records were written to {topic!r} and 1 was not: ")
     assert str(info.value).endswith("; the input after record 30 was not read")
+
+
+# ------------------------------------------------ a user function's error in the user's terms
+
+LABELS = '''from eos_runtime import Pipeline
+
+pipeline = Pipeline("{name}")
+
+
+def shout(line):
+    if len(line) > 100:
+        raise ValueError(f"a line of {{len(line)}} characters")
+    return line.upper()
+
+
+def label(word):
+    return {{"word": word, "label": "x" + len(word)}}
+
+
+(pipeline.source("lines", value="utf8")
+    .map(shout)
+    .flat_map(str.split)
+    .key_by(lambda w: w)
+    .map({last})
+    .sink("labelled", key="utf8", value="json"))
+'''
+
+
+def produce_lines(tmp_path: Path, *lines: str) -> Path:
+    """A local log whose one-partition topic ``lines`` holds ``lines``."""
+    data = tmp_path / "data"
+    src = tmp_path / "lines.txt"
+    src.write_text("".join(f"{line}\n" for line in lines))
+    p = eos("produce", "lines", "--lines-from", str(src), "--partitions", "1",
+            "--data-dir", str(data))
+    assert p.returncode == 0, p.stderr
+    return data
+
+
+def run_labels(tmp_path: Path, name: str, last: str, *lines: str) -> str:
+    """The error line of ``eos run`` of job ``name`` (LABELS, its last step ``last``) over
+    ``lines``."""
+    data = produce_lines(tmp_path, *lines)
+    path = tmp_path / "labels.py"
+    path.write_text(LABELS.format(name=name, last=last))
+    return run_error_line(eos("run", str(path), "--data-dir", str(data),
+                              "--state-dir", str(tmp_path / "state")))
+
+
+def test_a_function_that_raises_after_a_shuffle_names_its_line_the_record_and_the_stream(
+        tmp_path):
+    """Issue 27 item 7: the error named neither the function's file and line nor the
+    record's value, and after a shuffle only an internal channel offset."""
+    err = run_labels(tmp_path, "labels", "label", "fine", "hello world")
+    assert "step map(label) at labels.py:13 raised TypeError: can only concatenate str" in err
+    # which stage, and the stream it reads in the pipeline's own words
+    assert "a record of stage 1, from .key_by(<lambda>) of stage 0" in err, err
+    assert "key 'FINE', value 'FINE'" in err, err
+    assert "nothing past this record was committed" in err and "--dead-letters" in err
+
+
+def test_a_function_that_raises_on_a_source_record_shows_the_record_shortened(tmp_path):
+    long_line = " ".join(f"w{i}" for i in range(60))   # 229 characters
+    err = run_labels(tmp_path, "shouts", "str", "fine", long_line)
+    assert "step map(shout) at labels.py:8 raised ValueError: a line of 229 characters" in err
+    assert "topic='lines' partition=0 offset=1" in err, err
+    shown = err.split("value ", 1)[1].split(": step", 1)[0]
+    # reprlib's way: the head and the tail, "..." between
+    assert shown.startswith("'w0 w1 w2") and shown.endswith("w59'"), shown
+    assert "..." in shown and len(shown) <= 80, shown
+
+
+def test_traceback_shows_the_pipeline_s_own_frames_only(tmp_path):
+    """``eos run --traceback``: the frames of the user's files, none of the runtime's, then
+    the same one error line."""
+    data = produce_lines(tmp_path, "hello")
+    helpers = tmp_path / "labelling.py"
+    helpers.write_text("def tag(word):\n    return word + 1\n")
+    path = tmp_path / "labels.py"
+    path.write_text(LABELS.format(name="traced", last="lambda w: tag(w)")
+                    .replace("from eos_runtime import Pipeline",
+                             "from eos_runtime import Pipeline\nfrom labelling import tag"))
+    p = eos("run", str(path), "--traceback", "--data-dir", str(data),
+            "--state-dir", str(tmp_path / "state"))
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "at labels.py:21 raised TypeError" in lines[-1]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Traceback"))
+    frames = [ln.strip() for ln in lines[start + 1:-1] if ln.strip().startswith("File ")]
+    assert frames == [f'File "{path}", line 21, in <lambda>',
+                      f'File "{helpers}", line 2, in tag'], p.stderr
+    assert lines[-2] == 'TypeError: can only concatenate str (not "int") to str', p.stderr
+    assert "eos_runtime" not in "\n".join(lines[start:-1])
+
+
+SETS = '''from eos_runtime import Pipeline
+
+pipeline = Pipeline("sets")
+
+(pipeline.source("lines", value="utf8")
+    .map(lambda line: set(map(int, line.split())))
+    .key_by(len)
+    .map(sorted)
+    .sink("sorted", key="json", value="json"))
+'''
+
+
+def test_a_value_that_cannot_cross_key_by_is_named_as_the_test_helper_names_it(tmp_path):
+    """Issue 27 item 8: `eos run` said "TypeError: can not serialize 'set' object"; the
+    in-process helper said what was wrong and where. Both say the same now."""
+    from eos_runtime.errors import UserFunctionError
+    from eos_runtime.runner import load_pipeline
+    from eos_runtime.testing import run_steps
+
+    data = produce_lines(tmp_path, "2 1")
+    path = tmp_path / "sets.py"
+    path.write_text(SETS)
+    with pytest.raises(UserFunctionError) as info:
+        run_steps(load_pipeline(path), ["2 1"])
+    helper = str(info.value)
+    assert helper.startswith("the set {1, 2} (returned by map(<lambda>)) cannot cross "
+                             ".key_by(len) to stage 1: values travel between stages as "
+                             "msgpack, which takes None, bool, int, float, str, bytes, or "
+                             "lists and dicts of those"), helper
+    err = run_error_line(eos("run", str(path), "--data-dir", str(data),
+                             "--state-dir", str(tmp_path / "state")))
+    assert helper in err, err
+    assert "topic='lines' partition=0 offset=0, value '2 1'" in err, err
+
+
+# --------------------------------------------------------- a module beside the pipeline file
+
+BESIDE = '''from eos_runtime import Pipeline
+from wordhelpers import norm
+
+pipeline = Pipeline("{name}")
+
+(pipeline.source("lines", value="utf8")
+    .flat_map(str.split)
+    .map(norm)
+    .key_by(norm)
+    .sink("normed", key="utf8", value="utf8"))
+'''
+
+
+def write_beside(directory: Path, name: str) -> Path:
+    """A pipeline file that imports a module of its own directory, in the workers too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "wordhelpers.py").write_text("def norm(word):\n    return word.lower()\n")
+    path = directory / "beside.py"
+    path.write_text(BESIDE.format(name=name))
+    return path
+
+
+def test_a_pipeline_file_imports_a_module_beside_it(tmp_path):
+    """Issue 27 item 9: ``from helpers import norm`` failed, even run from that directory;
+    the file's directory is on sys.path of the driver and every worker, as for
+    ``python file.py``."""
+    data = produce_lines(tmp_path, "Hello World")
+    path = write_beside(tmp_path / "project", "beside")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = eos("run", str(path), "--data-dir", str(data), "--state-dir", str(tmp_path / "state"),
+            cwd=elsewhere)
+    assert p.returncode == 0, p.stderr
+    out = eos("consume", "normed", "--all", "--data-dir", str(data))
+    assert sorted(out.stdout.splitlines()) == ["hello\thello", "world\tworld"], out

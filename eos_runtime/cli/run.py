@@ -23,13 +23,15 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EosError, PipelineFileError
 from ..limits import option as in_range
+from ..user_code import TRACEBACK_ENV, user_frames
 from .options import (
     Interrupted,
     absolute_paths,
     apply_overrides,
     check_writable,
+    env_default,
     json_option,
     log_named,
     n_of,
@@ -59,6 +61,28 @@ def _sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
             return command(*args, **kwargs)
         finally:
             signal.signal(signal.SIGTERM, previous)
+    return wrapper
+
+
+def _shows_user_frames(command: Callable[..., None]) -> Callable[..., None]:
+    """``--traceback``: the frames of the user's own files behind a failed run (a user
+    function's error, a pipeline file that raised), printed above its error line; the run
+    has EOS_TRACEBACK set, so its dead letters carry their frames too."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, show_traceback: bool, **kwargs: Any) -> None:
+        if not show_traceback:
+            return command(*args, **kwargs)
+        try:
+            with env_default(TRACEBACK_ENV, "1"):
+                return command(*args, **kwargs)
+        except EosError as exc:
+            frames = getattr(exc, "user_traceback", None)
+            cause = exc.__cause__
+            if frames is None and isinstance(exc, PipelineFileError) and cause is not None:
+                frames = user_frames(cause)
+            if frames:
+                click.echo(frames.rstrip(), err=True)
+            raise
     return wrapper
 
 
@@ -204,8 +228,13 @@ def _summary_lines(summary: Any) -> list[str]:
                   "it: a new name is a new job (its own change log, control topic, channels "
                   "and state), so a pipeline whose layout changed can run without editing "
                   "the file.", "")
+@click.option("--traceback", "show_traceback", is_flag=True, envvar=TRACEBACK_ENV,
+              help="When a function of the pipeline raises, print the frames of the "
+                   "pipeline's own files (not the runtime's) above the error line, and put "
+                   "them in dead letters too (env EOS_TRACEBACK=1).")
 @json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
              "failed run: a JSON error object).")
+@_shows_user_frames
 @_sigterm_interrupts
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,

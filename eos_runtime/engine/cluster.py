@@ -48,6 +48,8 @@ class EngineConfig:
     Spark's per-attempt failure logs (a Java stack per failed attempt) are muted too:
     the engine reports the final failure itself, and a retried task sees its attempt.
     ``fail_fast``: exception types not worth a retry (see the field).
+    ``python_path``: directories every worker puts first on ``sys.path``, whatever the
+    master (a pipeline file's directory; the same path must hold it on each worker).
     """
 
     master: str | None = None
@@ -63,6 +65,7 @@ class EngineConfig:
     #: Seconds some unfinished task may go without a running attempt before the job is
     #: cancelled and fails with ``JobStalled`` (``engine/stall.py``); None or 0: never.
     no_progress_timeout: float | None = DEFAULT_NO_PROGRESS_TIMEOUT
+    python_path: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- planning
@@ -342,11 +345,12 @@ def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
     conf["spark.pyspark.python"] = python
     for key, value in config.env.items():
         conf[f"spark.executorEnv.{key}"] = str(value)
+    key = "spark.executorEnv.PYTHONPATH"
+    paths = [*config.python_path, *[p for p in [conf.get(key, "")] if p]]
     if plan.local:
-        extra = _driver_python_path()
-        if extra:
-            key = "spark.executorEnv.PYTHONPATH"
-            conf[key] = os.pathsep.join([p for p in [conf.get(key, "")] if p] + extra)
+        paths += [p for p in _driver_python_path() if p not in paths]
+    if paths:
+        conf[key] = os.pathsep.join(paths)
     if log4j is not None:
         opt = f"-Dlog4j2.configurationFile=file:{log4j}"
         old = conf.get("spark.driver.extraJavaOptions", "")

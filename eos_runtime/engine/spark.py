@@ -116,6 +116,9 @@ class _PartitionTask:
             # worker's PythonException without naming the task).
             tag = {"index": index, "attempt": attempt, "type": type(exc).__name__,
                    "message": str(exc)}
+            user = getattr(exc, "user_traceback", None)   # a user function's own frames
+            if isinstance(user, str):
+                tag["user_traceback"] = user
             try:
                 exc.add_note(_TAG + json.dumps(tag))
             except Exception:  # pragma: no cover - exotic exception objects

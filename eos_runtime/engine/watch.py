@@ -208,7 +208,7 @@ def _map_job_error(exc: BaseException, cancelled: bool) -> EosError:
         return EngineError(
             f"task {tag['index']} failed after {attempts} attempt(s): {reason}",
             task_index=int(tag["index"]), attempts=attempts, reason=reason,
-            python_traceback=_python_traceback(head))
+            python_traceback=_python_traceback(head), user_traceback=tag.get("user_traceback"))
     stage = _STAGE_FAILURE.search(head)
     if stage:
         index, attempts = int(stage.group(1)), int(stage.group(2))
@@ -244,7 +244,8 @@ def _fail_fast_error(tag: dict[str, Any]) -> EngineError:
         text = f"task {tag.get('index')} failed: {reason}"
     err = EngineError(f"{text} (not retried: it would fail the same way)",
                       task_index=int(tag.get("index", -1)), attempts=attempt + 1, reason=reason,
-                      python_traceback=tag.get("traceback"))
+                      python_traceback=tag.get("traceback"),
+                      user_traceback=tag.get("user_traceback"))
     err.retried = False  # type: ignore[attr-defined]
     return err
 

@@ -43,7 +43,7 @@ from ..protocol import wire
 from ..protocol.lease import DEAD, EXPIRED, FREE, HELD, LeaseState, fold_lease, release_for
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
-from .layout import job_layout, layout_guarantee, layout_sinks, layout_stages
+from .layout import job_layout, layout_changes, layout_guarantee, layout_sinks, layout_stages
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT", "ControlLog", "JobScan", "LeaseRequest", "RunInfo",
            "control_topic", "fold_runs", "heartbeat_topic", "jobs_on", "jobs_with_sink",
@@ -309,8 +309,9 @@ class ControlLog:
             was = "\n    ".join(last.start.layout)
             now = "\n    ".join(layout)
             raise ConfigError(
-                f"job {self.job!r} ran before (run {last.start.run}) with another layout:\n"
-                f"    {was}\nnow:\n    {now}\nits checkpoints are per task and channel, so "
+                f"job {self.job!r} ran before (run {last.start.run}) with another layout: "
+                f"{layout_changes(last.start.layout, layout)}\n"
+                f"was:\n    {was}\nnow:\n    {now}\nits checkpoints are per task and channel, so "
                 f"parallelism, stages, stores, topics, guarantee and checkpoint store (with "
                 f"its job id) cannot change between runs; "
                 f"run it under a new name (eos run --name NEW) or start the job afresh "

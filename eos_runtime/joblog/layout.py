@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..plan import JobPlan
 
-__all__ = ["StageLayout", "job_layout", "layout_channels", "layout_checkpoints",
+__all__ = ["StageLayout", "job_layout", "layout_changes", "layout_channels", "layout_checkpoints",
            "layout_guarantee", "layout_job_id", "layout_sinks", "layout_sources",
            "layout_stages"]
 
@@ -106,6 +106,40 @@ def layout_channels(stages: list[StageLayout]) -> list[str]:
     """The channel topics of a layout's stages: outputs that a stage reads."""
     inputs = {st.input_topic for st in stages}
     return list(dict.fromkeys(t for st in stages for t, _ in st.outputs if t in inputs))
+
+
+def layout_changes(was: tuple[str, ...], now: tuple[str, ...]) -> str:
+    """What changed from layout ``was`` to ``now`` (both from ``job_layout``), in one line:
+    "stage 1's partitions 4 -> 8, its tasks 4 -> 8; guarantee exactly-once -> ...". A
+    channel's partitions are named once, as its reading stage's; a sink's, as its stage's
+    sinks."""
+    old, new = layout_stages(was), layout_stages(now)
+    changes = [] if len(old) == len(new) else [f"stages {len(old)} -> {len(new)}"]
+    inputs = {st.input_topic for st in old + new}
+    for a, b in zip(old, new, strict=False):   # the stages both have
+        # the task ids only when their count stayed (a new count moves them anyway)
+        tasks = (("tasks", len(a.task_ids), len(b.task_ids)) if len(a.task_ids) != len(b.task_ids)
+                 else ("task ids", _ids(a.task_ids), _ids(b.task_ids)))
+        said = [f"{what} {x} -> {y}" for what, x, y in (
+            ("input", a.input_topic, b.input_topic),
+            ("partitions", a.input_partitions, b.input_partitions), tasks,
+            ("stores", list(a.stores), list(b.stores)),
+            ("sinks", _sinks(a, inputs), _sinks(b, inputs))) if x != y]
+        if said:
+            changes.append(f"stage {a.index}'s {', its '.join(said)}")
+    for name, default in (("guarantee", None), ("checkpoints", "changelog"), ("job id", "1")):
+        x, y = _layout_entry(was, name) or default, _layout_entry(now, name) or default
+        if x != y:
+            changes.append(f"{name} {x} -> {y}")
+    return "; ".join(changes) or "its stages are written differently"
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _sinks(st: StageLayout, inputs: set[str]) -> str:
+    return " + ".join(f"{t} x{n}" for t, n in st.outputs if t not in inputs) or "none"
 
 
 def layout_stages(layout: tuple[str, ...]) -> list[StageLayout]:

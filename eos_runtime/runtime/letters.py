@@ -48,13 +48,19 @@ def letter_bound(max_record_bytes: int | None) -> int:
 
 def build(*, job: str, task: int, topic: str, partition: int, offset: int, error: str,
           key: bytes | None, value: bytes | None, channel: bool,
-          bound: int) -> dict[str, Any]:
+          bound: int, stream: str | None = None,
+          traceback: str | None = None) -> dict[str, Any]:
     """The letter of a record (``key`` and ``value`` as the task read them; ``channel``:
     read from a channel between stages, msgpack) that failed with ``error``, cut to
-    ``bound`` bytes encoded."""
+    ``bound`` bytes encoded. ``stream``: what the record's stage reads, in the pipeline's
+    words; ``traceback``: the user's frames of the error (only when asked for)."""
     letter: dict[str, Any] = {
         "format": FORMAT, "job": job, "task": task, "topic": topic, "partition": partition,
         "offset": offset, "channel": channel, "error": error}
+    if stream is not None:
+        letter["stream"] = stream
+    if traceback is not None:
+        letter["traceback"] = traceback
     for name, raw in (("key", key), ("value", value)):
         text, b64 = _forms(raw, channel)
         letter[name], letter[f"{name}_base64"] = text, b64
@@ -89,7 +95,7 @@ def _forms(raw: bytes | None, channel: bool) -> tuple[str | None, str | None]:
 
 
 #: Fields a letter may cut (the largest first).
-_CUTTABLE = ("value", "value_base64", "key", "key_base64", "error")
+_CUTTABLE = ("value", "value_base64", "key", "key_base64", "traceback", "error")
 
 
 def _fit(letter: dict[str, Any], bound: int) -> dict[str, Any]:

@@ -3,7 +3,8 @@ for a chain of steps to one output, ``Program`` for a stage that branches or mer
 
 Stateful steps see ``State`` scoped to the record's key; each stateful step has its own
 store (``step<i>`` in the task's RocksDB). A user function that raises becomes
-``UserFunctionError`` naming the step; the task adds topic, partition and offset.
+``UserFunctionError`` naming the step and where its function is (``user_code``); the task
+adds the record and where it came from.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
+from ..user_code import function_error
 from .join_ops import JoinState
 from .window_ops import SessionState, StepTimers, WindowState, due, window_state
 
@@ -183,8 +185,7 @@ def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: by
         return [join(v, row) for v in values]
     except Exception as exc:
         name = getattr(join, "__name__", "join")
-        raise UserFunctionError(f"lookup({lookup.table.topic!r}) join {name} raised "
-                                f"{type(exc).__name__}: {exc}") from exc
+        raise function_error(f"lookup({lookup.table.topic!r}) join {name}", join, exc) from exc
 
 
 def _apply(step: Step, state: State | None, key_bytes: bytes | None,
@@ -209,8 +210,7 @@ def _apply(step: Step, state: State | None, key_bytes: bytes | None,
 
 
 def _raised(step: Step, exc: Exception) -> UserFunctionError:
-    return UserFunctionError(
-        f"step {step.kind}({step.name}) raised {type(exc).__name__}: {exc}")
+    return function_error(f"step {step.kind}({step.name})", step.fn, exc)
 
 
 def _one_step(step: Step, state: State | None) -> Callable[[bytes | None, Any], list[Any]]:

@@ -27,10 +27,11 @@ import msgpack
 
 from ..api import FORMATS
 from ..errors import EosError, TaskFailed, UserFunctionError
-from ..plan import StagePlan
+from ..plan import JobPlan, StagePlan
 from ..protocol import wire
 from ..state import TaskStore
 from ..transport import Record
+from ..user_code import cannot_cross, crossing_text, function_error, short, value_origin
 from . import letters
 from .operators import Chain, Program, decode_key, encode_key, event_time_of
 from .outputs import ChannelWriter, SinkWriter
@@ -46,12 +47,22 @@ class RecordPath:
     def __init__(self, job: str, task_id: int, stage: StagePlan,
                  writers: Sequence[ChannelWriter | SinkWriter], dead: SinkWriter | None,
                  stats: TaskStats, lag: float = 0.0, store: TaskStore | None = None,
-                 max_record_bytes: int | None = None, event_time: bool = False) -> None:
+                 max_record_bytes: int | None = None, event_time: bool = False,
+                 plan: JobPlan | None = None, tracebacks: bool = False) -> None:
         """``writers``: one per output of the stage, in its order. ``max_record_bytes``:
         the largest record the transport's producers send (None: not known), which a dead
         letter must fit. ``event_time``: the job keeps watermarks, so a source task notes
-        the highest event time read per partition (``event_highs``, W2)."""
+        the highest event time read per partition (``event_highs``, W2). ``plan``: the
+        job's, for errors that name the stages a record came from and goes to.
+        ``tracebacks``: a dead letter carries the user's frames."""
         self.job, self.task_id, self.stage = job, task_id, stage
+        self.tracebacks = tracebacks
+        self._stream = _stream_of(stage, plan)
+        # Per output: how an error names the values crossing its key_by, and the key_by.
+        self._crossings = [(value_origin(stage.program, k, stage.source),
+                            _crossing_of(o.topic, o.shuffle.key_fn, plan))
+                           if o.shuffle is not None else None
+                           for k, o in enumerate(stage.outputs)]
         self.lag = lag   # fault injection: seconds slept per record (a lagging producer)
         self.writers = tuple(writers)
         self.dead, self.stats = dead, stats
@@ -97,9 +108,9 @@ class RecordPath:
             for producer, table_store in stage.table_rows:
                 _, put, delete = store.accessors(table_store)
                 self._rows[producer] = (put, delete)
-        for w in self.writers:
+        for k, w in enumerate(self.writers):
             if isinstance(w, SinkWriter):
-                w.value_origin, w.key_origin = _origins(stage)
+                w.value_origin, w.key_origin = _origins(stage, k)
 
     def source_record(self, r: Record, version: int) -> None:
         """A raw input record of a source task, processed in ``version``."""
@@ -269,7 +280,23 @@ class RecordPath:
         channels = self.channels
         assert channels is not None
         encoded = _keys(self._key_fn, outs, key_bytes)
-        channels.write_keyed(channels.generation, version, encoded, outs, timestamp)
+        channels.append_packed(channels.generation, version, encoded, self._pack(0, outs),
+                               timestamp)
+
+    def _pack(self, output: int, values: list[Any]) -> list[bytes]:
+        """``values`` as output ``output``'s channels carry them; a value msgpack cannot
+        encode is the user's error, naming the value, its step and the key_by it crosses."""
+        try:
+            return ChannelWriter.pack(values)
+        except Exception:
+            origin, crossing = cast(tuple[str, str], self._crossings[output])
+            for value in values:
+                try:
+                    ChannelWriter.pack([value])
+                except Exception as exc:
+                    raise cannot_cross(value, f"{type(exc).__name__}: {exc}", origin,
+                                       crossing) from None
+            raise
 
     def _emit_each(self, key_bytes: bytes | None, outs: list[list[Any]], timestamp: int,
                    version: int) -> None:
@@ -277,14 +304,15 @@ class RecordPath:
         every output encoded first, then all held, so the record's output is all or
         nothing across its outputs as it is for one."""
         holds: list[tuple[Callable[[], None], int]] = []
-        for spec, writer, values in zip(self.stage.outputs, self.writers, outs, strict=True):
+        for k, (spec, writer, values) in enumerate(zip(self.stage.outputs, self.writers, outs,
+                                                       strict=True)):
             if not values:
                 continue
             if spec.shuffle is not None:
                 assert isinstance(writer, ChannelWriter)
                 keys = _keys(spec.shuffle.key_fn, values, key_bytes)
                 holds.append((partial(writer.append_packed, writer.generation, version, keys,
-                                      writer.pack(values), timestamp), len(values)))
+                                      self._pack(k, values), timestamp), len(values)))
             else:
                 assert isinstance(writer, SinkWriter)
                 holds.append((partial(writer.hold, writer.encode(key_bytes, values, timestamp)),
@@ -300,30 +328,76 @@ class RecordPath:
         if self._windows is not None:
             self._windows.late = []   # the record's: what it did is undone or set aside
         channel = not self.stage.is_source
+        frames = exc.user_traceback if isinstance(exc, UserFunctionError) else None
         if self.dead is None:
             cause = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"{type(exc).__name__}: {exc}")
             at = f"topic={topic!r} partition={partition} offset={offset}"
-            if channel and key is not None:
-                # A channel record: its key says more than its offset.
-                at += f" (key {decode_key(key)!r})"
+            if channel:   # a channel's offset means nothing to the user: the stream does
+                at = f"a record of {self._stream} ({at})"
+            at += f", {self._record_text(key, value)}"
             if getattr(exc, "sink_format", False):
                 # The fix is in the pipeline, not in the record: say that first.
-                raise TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing past "
-                                 f"this record was committed") from exc
-            raise TaskFailed(f"task {self.task_id} stopped at {at}: {cause}; nothing past this "
-                             f"record was committed: fix the function, or run with "
-                             f"--dead-letters to set such records aside in "
-                             f"{self.job}.dead-letters and go on") from exc
+                failed = TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing "
+                                    f"past this record was committed")
+            else:
+                failed = TaskFailed(f"task {self.task_id} stopped at {at}: {cause}; nothing "
+                                    f"past this record was committed: fix the function, or "
+                                    f"run with --dead-letters to set such records aside in "
+                                    f"{self.job}.dead-letters and go on")
+            failed.user_traceback = frames
+            raise failed from exc
         if self._rollback is not None:
             self._rollback()   # the state writes of the record set aside
-        why: BaseException = (exc.__cause__ if isinstance(exc, UserFunctionError)
-                              and exc.__cause__ else exc)
+        error = str(exc) if isinstance(exc, UserFunctionError) else f"{type(exc).__name__}: {exc}"
         self.dead.write(None, [letters.build(
             job=self.job, task=self.task_id, topic=topic, partition=partition, offset=offset,
-            error=f"{type(why).__name__}: {why}", key=key, value=value, channel=channel,
-            bound=self._letter_bound)], timestamp)
+            error=error, key=key, value=value, channel=channel,
+            bound=self._letter_bound, stream=self._stream,
+            traceback=frames if self.tracebacks else None)], timestamp)
         self.stats.dead_letters += 1
+
+    def _record_text(self, key: bytes | None, value: bytes | None) -> str:
+        """The record's key (where the stage has keys) and value as its functions saw
+        them, each shortened; bytes that do not decode as they are."""
+        src = self.stage.source
+        key_de = decode_key if src is None else self._src_key
+        value_de = _unpack if src is None else self._src_value
+        shown = []
+        for name, raw, decode in (("key", key, key_de), ("value", value, value_de)):
+            if raw is None or decode is None:
+                if name == "value":
+                    shown.append("value None")
+                continue
+            try:
+                shown.append(f"{name} {short(decode(raw))}")
+            except Exception:
+                shown.append(f"{name} {short(raw)}")
+        return ", ".join(shown)
+
+
+def _stream_of(stage: StagePlan, plan: JobPlan | None) -> str:
+    """What a stage reads, in the pipeline's words: "source 'lines'", or "stage 1, from
+    .key_by(word) of stage 0"."""
+    src = stage.source
+    if src is not None:
+        return f"{'table' if src.table else 'source'} {src.topic!r}"
+    if plan is None:
+        return f"stage {stage.index}"
+    senders = [(up.index, o.shuffle.key_fn) for up in plan.stages for o in up.outputs
+               if o.topic == stage.input_topic and o.shuffle is not None]
+    key_bys = dict.fromkeys(
+        f".key_by({getattr(fn, '__name__', None) or 'key_by'})" if fn is not None
+        else "its rows" for _, fn in senders)
+    ups = [str(i) for i, _ in senders]
+    return (f"stage {stage.index}, from {' and '.join(key_bys)} of "
+            f"stage{'s' if len(ups) > 1 else ''} {', '.join(ups)}")
+
+
+def _crossing_of(topic: str, key_fn: Any, plan: JobPlan | None) -> str:
+    """How an error names a key_by into ``topic``'s channels: ".key_by(word) to stage 1"."""
+    to = next((st.index for st in plan.stages if st.input_topic == topic), None) if plan else None
+    return crossing_text(key_fn, to) if to is not None else f"the key_by into {topic!r}"
 
 
 def _keys(key_fn: Any, values: list[Any], key_bytes: bytes | None) -> list[bytes]:
@@ -332,30 +406,24 @@ def _keys(key_fn: Any, values: list[Any], key_bytes: bytes | None) -> list[bytes
     if key_fn is None:
         assert key_bytes is not None
         return [key_bytes] * len(values)
+    name = getattr(key_fn, "__name__", None) or "key_by"
     try:
         keys = [key_fn(value) for value in values]
     except Exception as exc:
-        raise UserFunctionError(f"key_by function raised {type(exc).__name__}: {exc}") from exc
+        raise function_error(f"key_by({name})", key_fn, exc) from exc
     try:
         return [encode_key(key) for key in keys]
     except UserFunctionError as exc:
-        name = getattr(key_fn, "__name__", "key_by")
         raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
 
 
-def _origins(stage: StagePlan) -> tuple[str, str]:
+def _origins(stage: StagePlan, output: int) -> tuple[str, str]:
     """Where a sink's values and keys come from, as its format error names them."""
-    value = key = ""
-    for step in reversed(stage.steps):
-        if step.kind in ("map", "flat_map"):
-            value = f"{'returned' if step.kind == 'map' else 'yielded'} by {step.kind}({step.name})"
-            break
+    value = value_origin(stage.program, output, stage.source)
     src = stage.source
     if src is not None:
-        value = value or f"read from source {src.topic!r} as {src.value_format}"
         key = f"the key read from source {src.topic!r} as {src.key_format}"
     else:
-        value = value or "sent through key_by by the stage before"
         key = "the key key_by returned"
     return value, key
 

@@ -44,6 +44,7 @@ from ..protocol.recovery import SNAPSHOT_MIN_RECORDS
 from ..protocol.runs import finished_run, guarantee_named, run_end
 from ..state import StateLocked, TaskStore
 from ..transport import Consumer, PendingProducer, TopicPartition, Transport, open_transport
+from ..user_code import tracebacks_wanted
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter, channels_of
 from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
@@ -87,6 +88,8 @@ class TaskConfig:
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
     # change-log offsets written before a snapshot lets the log below it go (recovery C8)
     snapshot_min_records: int = field(default_factory=lambda: snapshot_min_records())
+    # a dead letter carries the user's frames of its error: EOS_TRACEBACK, read by the driver
+    user_tracebacks: bool = field(default_factory=lambda: tracebacks_wanted())
 
 
 #: Channel records a channel task takes per poll. Each is a batch of up to BATCH_MESSAGES
@@ -245,7 +248,8 @@ class _Task:
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes(),
-                                  event_time=self.plan.event_time)
+                                  event_time=self.plan.event_time, plan=self.plan,
+                                  tracebacks=config.user_tracebacks)
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
 

@@ -230,6 +230,11 @@ class Transport(abc.ABC):
     name: str
     supports_transactions: bool = False
 
+    @property
+    def location(self) -> str:
+        """Where the log is, as messages name it: "the local log in DIR", "Kafka at HOST"."""
+        return f"the {self.name} transport"
+
     @abc.abstractmethod
     def create_topics(self, specs: Iterable[TopicSpec]) -> None:
         """Create missing topics. An existing topic of the same partition count is

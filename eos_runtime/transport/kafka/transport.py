@@ -89,6 +89,10 @@ class KafkaTransport(Transport):
     name = "kafka"
     supports_transactions = True
 
+    @property
+    def location(self) -> str:
+        return f"Kafka at {self.bootstrap_servers}"
+
     def __init__(self, bootstrap_servers: str, *, client_config: Mapping[str, Any] | None = None,
                  producer_config: Mapping[str, Any] | None = None,
                  consumer_config: Mapping[str, Any] | None = None,

@@ -77,6 +77,10 @@ class LocalLogTransport(Transport):
     name = "local"
     supports_transactions = False
 
+    @property
+    def location(self) -> str:
+        return f"the local log in {self.root}"
+
     def __init__(self, data_dir: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.root = Path(data_dir)
         self.topics_dir = self.root / "topics"
