@@ -308,10 +308,10 @@ class PipelineRun:
 
     def cancel(self) -> None:
         """Stop now, without final checkpoints (the next run recovers as from a crash)."""
-        self.end("cancelled")
+        self._end("cancelled")
         self.job.cancel()
 
-    def end(self, outcome: str, error: BaseException | None = None) -> None:
+    def _end(self, outcome: str, error: BaseException | None = None) -> None:
         """How the run ended (the first call counts): ``close()`` records it where ``eos
         jobs`` reads the runs; a failure with its error's first line."""
         if self.ended is None:
@@ -338,14 +338,14 @@ class PipelineRun:
             prefix = f"{OutageBudgetExceeded.__name__}: "
             if exc.reason.startswith(prefix):
                 outage = OutageBudgetExceeded(exc.reason[len(prefix):])
-                self.end("failed", outage)
+                self._end("failed", outage)
                 raise outage from None
             if exc.user_traceback and tracebacks_wanted():
                 exc.add_note(exc.user_traceback.rstrip())   # printed under the traceback
-            self.end("failed", exc)
+            self._end("failed", exc)
             raise
         except BaseException as exc:
-            self.end("failed", exc)
+            self._end("failed", exc)
             raise
         seconds = time.monotonic() - self.started
         tasks = [cloudpickle.loads(r) for r in results]
@@ -358,7 +358,7 @@ class PipelineRun:
                 self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
-        self.end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
+        self._end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
         by_id = {int(t["task_id"]): t for t in tasks}
         figures = source_figures(by_id, self.plan, self.begin)
         return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
@@ -562,7 +562,7 @@ def watch_run(run: PipelineRun, *,
     except BaseException as exc:
         give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
         if not isinstance(exc, KeyboardInterrupt):
-            run.end("failed", exc)
+            run._end("failed", exc)
         run.cancel()
         run.wait()
         raise
