@@ -544,6 +544,23 @@ def test_progress_reads_the_counters_the_tasks_write(tmp_path):
                     "finish what was sent to them (Ctrl-C again cancels)")
 
 
+def test_a_run_with_another_state_dir_says_its_stores_were_rebuilt(tmp_path):
+    """Issue 27, small item: the state rebuilt from the change log because the local store
+    was elsewhere (another --state-dir than the last run's) went unmentioned."""
+    data = str(tmp_path / "data")
+    ok("produce", "lines", "--generate", "words", "--count", "100", "--data-dir", data)
+    first = run_here(WORDCOUNT, data_dir=data, state_dir=str(tmp_path / "here"))
+    assert not any(t.get("rebuilt_store") for t in first.tasks)
+    ok("produce", "lines", "--generate", "words", "--count", "100", "--seed", "1",
+       "--data-dir", data)
+    summary = run_here(WORDCOUNT, data_dir=data, state_dir=str(tmp_path / "elsewhere"))
+    assert all(t.get("rebuilt_store") for t in summary.tasks), summary.tasks
+    from eos_runtime.cli.run import _summary_lines
+
+    lines = _summary_lines(summary)
+    assert sum("store rebuilt" in line for line in lines) == len(summary.tasks), lines
+
+
 def test_the_progress_says_at_once_when_the_broker_went_away_and_came_back(capsys):
     """Issue 27 item 11: no progress line appeared during a 32 s outage (a line every 10 s,
     and the outage's first look came between two). An outage's start and end get a line
