@@ -171,6 +171,8 @@ class PipelineRun:
         self.t = transport
         # The driver rides through a broker outage like its tasks do (eos_runtime.outage).
         self.outage = OutageClock(plan_budget(outage_budget))
+        self._outage_cause: TransportError | None = None   # the failing look's error
+        self._closed = False
         self._last_progress: dict[str, Any] | None = None
         self.info = info
         self.job = job
@@ -244,11 +246,17 @@ class PipelineRun:
         seconds the outage lasts so far."""
         if not is_transient(exc):
             raise exc
+        self._outage_cause = exc
         verdict = self.outage.failed(since)
         if not verdict.retry:
-            raise OutageBudgetExceeded(gone_too_long(self.broker, verdict.down_for,
-                                                     self.outage.budget, exc)) from None
+            raise self.outage_error() from None
         return verdict.down_for
+
+    def outage_error(self) -> OutageBudgetExceeded:
+        """The line of a run that gave up on a broker outage, with how long the outage has
+        lasted by now: ``watch_run`` asks again once the run is cancelled and closed."""
+        return OutageBudgetExceeded(gone_too_long(self.broker, self.outage.down_for,
+                                                  self.outage.budget, self._outage_cause))
 
     @property
     def broker(self) -> str:
@@ -325,8 +333,11 @@ class PipelineRun:
     def close(self) -> None:
         """Release the job's lease and the driver's transport. Call it once the run is
         over: a run closed early leaves its tasks without a driver that holds the job."""
-        if self.lease is not None:
-            self.lease.close(self.ended)
+        if self._closed:
+            return
+        self._closed = True
+        if self.lease is not None:   # in an outage, a renewal stuck in it is not waited for
+            self.lease.close(self.ended, unreachable=self.outage.began is not None)
         self.t.close()
 
     def summary(self) -> RunSummary:
@@ -353,6 +364,7 @@ class PipelineRun:
             began = time.monotonic()
             try:
                 end = source_positions(self.t, self.plan)   # the partitions of ``begin``
+                self.outage.ok()
                 break
             except TransportError as exc:
                 self._outage(exc, since=began)
@@ -565,6 +577,11 @@ def watch_run(run: PipelineRun, *,
             run._end("failed", exc)
         run.cancel()
         run.wait()
+        if isinstance(exc, OutageBudgetExceeded) and run.outage.began is not None:
+            # The outage went on while the run went down: its length as the error is seen
+            # (a task's line counts from its own first failure, later than the driver's).
+            run.close()
+            raise run.outage_error() from None
         raise
     finally:
         give_back()

@@ -544,6 +544,48 @@ def test_progress_reads_the_counters_the_tasks_write(tmp_path):
                     "finish what was sent to them (Ctrl-C again cancels)")
 
 
+def test_a_run_with_another_state_dir_says_its_stores_were_rebuilt(tmp_path):
+    """Issue 27, small item: the state rebuilt from the change log because the local store
+    was elsewhere (another --state-dir than the last run's) went unmentioned."""
+    data = str(tmp_path / "data")
+    ok("produce", "lines", "--generate", "words", "--count", "100", "--data-dir", data)
+    first = run_here(WORDCOUNT, data_dir=data, state_dir=str(tmp_path / "here"))
+    assert not any(t.get("rebuilt_store") for t in first.tasks)
+    ok("produce", "lines", "--generate", "words", "--count", "100", "--seed", "1",
+       "--data-dir", data)
+    summary = run_here(WORDCOUNT, data_dir=data, state_dir=str(tmp_path / "elsewhere"))
+    assert all(t.get("rebuilt_store") for t in summary.tasks), summary.tasks
+    from eos_runtime.cli.run import _summary_lines
+
+    lines = _summary_lines(summary)
+    assert sum("store rebuilt" in line for line in lines) == len(summary.tasks), lines
+
+
+def test_the_progress_says_at_once_when_the_broker_went_away_and_came_back(capsys):
+    """Issue 27 item 11: no progress line appeared during a 32 s outage (a line every 10 s,
+    and the outage's first look came between two). An outage's start and end get a line
+    at once; the line says for how long, against the budget."""
+    from eos_runtime.cli.run import _RunView
+
+    stages = [{"stage": 0, "input": "lines", "output": "counts", "tasks": 1, "reporting": 1,
+               "processed": 40, "emitted": 40, "checkpoints": 2, "rewinds": 0,
+               "max_buffer_bytes": 0, "overflowed": 0, "dead_letters": 0}]
+    frame = {"seconds": 12.2, "run": 0, "bounded": True, "stopping": False, "stages": stages,
+             "in_flight": [None], "input_read": 40, "input_committed": 30, "input_total": 50,
+             "sink_records": 8, "sink_known": True, "tasks_running": 1, "tasks_finished": 0,
+             "failed_attempts": 0, "outage_seconds": 0.0, "outage_budget": 15.0}
+    view = _RunView("wc", 0, "Kafka", live=False, every=3600)   # no line due by the clock
+    view.progress(frame)
+    assert capsys.readouterr().err == ""
+    view.progress({**frame, "outage_seconds": 5.2})
+    view.progress({**frame, "outage_seconds": 10.4})
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].endswith("; broker unreachable for 5 s (budget 15 s)"), err
+    view.progress(frame)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "unreachable" not in err[0], err
+
+
 @pytest.mark.slow
 def test_commit_every_0_turns_the_pipelines_record_count_checkpoints_off(tmp_path):
     path = tmp_path / "every.py"

@@ -11,6 +11,7 @@ cannot pass without an outage in the middle of the run)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -110,6 +111,7 @@ class Outage:
         self.error: BaseException | None = None
         self.unfinished: dict | None = None       # the progress when the kill came
         self.killed = threading.Event()
+        self.killed_at = 0.0                      # time.monotonic() once the broker was gone
         self.restarted = threading.Event()
 
     def on_progress(self, p: dict) -> None:
@@ -127,6 +129,7 @@ class Outage:
         try:
             old: KafkaBroker = self.holder["broker"]
             _kill(old.run_dir, self.sig)
+            self.killed_at = time.monotonic()
             self.killed.set()
             if self.down is not None:
                 time.sleep(self.down)   # how long does not matter, only that it is an outage
@@ -166,21 +169,42 @@ def test_a_run_rides_through_a_broker_killed_and_restarted(sig, broker, tmp_path
                                      lines)
 
 
-def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_broker(broker, tmp_path):
+def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_broker(broker, tmp_path,
+                                                                         caplog):
     b: KafkaBroker = broker["broker"]
     bootstrap = b.bootstrap_servers
     lines = word_lines(60_000)
     pipeline = _wordcount("gone", bootstrap, lines)
     outage = Outage(broker, down=None)
+    frames: list[dict] = []
+
+    def on_progress(p: dict) -> None:
+        frames.append(p)
+        outage.on_progress(p)
+
     run = start_pipeline(pipeline, bootstrap_servers=bootstrap, commit_every=2_000,
-                         state_dir=str(tmp_path / "state"), outage_budget=5)
+                         state_dir=str(tmp_path / "state"), outage_budget=12)
     with pytest.raises(OutageBudgetExceeded) as info:
-        watch_run(run, on_progress=outage.on_progress)
+        watch_run(run, on_progress=on_progress)
+    failed_at = time.monotonic()
     outage.check(restarted=False)
     line = str(info.value)
     assert "\n" not in line
     assert f"Kafka at {bootstrap} was unreachable for " in line
-    assert "longer than the outage budget of 5 s" in line
+    assert "longer than the outage budget of 12 s" in line
+    # Issue 27 item 11: the progress said how long the broker was gone while it was ...
+    gone = [p["outage_seconds"] for p in frames if p.get("outage_seconds")]
+    assert gone and gone == sorted(gone), gone
+    # ... the error states the outage's true length when it comes (it said 16 s of 32:
+    # the driver then waited for a lease renewal stuck in the outage), ...
+    said = int(line.split("was unreachable for ")[1].split(" s,")[0])
+    lasted = failed_at - outage.killed_at
+    assert said >= lasted - 8, f"said {said} s, the broker had been gone {lasted:.0f} s"
+    # ... and no lease warning came before it (a renewal failing in the outage is the
+    # outage, which the run reports).
+    lease = [r.getMessage() for r in caplog.records if "lease" in r.getMessage()
+             and r.levelno >= logging.WARNING and "released" not in r.getMessage()]
+    assert not lease, lease
 
 
 # ------------------------------------------------------------ eos experiment, fault broker

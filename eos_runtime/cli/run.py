@@ -378,8 +378,8 @@ def _draining(p: dict[str, Any]) -> str:
 
 
 def _outage_text(p: dict[str, Any]) -> str:
-    return (f"the broker has not answered for {p['outage_seconds']:.0f} s (the run waits "
-            f"for it up to the outage budget, {p.get('outage_budget', 0):g} s)")
+    return (f"broker unreachable for {p['outage_seconds']:.0f} s "
+            f"(budget {p.get('outage_budget', 0):g} s)")
 
 
 def _progress_line(name: str, p: dict[str, Any]) -> str:
@@ -430,10 +430,12 @@ class _RunView:
             self._live.stop()
 
     def progress(self, p: dict[str, Any]) -> None:
+        # An outage's start and end are news at once, not at the next line due.
+        news = bool(p.get("outage_seconds")) != bool((self.last or {}).get("outage_seconds"))
         self.last = p
         if self._live is not None:
             self._live.update(self._render(p))
-        elif self.every.due():
+        elif self.every.due() or news:
             click.echo(_progress_line(self.name, p), err=True)
 
     def interrupted(self, what: str, by: str) -> None:

@@ -58,6 +58,7 @@ class Recovered:
 
     fold: RecoveryFold
     rebuilt: bool = False                       # the local store was wiped and rebuilt
+    empty: bool = False                         # there was no local store to start from
     read_to: int = 0                            # the log was read up to here
 
     @property
@@ -76,6 +77,13 @@ class Recovered:
     def replayed(self) -> int:
         return self.fold.replayed
 
+    @property
+    def from_log(self) -> bool:
+        """The state was built from the change log alone: a local store wiped, or none
+        (its task ran with another state directory, or on another host) where the log
+        has a commit to build it from."""
+        return self.rebuilt or (self.empty and self.commit is not None)
+
 
 def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recovered:
     """Bring ``store`` to the last commit in the change log (``protocol/recovery.py``).
@@ -89,6 +97,7 @@ def recover(transport: Transport, tp: TopicPartition, store: TaskStore) -> Recov
     low, high = transport.watermarks(tp)
     start = low
     local = store.checkpoint_data()
+    result.empty = local is None
     if local is not None:
         found = None
         if low <= local.changelog_offset < high:

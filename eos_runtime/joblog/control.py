@@ -376,9 +376,12 @@ class ControlLog:
         """How a run ended (its driver, as the run ends: ``LeaseKeeper.close``)."""
         self._append(end)
 
-    def append_lease(self, record: wire.Lease) -> None:
+    def append_lease(self, record: wire.Lease, *, make_topic: bool = True) -> None:
+        """A lease record; a renewal to the heartbeat topic (made first, unless the caller
+        knows it is there: ``make_topic``), the others to the control topic."""
         if record.action == "renew":
-            self.t.create_topics([TopicSpec(self.beats.topic, 1, compacted=True)])
+            if make_topic:
+                self.t.create_topics([TopicSpec(self.beats.topic, 1, compacted=True)])
             with self.t.producer() as p:
                 p.produce(self.beats.topic, 0, wire.encode(record), key=record.owner.encode())
                 p.flush()

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .. import clock
+from ..outage import is_transient
 from ..protocol import wire
 from ..transport import TopicPartition, Transport, open_transport
 from .control import ControlLog, LeaseRequest, control_topic
@@ -27,12 +28,23 @@ log = logging.getLogger(__name__)
 class LeaseKeeper:
     """Renews a driver's lease from a thread (its own transport) and releases it on
     ``close``. A renewal that fails is retried at the next beat: the lease only lapses
-    after ``timeout`` seconds of failures."""
+    after ``timeout`` seconds of failures.
+
+    In a broker outage renewals fail, each after waiting out its timeout: that is the
+    outage, which the run's driver reports (its progress, its error past the budget), so
+    the keeper says nothing of it until the lease has gone unrenewed for half its timeout
+    (when it may lapse before the broker is back). A failure that is not an outage's is
+    a warning at once."""
 
     def __init__(self, transport_opts: dict[str, Any], job: str, run: int,
-                 lease: LeaseRequest) -> None:
+                 lease: LeaseRequest, every: float | None = None) -> None:
         self.opts, self.job, self.run, self.lease = transport_opts, job, run, lease
-        self.every = min(lease.timeout / 3, 10.0)
+        self.every = min(lease.timeout / 3, 10.0) if every is None else every
+        self.renewals = 0            # renewals that went through (tests, diagnosis)
+        self.failures = 0            # and that failed
+        self._renewed = time.monotonic()   # the acquire was as good as a renewal
+        self._beats_made = False
+        self._warned = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"eos-lease-{job}", daemon=True)
         self._thread.start()
@@ -43,7 +55,11 @@ class LeaseKeeper:
 
     def renew(self, transport: Transport) -> None:
         """One heartbeat: the lease holds ``timeout`` seconds from now."""
-        ControlLog(transport, self.job).append_lease(self._record("renew"))
+        # The heartbeat topic (an older job's control topic came without one) is made
+        # once: in an outage each creation waits out its own timeout.
+        ControlLog(transport, self.job).append_lease(self._record("renew"),
+                                                     make_topic=not self._beats_made)
+        self._beats_made = True
 
     def _beat(self) -> None:
         transport = None
@@ -53,19 +69,43 @@ class LeaseKeeper:
                     if transport is None:
                         transport = open_transport(**self.opts)
                     self.renew(transport)
+                    self.renewals += 1
+                    self._renewed = time.monotonic()
+                    self._warned = False
                 except Exception as exc:   # the next beat tries again; expiry is the limit
-                    log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
+                    self.failures += 1
+                    self._failed(exc)
         finally:
             if transport is not None:
                 transport.close()
 
-    def close(self, end: tuple[str, str] | None = None) -> None:
+    def _failed(self, exc: Exception) -> None:
+        unrenewed = time.monotonic() - self._renewed
+        if self._done.is_set() or (is_transient(exc) and (
+                self._warned or unrenewed < self.lease.timeout / 2)):
+            log.debug("job %r: renewing the lease failed (%s); retrying", self.job, exc)
+        elif is_transient(exc):
+            self._warned = True
+            log.warning("job %r: the lease has not been renewed for %.0f s (%s); it lapses "
+                        "after %g s without a renewal, and another run may then take the "
+                        "job", self.job, unrenewed, exc, self.lease.timeout)
+        else:
+            log.warning("job %r: renewing the lease failed (%s); retrying", self.job, exc)
+
+    def close(self, end: tuple[str, str] | None = None, *, unreachable: bool = False) -> None:
         """Stop renewing and release the lease (the next run may start at once); first,
-        ``end`` (outcome, detail: ``wire.RunEnd``), how the run ended, if known."""
+        ``end`` (outcome, detail: ``wire.RunEnd``), how the run ended, if known.
+        ``unreachable``: the driver gave up on a broker outage; a renewal waiting out its
+        timeout in it is not waited for, and the lease is left to lapse (a release sent
+        beside it could be overtaken by that renewal once the broker is back)."""
         if self._done.is_set():
             return
         self._done.set()
-        self._thread.join()
+        self._thread.join(1.0 if unreachable else None)
+        if self._thread.is_alive():
+            log.warning("job %r: the lease was not released (the broker is unreachable); it "
+                        "lapses %g s after its last renewal", self.job, self.lease.timeout)
+            return
         try:
             with open_transport(**self.opts) as transport:
                 control = ControlLog(transport, self.job)
@@ -73,8 +113,8 @@ class LeaseKeeper:
                     control.record_end(wire.RunEnd(self.run, clock.stamp_ms(), *end))
                 control.append_lease(self._record("release"))
         except Exception as exc:   # the lease then lapses after its timeout
-            log.warning("job %r: releasing the lease failed (%s); it lapses in %.0f s",
-                        self.job, exc, self.lease.timeout)
+            log.warning("job %r: the lease was not released (%s); it lapses %g s after its "
+                        "last renewal", self.job, exc, self.lease.timeout)
 
 
 class StopWatcher:

@@ -151,7 +151,7 @@ class Committer:
         catch_up(self.transport, self.changelog_tp, self.store, recovered, recovered.read_to, start)
         self._log_low, self._log_end = self.transport.watermarks(self.changelog_tp)
         self.stats.replayed_changes = recovered.replayed
-        self.stats.rebuilt_store = recovered.rebuilt
+        self.stats.rebuilt_store = recovered.from_log
         self.stats.restored_version = recovered.version
         self.watermark = recovered.commit.watermark if recovered.commit is not None else None
         if self.channels is not None:
