@@ -135,14 +135,14 @@ def test_the_tutorials_blocks_are_what_the_walk_expects():
     doc = blocks(DOCS / "tutorial.md")
     files = [file_name(b) for b in doc if file_name(b)]
     assert files == ["totals.py", "test_totals.py", "purchases.txt", "shops.py",
-                     "customers.txt", "orders.txt"]
+                     "customers.txt", "orders.txt", "views.py", "views.txt", "more-views.txt"]
     sections = {b.section.split(".")[0] for b in doc if b.lang == "bash"}
-    assert sections == {"1", "3", "4", "5", "6", "7"}
-    assert sum(expected_output(doc, i) is not None for i in range(len(doc))) == 5
+    assert sections == {"1", "3", "4", "5", "6", "7", "8"}
+    assert sum(expected_output(doc, i) is not None for i in range(len(doc))) == 8
 
 
 def test_the_tutorial_on_the_local_log(tmp_path):
-    shell = walk_tutorial(tmp_path, ("1.", "2.", "3.", "4.", "5.", "7."))
+    shell = walk_tutorial(tmp_path, ("1.", "2.", "3.", "4.", "5.", "7.", "8."))
     assert (shell.cwd / ".eos" / "data").is_dir()
     assert shell.cwd.name == "totals"
 

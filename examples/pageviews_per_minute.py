@@ -1,0 +1,1 @@
+../eos_runtime/examples/pageviews_per_minute.py
