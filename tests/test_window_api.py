@@ -256,3 +256,27 @@ def test_a_timer_needs_on_timer_and_on_timer_needs_state():
     keyed.map(sets, stateful=True).sink("o")
     with TestRun(p) as test, pytest.raises(UserFunctionError, match="has no on_timer"):
         test.send([1])
+
+
+def test_a_windowed_job_s_state_stays_flat_as_time_goes_on():
+    """T3: 200 windows' worth of views, the watermark following: what the store holds
+    (aggregates and timers) is the windows still open, not the windows ever seen."""
+    import random
+
+    rng = random.Random(3)
+    sizes = []
+    with TestRun(views(grace=500)) as test:
+        store = test._stages[1].store
+        t = 0
+        for _ in range(200):
+            views_ = []
+            for _ in range(50):
+                t += rng.randint(0, 40)
+                views_.append({"page": rng.choice(["/", "/a", "/b", "/c"]), "ts": t})
+            test.send(views_)
+            test.advance(t)
+            sizes.append((sum(1 for _ in store.items("window0")),
+                          sum(1 for _ in store.items("timers"))))
+    assert t > 200_000                                       # 200 one-second windows
+    assert max(n for n, _ in sizes) <= 8                     # 4 pages x (1 + grace/size)
+    assert all(n == m for n, m in sizes)                     # a timer per open window
