@@ -495,3 +495,28 @@ def test_snapshot_round_trips_through_the_commit_record():
     for ch, p in ((B, 1), (A, 2), (B, 2)):
         again.on_marker(ch, 5, p, 1, 5, watermark_of(p, 5))
     assert again.checkpoint().watermark == watermark_of(1, 5)
+
+
+def test_at_the_run_s_end_a_producer_that_read_nothing_holds_no_window_open():
+    """W4 at the end: a producer whose run-end marker carries no watermark (a source task
+    whose partitions were all empty) brings nothing more this run; the others' lowest
+    counts. Before the end such a producer holds the watermark back, as W4 says."""
+    al = Aligner([A], [1, 2])
+    al.on_marker(A, 0, 1, 1, 1, 500)
+    al.on_marker(A, 1, 2, 1, 1, None)
+    assert al.checkpoint().watermark is None
+    al.on_marker(A, 2, 1, 1, END, 900)
+    al.on_marker(A, 3, 2, 1, END, None)
+    assert al.checkpoint().watermark == 900
+
+
+def test_the_tracker_at_the_run_s_end_also_ignores_a_producer_that_read_nothing():
+    from eos_runtime.protocol.tracker import Tracker
+
+    tr = Tracker([A], (1, 2), END)
+    tr.on_marker(A, 0, 1, 1, 500)
+    tr.on_marker(A, 1, 2, 1, None)
+    assert tr.watermark is None
+    tr.on_marker(A, 2, 1, END, 900)
+    tr.on_marker(A, 3, 2, END, None)
+    assert tr.finished() and tr.watermark == 900

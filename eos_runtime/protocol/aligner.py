@@ -79,6 +79,7 @@ from typing import cast
 from ..errors import ProtocolViolation
 from . import watermarks as wm
 from .fences import Fences
+from .runs import run_end, run_of
 from .wire import InputPosition, ParentCheckpoint, ProducerFence
 
 __all__ = [
@@ -347,8 +348,10 @@ class Aligner:
                                     f"markers missing from (channel, producer) {missing[:5]}")
         version = self._closing(self.version)
         # W4. Never lower than before: every lane starts from the snapshot's and only grows.
-        self.watermark = wm.lowest(lane.watermark.settle(version)
-                                   for lanes in self._lanes.values() for lane in lanes.values())
+        marks = [lane.watermark.settle(version)
+                 for lanes in self._lanes.values() for lane in lanes.values()]
+        self.watermark = (wm.lowest_at_end(marks) if version == run_end(run_of(version))
+                          else wm.lowest(marks))
         inputs = []
         for c in self._channels:
             parents = []

@@ -31,7 +31,7 @@ from collections.abc import Hashable, Iterable
 from typing import cast
 
 from ..errors import ProtocolViolation
-from .watermarks import highest, lowest
+from .watermarks import highest, lowest, lowest_at_end
 from .wire import InputPosition, ParentCheckpoint
 
 __all__ = ["Tracker"]
@@ -89,7 +89,10 @@ class Tracker:
 
     @property
     def watermark(self) -> int | None:
-        """T4: the task's watermark, the lowest of its lanes'."""
+        """T4: the task's watermark, the lowest of its lanes' (at the run's end, of those
+        known: ``watermarks.lowest_at_end``)."""
+        if self.finished():
+            return lowest_at_end(self._watermarks.values())
         return lowest(self._watermarks.values())
 
     def on_other(self, channel: Channel, offset: int) -> None:

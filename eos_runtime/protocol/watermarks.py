@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-__all__ = ["SourceWatermark", "LaneWatermark", "lowest", "highest"]
+__all__ = ["SourceWatermark", "LaneWatermark", "lowest", "lowest_at_end", "highest"]
 
 
 def lowest(values: Iterable[int | None]) -> int | None:
@@ -35,6 +35,14 @@ def lowest(values: Iterable[int | None]) -> int | None:
     if not known or None in known:
         return None
     return min(v for v in known if v is not None)
+
+
+def lowest_at_end(values: Iterable[int | None]) -> int | None:
+    """W4 at a run's end (every producer's run-end marker in): the minimum of the
+    watermarks known. A producer that ended its run with none read nothing in it, and
+    will bring nothing more in this run: it holds nothing back (else one source task
+    whose partitions were all empty would keep every window of the job open)."""
+    return min((v for v in values if v is not None), default=None)
 
 
 def highest(a: int | None, b: int | None) -> int | None:
