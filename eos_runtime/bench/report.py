@@ -26,6 +26,8 @@ RATIOS = [
     ("eos-exactly-once", "quix-exactly-once"),
     ("eos-at-least-once", "quix-at-least-once"),
     ("eos-exactly-once", "spark-structured-streaming"),
+    ("eos-exactly-once", "kafka-streams-exactly-once-100ms"),
+    ("eos-exactly-once", "kafka-streams-exactly-once-1s"),
 ]
 
 

@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..broker.jars import KAFKA_VERSION, find_java
+from ..errors import EosError
+from .kafka_streams import APP_CLASS, APP_JAR, COMMIT_INTERVALS, build
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
-           "RawSystem", "QuixSystem", "SparkStructuredStreaming"]
+           "RawSystem", "QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem"]
 
 
 @dataclass(frozen=True)
@@ -427,12 +430,58 @@ class SparkStructuredStreaming:
         return _SparkApp([proc], [log])
 
 
+class KafkaStreamsSystem:
+    """Kafka Streams, exactly_once_v2, at a commit interval of its own (``interval``, a key
+    of ``COMMIT_INTERVALS``), whatever the bench's ``--commit-interval``."""
+
+    guarantee = "exactly-once"
+    verify_as = "exactly-once"
+
+    def __init__(self, interval: str) -> None:
+        self.commit_interval = COMMIT_INTERVALS[interval]
+        self.name = f"kafka-streams-exactly-once-{interval}"
+        self.version: str | None = None
+        self.built: Path | None = None
+        self.java = "java"
+
+    def unavailable(self) -> str | None:
+        try:
+            self.built = build()
+            self.java = find_java()
+        except EosError as exc:
+            return f"the Kafka Streams peer could not be built: {exc}"
+        self.version = KAFKA_VERSION
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return _tables_beyond_one(workload)
+
+    def start(self, setup: Setup) -> Running:
+        assert self.built is not None, "unavailable() builds the peer first"
+        table = list(setup.tables.values())
+        threads = max(1, min(os.cpu_count() or 1, setup.partitions))
+        log = setup.work_dir / "kafka-streams.log"
+        proc = subprocess.Popen(
+            [self.java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+             "-cp", f"{self.built / APP_JAR}:{self.built / 'libs' / '*'}", APP_CLASS,
+             setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+             # its internal topics (change logs, repartition topics) start with the run's
+             # name, so the bench deletes them with the run's own
+             "--application-id", setup.name, "--source", setup.source, "--sink", setup.sink,
+             "--commit-interval-ms", str(round(self.commit_interval * 1000)),
+             "--threads", str(threads), "--state-dir", str(setup.work_dir / "kafka-streams"),
+             *(["--table", table[0]] if table else [])],
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        return _Processes([proc], [log])
+
+
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
     """Every system by name, in the order the bench runs them."""
     systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
                              QuixSystem("exactly-once", quix_python),
                              QuixSystem("at-least-once", quix_python),
-                             SparkStructuredStreaming()]
+                             SparkStructuredStreaming(),
+                             *(KafkaStreamsSystem(i) for i in COMMIT_INTERVALS)]
     return {s.name: s for s in systems}
 
 
