@@ -108,3 +108,43 @@ def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interva
     result["settings"]["commit_interval"] = 0.5
     got = {r["target"]: r for r in judge(result)}[target]
     assert got["met"] is None and "neither of the Kafka Streams peer's" in got["measured"]
+
+
+# ------------------------------------------------------------------ faust-streaming
+
+def test_faust_not_installable_says_why(monkeypatch, tmp_path):
+    """No PyPI (an index nothing listens on): the peer is skipped, pip's failure named, and
+    no half venv is taken for a whole one next time."""
+    from eos_runtime.bench.faust_peer import venv_dir
+    from eos_runtime.bench.systems import all_systems
+
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    why = all_systems()["faust-exactly-once"].unavailable()
+    assert why is not None and why.startswith("faust-streaming could not be installed: "), why
+    assert "installing faust-streaming" in why and "is PyPI reachable?" in why
+    assert not (venv_dir() / ".eos-complete").exists()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_faust_is_verified_on_the_workloads_it_is_written_for(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    # the first run on a machine installs faust-streaming into its cache (PyPI)
+    ok("bench", "--measures", "throughput", "--workloads",
+       "wordcount,pageviews,passthrough,aggregate", "--systems", "faust-exactly-once",
+       "--records", "300", "--rounds", "1", "--no-warm-up", "--commit-interval", "0.5",
+       "--idle-timeout", "60", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
+       "--json", cwd=tmp_path, timeout=800)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "not written for faust" in result["skipped"]["faust-exactly-once on pageviews"]
+    assert {r["workload"] for r in result["runs"]} == {"wordcount", "passthrough", "aggregate"}
+    for r in result["runs"]:
+        assert r["verified"], (r["workload"], r.get("error"))
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["duplicated"] == 0
+    assert result["versions"]["faust-streaming (faust peer)"] == "0.15.3"

@@ -25,11 +25,14 @@ from typing import Any, Protocol
 
 from ..broker.jars import KAFKA_VERSION, find_java
 from ..errors import EosError
+from .faust_peer import FAUST_VERSION
+from .faust_peer import install as install_faust
 from .kafka_streams import APP_CLASS, APP_JAR, COMMIT_INTERVALS, build
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
-           "RawSystem", "QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem"]
+           "RawSystem", "QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem",
+           "FaustSystem"]
 
 
 @dataclass(frozen=True)
@@ -475,13 +478,63 @@ class KafkaStreamsSystem:
         return _Processes([proc], [log])
 
 
+class FaustSystem:
+    """faust-streaming, exactly_once, on an interpreter of its own (bench/faust_peer.py):
+    one worker process, its consumer group's only member."""
+
+    name = "faust-exactly-once"
+    guarantee = "exactly-once"
+    verify_as = "exactly-once"
+
+    def __init__(self) -> None:
+        self.python: str | None = None
+        self.version = FAUST_VERSION
+
+    def unavailable(self) -> str | None:
+        try:
+            self.python = install_faust()
+        except EosError as exc:
+            return f"faust-streaming could not be installed: {exc}"
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        if workload.name not in ("wordcount", "aggregate", "passthrough"):
+            return "not written for faust (bench/faust_app.py: wordcount, aggregate, passthrough)"
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        from .kafka import BenchKafka
+
+        assert self.python is not None, "unavailable() installs faust first"
+        # One worker: faust's exactly_once sends through the transactional producer of the
+        # destination partition, which only the worker holding that partition has; with
+        # two, a regroup fails ("No transaction producer found", docs/benchmarks.md).
+        count = 1
+        procs, logs = [], []
+        for i in range(count):
+            log = setup.work_dir / f"faust-{i}.log"
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [self.python, str(Path(__file__).with_name("faust_app.py")),
+                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
+                 "--partitions", str(setup.partitions),
+                 "--commit-interval", str(setup.commit_interval),
+                 "--data-dir", str(setup.work_dir / f"faust-data-{i}")],
+                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
+        kafka = BenchKafka(setup.bootstrap)
+        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
+                                                              setup.partitions))
+
+
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
     """Every system by name, in the order the bench runs them."""
     systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
                              QuixSystem("exactly-once", quix_python),
                              QuixSystem("at-least-once", quix_python),
                              SparkStructuredStreaming(),
-                             *(KafkaStreamsSystem(i) for i in COMMIT_INTERVALS)]
+                             *(KafkaStreamsSystem(i) for i in COMMIT_INTERVALS),
+                             FaustSystem()]
     return {s.name: s for s in systems}
 
 
