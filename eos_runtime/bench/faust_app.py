@@ -63,13 +63,10 @@ def _app(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workload", choices=["wordcount", "aggregate", "passthrough"])
-    ap.add_argument("--bootstrap-servers", required=True)
-    ap.add_argument("--group", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("--sink", required=True)
-    ap.add_argument("--partitions", type=int, required=True)
-    ap.add_argument("--commit-interval", type=float, required=True)
-    ap.add_argument("--data-dir", required=True)
+    for name, kind in (("bootstrap-servers", str), ("group", str), ("source", str),
+                       ("sink", str), ("partitions", int), ("commit-interval", float),
+                       ("data-dir", str)):
+        ap.add_argument(f"--{name}", type=kind, required=True)
     args = ap.parse_args(argv)
     from faust import Worker
 

@@ -334,25 +334,35 @@ class QuixSystem:
         return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
-        from .kafka import BenchKafka
-
         assert self.python is not None
-        count = max(1, min(os.cpu_count() or 1, setup.partitions))
-        procs, logs = [], []
-        for i in range(count):
-            log = setup.work_dir / f"quix-{i}.log"
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [self.python, str(Path(__file__).with_name("quix_app.py")),
-                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
-                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
-                 "--guarantee", self.guarantee, "--commit-interval", str(setup.commit_interval),
-                 "--state-dir", str(setup.work_dir / f"quix-state-{i}"),
-                 *(["--table", _the_table(setup)] if setup.tables else [])],
-                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
-        kafka = BenchKafka(setup.bootstrap)
-        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
-                                                              setup.partitions))
+        return _start_group(
+            setup, self.python, "quix", max(1, min(os.cpu_count() or 1, setup.partitions)),
+            lambda i: ["--guarantee", self.guarantee,
+                       "--commit-interval", str(setup.commit_interval),
+                       "--state-dir", str(setup.work_dir / f"quix-state-{i}"),
+                       *(["--table", _the_table(setup)] if setup.tables else [])])
+
+
+def _start_group(setup: Setup, python: str, peer: str, count: int,
+                 more_args: Callable[[int], list[str]]) -> Running:
+    """``count`` processes of a Python peer's consumer group, named after the run: each
+    runs ``<peer>_app.py`` (beside this file) on ``python``, with ``more_args(i)`` after
+    the arguments every such app takes."""
+    from .kafka import BenchKafka
+
+    procs, logs = [], []
+    for i in range(count):
+        log = setup.work_dir / f"{peer}-{i}.log"
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [python, str(Path(__file__).with_name(f"{peer}_app.py")),
+             setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+             "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
+             *more_args(i)],
+            stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
+    kafka = BenchKafka(setup.bootstrap)
+    return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
+                                                          setup.partitions))
 
 
 class _SparkApp(_Processes):
@@ -503,28 +513,14 @@ class FaustSystem:
         return None
 
     def start(self, setup: Setup) -> Running:
-        from .kafka import BenchKafka
-
         assert self.python is not None, "unavailable() installs faust first"
         # One worker: faust's exactly_once sends through the transactional producer of the
         # destination partition, which only the worker holding that partition has; with
         # two, a regroup fails ("No transaction producer found", docs/benchmarks.md).
-        count = 1
-        procs, logs = [], []
-        for i in range(count):
-            log = setup.work_dir / f"faust-{i}.log"
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [self.python, str(Path(__file__).with_name("faust_app.py")),
-                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
-                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
-                 "--partitions", str(setup.partitions),
-                 "--commit-interval", str(setup.commit_interval),
-                 "--data-dir", str(setup.work_dir / f"faust-data-{i}")],
-                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
-        kafka = BenchKafka(setup.bootstrap)
-        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
-                                                              setup.partitions))
+        return _start_group(setup, self.python, "faust", 1, lambda i: [
+            "--partitions", str(setup.partitions),
+            "--commit-interval", str(setup.commit_interval),
+            "--data-dir", str(setup.work_dir / f"faust-data-{i}")])
 
 
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
