@@ -53,6 +53,21 @@ def test_without_maven_the_kafka_streams_peer_says_to_install_it(monkeypatch, tm
     assert not any((tmp_path / "cache").glob("kafka-streams-*")), "no half-built cache"
 
 
+def test_a_cache_without_the_peers_jar_is_built_anew_not_run(monkeypatch, tmp_path):
+    """A cache that lost the application's jar (a cleaned directory, a copy cut short) is
+    no cache: the peer is built again, and here, without Maven, says so, where running
+    it would have failed inside the JVM (ClassNotFoundException) with the run."""
+    from eos_runtime.bench.kafka_streams import _app_source, _cache_dir
+
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    cached = _cache_dir(_app_source())
+    (cached / "libs").mkdir(parents=True)
+    (cached / "libs" / "kafka-streams-4.1.1.jar").write_bytes(b"")
+    (cached / ".eos-complete").write_text("kafka-streams 4.1.1\n")
+    why = _why_not(monkeypatch, tmp_path, "java", "javac")
+    assert "Maven not found on PATH" in why
+
+
 @pytest.mark.kafka
 def test_a_bench_reports_a_peer_it_cannot_build_with_the_reason(kafka_bootstrap, tmp_path):
     from test_cli import ok
