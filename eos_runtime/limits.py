@@ -83,6 +83,7 @@ LIMITS: dict[str, Limit] = {
     "faults": Limit(0, 10_000, integer=True),
     "records": Limit(1, 10**10, integer=True),
     "state_keys": Limit(1, 10**9, integer=True),
+    "vocabulary_size": Limit(1, 10**8, integer=True),
     "probe_every": Limit(1, 10_000_000, unit="records"),
     "steady_seconds": Limit(1, YEAR, unit="seconds"),
     "idle_timeout": Limit(1, YEAR, unit="seconds"),

@@ -1,12 +1,17 @@
 """``eos bench``: the same workloads on several stream processors, side by side, verified.
 
     workloads.py     what runs: input generators, oracles, the eos_runtime pipeline of each
+    vocabulary.py    wordcount's text: a Zipf vocabulary (default) or the small one
     systems.py       who runs it: eos_runtime in both guarantees, the raw client dataflow,
                      peers (skipped with a reason when not installed)
     raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage
     quix_app.py      the Quix Streams peer's application (runs on Quix's own venv)
     spark_app.py     the Spark Structured Streaming peer's application
     spark_jars.py    Spark's Kafka connector, and its token provider built from source
+    kafka_streams.py the Kafka Streams peer, built on first use from kafka_streams_app/
+                     (its Java source and the pom of its classpath)
+    faust_app.py     the faust-streaming peer's worker (runs on faust's own venv)
+    faust_peer.py    that venv, installed on first use
     kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
                      output with its append times
     visibility.py    when output became readable: last stable offsets, sampled in a

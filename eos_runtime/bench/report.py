@@ -26,6 +26,8 @@ RATIOS = [
     ("eos-exactly-once", "quix-exactly-once"),
     ("eos-at-least-once", "quix-at-least-once"),
     ("eos-exactly-once", "spark-structured-streaming"),
+    ("eos-exactly-once", "kafka-streams-exactly-once-100ms"),
+    ("eos-exactly-once", "kafka-streams-exactly-once-1s"),
 ]
 
 
@@ -147,8 +149,10 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         lines += targets.markdown_section(result["targets"])
     for workload, w in result["summary"].items():
         unit = w["unit"]
-        lines += [f"## {workload}", "",
-                  f"| system | guarantee | median {unit}/s | min – max | spread | CPU µs per "
+        lines += [f"## {workload}", ""]
+        if workload == "wordcount" and s.get("vocabulary"):
+            lines += [f"Input: {s['vocabulary']['text']}.", ""]
+        lines += [f"| system | guarantee | median {unit}/s | min – max | spread | CPU µs per "
                   f"{unit[:-1] if unit.endswith('s') else unit} | verified rounds | "
                   f"duplicates | status |",
                   "|---|---|---|---|---|---|---|---|---|"]

@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..broker.jars import KAFKA_VERSION, find_java
+from ..errors import EosError
+from .faust_peer import FAUST_VERSION
+from .faust_peer import install as install_faust
+from .kafka_streams import APP_CLASS, APP_JAR, COMMIT_INTERVALS, build
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
-           "RawSystem", "QuixSystem", "SparkStructuredStreaming"]
+           "RawSystem", "QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem",
+           "FaustSystem"]
 
 
 @dataclass(frozen=True)
@@ -328,25 +334,35 @@ class QuixSystem:
         return _tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
-        from .kafka import BenchKafka
-
         assert self.python is not None
-        count = max(1, min(os.cpu_count() or 1, setup.partitions))
-        procs, logs = [], []
-        for i in range(count):
-            log = setup.work_dir / f"quix-{i}.log"
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [self.python, str(Path(__file__).with_name("quix_app.py")),
-                 setup.workload.name, "--bootstrap-servers", setup.bootstrap,
-                 "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
-                 "--guarantee", self.guarantee, "--commit-interval", str(setup.commit_interval),
-                 "--state-dir", str(setup.work_dir / f"quix-state-{i}"),
-                 *(["--table", _the_table(setup)] if setup.tables else [])],
-                stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
-        kafka = BenchKafka(setup.bootstrap)
-        return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
-                                                              setup.partitions))
+        return _start_group(
+            setup, self.python, "quix", max(1, min(os.cpu_count() or 1, setup.partitions)),
+            lambda i: ["--guarantee", self.guarantee,
+                       "--commit-interval", str(setup.commit_interval),
+                       "--state-dir", str(setup.work_dir / f"quix-state-{i}"),
+                       *(["--table", _the_table(setup)] if setup.tables else [])])
+
+
+def _start_group(setup: Setup, python: str, peer: str, count: int,
+                 more_args: Callable[[int], list[str]]) -> Running:
+    """``count`` processes of a Python peer's consumer group, named after the run: each
+    runs ``<peer>_app.py`` (beside this file) on ``python``, with ``more_args(i)`` after
+    the arguments every such app takes."""
+    from .kafka import BenchKafka
+
+    procs, logs = [], []
+    for i in range(count):
+        log = setup.work_dir / f"{peer}-{i}.log"
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [python, str(Path(__file__).with_name(f"{peer}_app.py")),
+             setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+             "--group", setup.name, "--source", setup.source, "--sink", setup.sink,
+             *more_args(i)],
+            stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True))
+    kafka = BenchKafka(setup.bootstrap)
+    return _Group(procs, logs, lambda: kafka.group_ready(setup.name, count, setup.source,
+                                                          setup.partitions))
 
 
 class _SparkApp(_Processes):
@@ -427,12 +443,94 @@ class SparkStructuredStreaming:
         return _SparkApp([proc], [log])
 
 
+class KafkaStreamsSystem:
+    """Kafka Streams, exactly_once_v2, at a commit interval of its own (``interval``, a key
+    of ``COMMIT_INTERVALS``), whatever the bench's ``--commit-interval``."""
+
+    guarantee = "exactly-once"
+    verify_as = "exactly-once"
+
+    def __init__(self, interval: str) -> None:
+        self.commit_interval = COMMIT_INTERVALS[interval]
+        self.name = f"kafka-streams-exactly-once-{interval}"
+        self.version: str | None = None
+        self.built: Path | None = None
+        self.java = "java"
+
+    def unavailable(self) -> str | None:
+        try:
+            self.built = build()
+            self.java = find_java()
+        except EosError as exc:
+            return f"the Kafka Streams peer could not be built: {exc}"
+        self.version = KAFKA_VERSION
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return _tables_beyond_one(workload)
+
+    def start(self, setup: Setup) -> Running:
+        assert self.built is not None, "unavailable() builds the peer first"
+        table = list(setup.tables.values())
+        threads = max(1, min(os.cpu_count() or 1, setup.partitions))
+        log = setup.work_dir / "kafka-streams.log"
+        proc = subprocess.Popen(
+            [self.java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+             "-cp", f"{self.built / APP_JAR}:{self.built / 'libs' / '*'}", APP_CLASS,
+             setup.workload.name, "--bootstrap-servers", setup.bootstrap,
+             # its internal topics (change logs, repartition topics) start with the run's
+             # name, so the bench deletes them with the run's own
+             "--application-id", setup.name, "--source", setup.source, "--sink", setup.sink,
+             "--commit-interval-ms", str(round(self.commit_interval * 1000)),
+             "--threads", str(threads), "--state-dir", str(setup.work_dir / "kafka-streams"),
+             *(["--table", table[0]] if table else [])],
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        return _Processes([proc], [log])
+
+
+class FaustSystem:
+    """faust-streaming, exactly_once, on an interpreter of its own (bench/faust_peer.py):
+    one worker process, its consumer group's only member."""
+
+    name = "faust-exactly-once"
+    guarantee = "exactly-once"
+    verify_as = "exactly-once"
+
+    def __init__(self) -> None:
+        self.python: str | None = None
+        self.version = FAUST_VERSION
+
+    def unavailable(self) -> str | None:
+        try:
+            self.python = install_faust()
+        except EosError as exc:
+            return f"faust-streaming could not be installed: {exc}"
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        if workload.name not in ("wordcount", "aggregate", "passthrough"):
+            return "not written for faust (bench/faust_app.py: wordcount, aggregate, passthrough)"
+        return None
+
+    def start(self, setup: Setup) -> Running:
+        assert self.python is not None, "unavailable() installs faust first"
+        # One worker: faust's exactly_once sends through the transactional producer of the
+        # destination partition, which only the worker holding that partition has; with
+        # two, a regroup fails ("No transaction producer found", docs/benchmarks.md).
+        return _start_group(setup, self.python, "faust", 1, lambda i: [
+            "--partitions", str(setup.partitions),
+            "--commit-interval", str(setup.commit_interval),
+            "--data-dir", str(setup.work_dir / f"faust-data-{i}")])
+
+
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
     """Every system by name, in the order the bench runs them."""
     systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
                              QuixSystem("exactly-once", quix_python),
                              QuixSystem("at-least-once", quix_python),
-                             SparkStructuredStreaming()]
+                             SparkStructuredStreaming(),
+                             *(KafkaStreamsSystem(i) for i in COMMIT_INTERVALS),
+                             FaustSystem()]
     return {s.name: s for s in systems}
 
 

@@ -134,6 +134,21 @@ def _memory(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _kafka_streams(result: dict[str, Any]) -> dict[str, Any]:
+    """Issue 26: exactly-once ≥ Kafka Streams exactly-once at the same commit interval: its
+    system whose own interval is the bench's (the peer runs at 100 ms and at 1 s)."""
+    from .kafka_streams import COMMIT_INTERVALS
+
+    target = "exactly-once ≥ Kafka Streams exactly-once at the same commit interval"
+    interval = result["settings"]["commit_interval"]
+    same = [name for name, seconds in COMMIT_INTERVALS.items() if seconds == interval]
+    if not same:
+        return _row(target, None, None,
+                    f"not measured: the bench's commit interval ({interval:g} s) is neither "
+                    f"of the Kafka Streams peer's ({', '.join(COMMIT_INTERVALS)})")
+    return _throughput(result, target, EO, f"kafka-streams-exactly-once-{same[0]}", 1.0)
+
+
 def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target: ``target`` (what it asks), ``value`` (the number judged, or None),
     ``met`` (True, False, or None: not measured), ``measured`` and ``note`` (text),
@@ -148,6 +163,7 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
                                    "quix-exactly-once", 2.0)),
         ("throughput", _throughput(result, "exactly-once ahead of Spark Structured Streaming",
                                    EO, "spark-structured-streaming", 1.0, strictly=True)),
+        ("throughput", _kafka_streams(result)),
         ("latency", _eo_latency(result)),
         ("latency", _alo_latency(result)),
         *(("recovery", r) for r in _recovery(result)),

@@ -2,9 +2,10 @@
 
 Generators and oracles are those of ``eos experiment`` where one exists
 (``experiments/workloads.py``), so the bench and the fault experiments agree on what a
-correct answer is. Every workload's sink writes utf8 keys and utf8 values. A workload may
-read tables beside its source (``tables``): topics the bench writes before the system
-starts, untimed.
+correct answer is; wordcount's lines are ``vocabulary.py``'s (a Zipf vocabulary by
+default, or ``eos experiment``'s small one). Every workload's sink writes utf8 keys and
+utf8 values. A workload may read tables beside its source (``tables``): topics the bench
+writes before the system starts, untimed.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from ..experiments.workloads import (
     wordcount_pipeline,
 )
 from ..runtime.outputs import kafka_partition
+from .vocabulary import Vocabulary
 
 __all__ = ["BenchWorkload", "WORKLOADS", "InputRecord", "expected_pairs", "Probe",
            "aggregate_keys", "aggregate_pipeline", "enrich_pipeline", "ENRICH_USERS",
-           "ENRICH_ROWS", "NO_ROW"]
+           "ENRICH_ROWS", "NO_ROW", "wordcount", "with_vocabulary"]
 
 InputRecord = tuple[bytes | None, bytes]     # (key, value) as the source topic holds it
 #: A probe: its input record, and the key of the one output record it makes.
@@ -74,8 +76,6 @@ def expected_pairs(expected: Expected) -> Counter[tuple[bytes, bytes]]:
 
 # --------------------------------------------------------------------------- wordcount
 
-def _lines(n: int, seed: int) -> list[InputRecord]:
-    return [(None, line.encode()) for line in word_lines(n, seed)]
 
 
 def _wordcount_oracle(records: list[InputRecord]) -> Expected:
@@ -267,11 +267,23 @@ def enrich_pipeline() -> Pipeline:
     return pipeline
 
 
+def wordcount(vocabulary: Vocabulary) -> BenchWorkload:
+    """The wordcount workload on lines of ``vocabulary``'s words."""
+    def lines(n: int, seed: int) -> list[InputRecord]:
+        return [(None, line.encode()) for line in vocabulary.lines(n, seed)]
+    return BenchWorkload(
+        "wordcount", "split lines, shuffle by word, count per word (examples/wordcount.py); "
+        + vocabulary.describe(), "words", lines, _wordcount_oracle, wordcount_pipeline,
+        ("split", "count"), _word_probe)
+
+
+def with_vocabulary(vocabulary: Vocabulary) -> dict[str, BenchWorkload]:
+    """``WORKLOADS``, with wordcount's lines from ``vocabulary``."""
+    return {**WORKLOADS, "wordcount": wordcount(vocabulary)}
+
+
 WORKLOADS: dict[str, BenchWorkload] = {
-    "wordcount": BenchWorkload(
-        "wordcount", "split lines, shuffle by word, count per word (examples/wordcount.py)",
-        "words", _lines, _wordcount_oracle, wordcount_pipeline, ("split", "count"),
-        _word_probe),
+    "wordcount": wordcount(Vocabulary()),
     "pageviews": BenchWorkload(
         "pageviews", "views by user, first visits per user, totals per page: three stages, "
         "state in two (examples/pageviews.py)",

@@ -109,8 +109,11 @@ WARM_UP_RECORDS = 20_000
                    "aggregate.")
 @click.option("--systems", default=None, metavar="S1,S2",
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
-                   "quix-exactly-once, quix-at-least-once, spark-structured-streaming; one "
-                   "that is not installed is skipped with the reason. Default: all of them.")
+                   "quix-exactly-once, quix-at-least-once, spark-structured-streaming, "
+                   "kafka-streams-exactly-once-100ms, kafka-streams-exactly-once-1s (Kafka "
+                   "Streams at its own commit interval, built on first use), "
+                   "faust-exactly-once (installed on first use); one that is not installed "
+                   "is skipped with the reason. Default: all of them.")
 @click.option("--records", type=in_range("records"), default=100_000, show_default=True,
               metavar="N", help="Input records in each run's burst (lines for wordcount).")
 @click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
@@ -134,6 +137,14 @@ WARM_UP_RECORDS = 20_000
 @click.option("--state-keys", type=in_range("state_keys"), default=100_000, show_default=True,
               metavar="N", help="Memory runs: the aggregate workload with N keys in state, "
                                 "then 10×N (two input records per key).")
+@click.option("--vocabulary", type=click.Choice(["zipf", "small"]), default="zipf",
+              show_default=True,
+              help="Wordcount's text: zipf, 8 words a line from a Zipf vocabulary of "
+                   "--vocabulary-size made-up words (like real text: a few words most of it, "
+                   "most words rare); small, 1 to 8 words a line uniformly from the 12 "
+                   "words of eos experiment (tiny state and sink keys).")
+@click.option("--vocabulary-size", type=in_range("vocabulary_size"), default=None,
+              metavar="N", help="Words in the zipf vocabulary. Default: 5000.")
 @click.option("--seed", type=click.IntRange(0), default=1, show_default=True, metavar="S",
               help="Seed of the generated input.")
 @click.option("--idle-timeout", type=in_range("idle_timeout"), default=60.0, show_default=True,
@@ -159,7 +170,8 @@ WARM_UP_RECORDS = 20_000
               help="Print results.json on stdout, and nothing else there.")
 def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
-              steady_seconds: float, state_keys: int, seed: int, idle_timeout: float,
+              steady_seconds: float, state_keys: int, vocabulary: str,
+              vocabulary_size: int | None, seed: int, idle_timeout: float,
               bootstrap_servers: str | None, quix_python: str | None, out: str | None,
               no_warm_up: bool, as_json: bool) -> None:
     """Measure workloads on eos_runtime and its peers, side by side on one Kafka broker.
@@ -178,11 +190,14 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     from ..bench.measure import Load, Settings, measure
     from ..bench.report import summarize, write_report
     from ..bench.systems import SYSTEM_NAMES, all_systems
-    from ..bench.workloads import WORKLOADS, aggregate_keys
+    from ..bench.vocabulary import Vocabulary
+    from ..bench.workloads import aggregate_keys, with_vocabulary
     from .options import stdout_to_stderr
 
+    words = Vocabulary.of(vocabulary, vocabulary_size)
+    bench_workloads = with_vocabulary(words)
     chosen_m = _names(measures, MEASURES, "measures")
-    chosen_w = _names(workloads, list(WORKLOADS), "workloads")
+    chosen_w = _names(workloads, list(bench_workloads), "workloads")
     chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
     rounds_of = parse_rounds(rounds, chosen_m)
     by_name = all_systems(quix_python=_quix_python(quix_python))
@@ -217,7 +232,9 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                          "commit_interval": commit_interval, "rate": rate,
                          "probe_every_ms": probe_every, "steady_seconds": steady_seconds,
                          "state_keys": [state_keys, 10 * state_keys] if "memory" in chosen_m
-                         else [], "seed": seed, "bootstrap_servers": bootstrap},
+                         else [], "seed": seed, "bootstrap_servers": bootstrap,
+                         "vocabulary": {"kind": words.kind, "size": words.size,
+                                        "text": words.describe()}},
             "versions": versions, "skipped": skipped, "warm_up": warm_ups,
             "summary": summarize(runs, skipped),
             "latency": more.summarize_latency(runs), "recovery": more.summarize_recovery(runs),
@@ -236,32 +253,33 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
         for m in chosen_m:
             if m == "throughput":
                 for w in chosen_w:
-                    got = WORKLOADS[w].generate(records, seed)
-                    plan.append((m, w, got, WORKLOADS[w].oracle(got), Load(m), {}))
+                    got = bench_workloads[w].generate(records, seed)
+                    plan.append((m, w, got, bench_workloads[w].oracle(got), Load(m), {}))
             elif m in ("latency", "recovery"):
                 for w in chosen_w:
-                    steady = steady_input(WORKLOADS[w], rate=rate, seconds=steady_seconds,
+                    steady = steady_input(bench_workloads[w], rate=rate, seconds=steady_seconds,
                                           probe_every_ms=probe_every, partitions=partitions,
                                           seed=seed)
                     load = Load(m, steady=steady, kill_after=steady_seconds / 3
                                 if m == "recovery" else None)
-                    plan.append((m, w, steady.records, WORKLOADS[w].oracle(steady.records),
+                    plan.append((m, w, steady.records, bench_workloads[w].oracle(steady.records),
                                  load, {}))
             else:
                 for keys in (state_keys, 10 * state_keys):
-                    got = WORKLOADS["aggregate"].generate(2 * keys, seed)
-                    plan.append((m, "aggregate", got, WORKLOADS["aggregate"].oracle(got),
+                    got = bench_workloads["aggregate"].generate(2 * keys, seed)
+                    plan.append((m, "aggregate", got, bench_workloads["aggregate"].oracle(got),
                                  Load(m, memory=True),
                                  {"state_keys": len({v for _, v in got}),
                                   "key_space": aggregate_keys(2 * keys)}))
         if not no_warm_up and plan:
             w = plan[0][1]
-            got = WORKLOADS[w].generate(min(records, WARM_UP_RECORDS), seed)
+            got = bench_workloads[w].generate(min(records, WARM_UP_RECORDS), seed)
             for system in active:
-                if system.cannot_run(WORKLOADS[w]) is not None:
+                if system.cannot_run(bench_workloads[w]) is not None:
                     continue
                 say(f"warm-up: {w} on {system.name} (not recorded) ...")
-                row = measure(system, WORKLOADS[w], got, WORKLOADS[w].oracle(got), settings,
+                workload = bench_workloads[w]
+                row = measure(system, workload, got, workload.oracle(got), settings,
                               round_no=0, tag=tag, say=say, load=Load("throughput"))
                 warm_ups.append({k: row.get(k) for k in ("system", "workload", "input_records",
                                                          "verified", "error", "seconds")})
@@ -270,14 +288,14 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                 if r >= rounds_of[m]:
                     continue
                 for system in active:
-                    why = system.cannot_run(WORKLOADS[w])
+                    why = system.cannot_run(bench_workloads[w])
                     if why is not None:
                         if r == 0 and f"{system.name} on {w}" not in skipped:
                             skipped[f"{system.name} on {w}"] = why
                             say(f"skipping {w} on {system.name}: {why}")
                         continue
                     say(f"round {r + 1}/{rounds_of[m]}: {m} of {w} on {system.name} ...")
-                    row = measure(system, WORKLOADS[w], inputs, expected, settings,
+                    row = measure(system, bench_workloads[w], inputs, expected, settings,
                                   round_no=r + 1, tag=tag, say=say, load=load)
                     row.update(extra)
                     runs.append(row)
@@ -307,6 +325,10 @@ def _versions(active: list[Any]) -> dict[str, str]:
     for system in active:
         if getattr(system, "version", None) and system.name.startswith("quix"):
             found[f"quixstreams ({system.name})"] = system.version
+        if system.name.startswith("kafka-streams") and getattr(system, "version", None):
+            found["kafka-streams (Kafka Streams peer)"] = system.version
+        if system.name == "faust-exactly-once":
+            found["faust-streaming (faust peer)"] = system.version
         if system.name == "spark-structured-streaming":
             from ..bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
 

@@ -1,0 +1,165 @@
+"""The Kafka Streams peer of ``eos bench``: a machine that cannot build it gets a clear reason
+(the bench reports the peer skipped with it), and, as a long run, the peer verified on
+every workload. What it measures is never asserted here (benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+KS_SYSTEMS = ["kafka-streams-exactly-once-100ms", "kafka-streams-exactly-once-1s"]
+
+
+def _path_with(tmp_path: Path, *tools: str) -> str:
+    """A PATH of one directory holding only ``tools``, linked to this machine's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in tools:
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"this machine has no {tool}")
+        (bin_dir / tool).symlink_to(Path(found).resolve())
+    return str(bin_dir)
+
+
+def _why_not(monkeypatch, tmp_path: Path, *tools: str) -> str:
+    from eos_runtime.bench.systems import all_systems
+
+    monkeypatch.setenv("PATH", _path_with(tmp_path, *tools))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))   # nothing built yet
+    why = all_systems()["kafka-streams-exactly-once-1s"].unavailable()
+    assert why is not None
+    assert why.startswith("the Kafka Streams peer could not be built: "), why
+    return why
+
+
+def test_without_java_the_kafka_streams_peer_says_to_install_a_jdk(monkeypatch, tmp_path):
+    why = _why_not(monkeypatch, tmp_path)
+    assert "Java 17+ not found on PATH" in why and "openjdk-17" in why
+
+
+def test_with_a_jre_alone_the_kafka_streams_peer_asks_for_javac(monkeypatch, tmp_path):
+    why = _why_not(monkeypatch, tmp_path, "java")
+    assert "javac not found on PATH" in why and "JDK 17+" in why
+
+
+def test_without_maven_the_kafka_streams_peer_says_to_install_it(monkeypatch, tmp_path):
+    why = _why_not(monkeypatch, tmp_path, "java", "javac")
+    assert "Maven not found on PATH" in why and "apt-get install maven" in why
+    assert not any((tmp_path / "cache").glob("kafka-streams-*")), "no half-built cache"
+
+
+def test_a_cache_without_the_peers_jar_is_built_anew_not_run(monkeypatch, tmp_path):
+    """A cache that lost the application's jar (a cleaned directory, a copy cut short) is
+    no cache: the peer is built again, and here, without Maven, says so, where running
+    it would have failed inside the JVM (ClassNotFoundException) with the run."""
+    from eos_runtime.bench.kafka_streams import _app_source, _cache_dir
+
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    cached = _cache_dir(_app_source())
+    (cached / "libs").mkdir(parents=True)
+    (cached / "libs" / "kafka-streams-4.1.1.jar").write_bytes(b"")
+    (cached / ".eos-complete").write_text("kafka-streams 4.1.1\n")
+    why = _why_not(monkeypatch, tmp_path, "java", "javac")
+    assert "Maven not found on PATH" in why
+
+
+@pytest.mark.kafka
+def test_a_bench_reports_a_peer_it_cannot_build_with_the_reason(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    env = {"PATH": _path_with(tmp_path), "EOS_CACHE_DIR": str(tmp_path / "cache"),
+           "JAVA_HOME": ""}
+    ok("bench", "--measures", "throughput", "--workloads", "wordcount", "--systems",
+       ",".join(KS_SYSTEMS), "--records", "10", "--rounds", "1", "--no-warm-up",
+       "--bootstrap-servers", kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, env=env)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["runs"] == []
+    for name in KS_SYSTEMS:
+        assert "Java 17+ not found on PATH" in result["skipped"][name]
+        assert name in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_kafka_streams_is_verified_on_every_workload(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    # the first run on a machine builds the peer into its cache (Maven Central)
+    workloads = ["wordcount", "pageviews", "passthrough", "aggregate", "enrich"]
+    ok("bench", "--measures", "throughput", "--workloads", ",".join(workloads),
+       "--systems", ",".join(KS_SYSTEMS), "--records", "300", "--rounds", "1", "--no-warm-up",
+       "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
+       kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, timeout=800)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert not result["skipped"], result["skipped"]
+    assert {(r["workload"], r["system"]) for r in result["runs"]} == \
+        {(w, s) for w in workloads for s in KS_SYSTEMS}
+    for r in result["runs"]:
+        assert r["verified"], (r["system"], r["workload"], r.get("error"))
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["duplicated"] == 0
+    assert result["versions"]["kafka-streams (Kafka Streams peer)"] == "4.1.1"
+
+
+def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interval():
+    from eos_runtime.bench.targets import judge
+
+    from test_bench import _bench_result
+
+    target = "exactly-once ≥ Kafka Streams exactly-once at the same commit interval"
+    result = _bench_result({"eos-exactly-once": [90.0, 45.0],
+                            "kafka-streams-exactly-once-100ms": [300.0, 150.0],
+                            "kafka-streams-exactly-once-1s": [100.0, 50.0]})
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is False and got["value"] == 0.9   # against the 1 s peer, per round
+    result["settings"]["commit_interval"] = 0.1
+    assert {r["target"]: r for r in judge(result)}[target]["value"] == 0.3
+    result["settings"]["commit_interval"] = 0.5
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is None and "neither of the Kafka Streams peer's" in got["measured"]
+
+
+# ------------------------------------------------------------------ faust-streaming
+
+def test_faust_not_installable_says_why(monkeypatch, tmp_path):
+    """No PyPI (an index nothing listens on): the peer is skipped, pip's failure named, and
+    no half venv is taken for a whole one next time."""
+    from eos_runtime.bench.faust_peer import venv_dir
+    from eos_runtime.bench.systems import all_systems
+
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    why = all_systems()["faust-exactly-once"].unavailable()
+    assert why is not None and why.startswith("faust-streaming could not be installed: "), why
+    assert "installing faust-streaming" in why and "is PyPI reachable?" in why
+    assert not (venv_dir() / ".eos-complete").exists()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_faust_is_verified_on_the_workloads_it_is_written_for(kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    # the first run on a machine installs faust-streaming into its cache (PyPI)
+    ok("bench", "--measures", "throughput", "--workloads",
+       "wordcount,pageviews,passthrough,aggregate", "--systems", "faust-exactly-once",
+       "--records", "300", "--rounds", "1", "--no-warm-up", "--commit-interval", "0.5",
+       "--idle-timeout", "60", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
+       "--json", cwd=tmp_path, timeout=800)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "not written for faust" in result["skipped"]["faust-exactly-once on pageviews"]
+    assert {r["workload"] for r in result["runs"]} == {"wordcount", "passthrough", "aggregate"}
+    for r in result["runs"]:
+        assert r["verified"], (r["workload"], r.get("error"))
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["duplicated"] == 0
+    assert result["versions"]["faust-streaming (faust peer)"] == "0.15.3"
