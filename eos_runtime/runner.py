@@ -11,10 +11,7 @@ Each run of a job continues from the last one's checkpoints (``protocol/runs.py`
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +57,7 @@ from .run_start import (
     source_positions,
     task_configs,
 )
+from .run_watch import watch_run
 from .runtime.source import check_fallback
 from .runtime.task import run_task_payload
 from .transport import TopicPartition, Transport, open_transport
@@ -514,75 +512,3 @@ def run_pipeline(pipeline: Pipeline, *,
     check("progress_interval", progress_interval)
     return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
                      progress_interval=progress_interval)
-
-
-def watch_run(run: PipelineRun, *,
-              on_progress: Callable[[dict[str, Any]], None] | None = None,
-              on_interrupt: Callable[[str, str], None] | None = None,
-              progress_interval: float = 0.5) -> RunSummary:
-    """Wait for a started run to end and return its summary (``close()``-ing it).
-
-    ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is
-    looked at even without ``on_progress``: that look is what notices a broker outage
-    that outlasts the run's budget while every task waits quietly. A first Ctrl-C or
-    SIGTERM asks the run to stop gracefully (``on_interrupt("stop", "Ctrl-C" or
-    "SIGTERM")``, at once); a second of either cancels it (``on_interrupt("cancel", ...)``,
-    at once), waits until its tasks are gone and raises ``KeyboardInterrupt``."""
-    # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
-    # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
-    # the run failed ("Answer from Java side is empty") instead of stopping.
-    # SIGTERM (kill, timeout, systemd, a container's stop) is a first Ctrl-C: a graceful
-    # stop, the final checkpoints and the lease released; a second signal of either kind
-    # cancels.
-    presses: list[str] = []   # one entry per Ctrl-C or SIGTERM: which it was
-    reasons = {"Ctrl-C": "interrupted (Ctrl-C)", "SIGTERM": "terminated (SIGTERM)"}
-    own = threading.current_thread() is threading.main_thread()
-    previous: dict[int, Any] = {}
-    if own:
-        for sig, by in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")):
-            previous[sig] = signal.signal(sig, lambda *_, by=by: presses.append(by))
-
-    def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
-        nonlocal own
-        if own:
-            own = False
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-    try:
-        taken = 0
-        while True:
-            if len(presses) > taken:
-                taken = len(presses)
-                if taken > 1:
-                    if on_interrupt is not None:
-                        on_interrupt("cancel", presses[-1])
-                    raise KeyboardInterrupt
-                run.stop(reasons[presses[0]])
-                if on_interrupt is not None:
-                    on_interrupt("stop", presses[0])
-                continue   # a second press may have come meanwhile
-            if run.wait(progress_interval):
-                if on_progress is not None:   # the last figures: every task's final ones
-                    with contextlib.suppress(EosError):
-                        on_progress({**run.progress(), "final": True})
-                break
-            progress = run.progress()
-            if on_progress is not None:
-                on_progress(progress)
-        return run.summary()
-    except BaseException as exc:
-        give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
-        if not isinstance(exc, KeyboardInterrupt):
-            run._end("failed", exc)
-        run.cancel()
-        run.wait()
-        if isinstance(exc, OutageBudgetExceeded) and run.outage.began is not None:
-            # The outage went on while the run went down: its length as the error is seen
-            # (a task's line counts from its own first failure, later than the driver's).
-            run.close()
-            raise run.outage_error() from None
-        raise
-    finally:
-        give_back()
-        run.close()

@@ -50,7 +50,7 @@ __all__ = ["run_cmd", "stop_cmd"]
 def _sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
     """SIGTERM interrupts as Ctrl-C does while the run is not watched yet (loading,
     planning, taking the lease): its default action would end the process holding what
-    it took, where a KeyboardInterrupt releases it on its way out. runner.watch_run then
+    it took, where a KeyboardInterrupt releases it on its way out. run_watch.watch_run then
     takes both signals as a graceful stop."""
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -260,7 +260,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     summary of the work (input records, each stage's and each task's counters) goes to
     stdout. docs/cli.md describes every option.
     """
-    from ..runner import load_pipeline, start_pipeline, watch_run
+    from ..run_watch import watch_run
+    from ..runner import load_pipeline, start_pipeline
 
     opts = resolve_transport(bootstrap_servers, data_dir)
     fault: dict[str, Any] | None = None
@@ -439,7 +440,7 @@ class _RunView:
             click.echo(_progress_line(self.name, p), err=True)
 
     def interrupted(self, what: str, by: str) -> None:
-        """``by``: "Ctrl-C" or "SIGTERM", which a run takes alike (runner.watch_run)."""
+        """``by``: "Ctrl-C" or "SIGTERM", which a run takes alike (run_watch.watch_run)."""
         again = "Ctrl-C again" if by == "Ctrl-C" else "a second SIGTERM or Ctrl-C"
         if what == "stop":
             p = self.last or {}
