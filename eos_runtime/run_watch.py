@@ -88,7 +88,7 @@ def watch_run(run: PipelineRun, *,
             # The outage went on while the run went down: its length as the error is seen
             # (a task's line counts from its own first failure, later than the driver's).
             run.close()
-            raise run.outage_error() from None
+            raise run._outage_error() from None
         raise
     finally:
         give_back()

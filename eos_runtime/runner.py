@@ -247,10 +247,10 @@ class PipelineRun:
         self._outage_cause = exc
         verdict = self.outage.failed(since)
         if not verdict.retry:
-            raise self.outage_error() from None
+            raise self._outage_error() from None
         return verdict.down_for
 
-    def outage_error(self) -> OutageBudgetExceeded:
+    def _outage_error(self) -> OutageBudgetExceeded:
         """The line of a run that gave up on a broker outage, with how long the outage has
         lasted by now: ``watch_run`` asks again once the run is cancelled and closed."""
         return OutageBudgetExceeded(gone_too_long(self.broker, self.outage.down_for,
