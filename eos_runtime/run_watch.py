@@ -34,7 +34,10 @@ def watch_run(run: PipelineRun, *,
     that outlasts the run's budget while every task waits quietly. A first Ctrl-C or
     SIGTERM asks the run to stop gracefully (``on_interrupt("stop", "Ctrl-C" or
     "SIGTERM")``, at once); a second of either cancels it (``on_interrupt("cancel", ...)``,
-    at once), waits until its tasks are gone and raises ``KeyboardInterrupt``."""
+    at once), waits until its tasks are gone and raises ``KeyboardInterrupt``. A run
+    whose committed dead letters pass its ``max_dead_letters`` count is asked to stop
+    gracefully too (``on_interrupt("stop", the reason)``; a Ctrl-C then cancels), and
+    fails once stopped (``DeadLetterLimitExceeded``, from ``summary()``)."""
     # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
     # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
     # the run failed ("Answer from Java side is empty") instead of stopping.
@@ -77,6 +80,14 @@ def watch_run(run: PipelineRun, *,
             progress = run.progress()
             if on_progress is not None:
                 on_progress(progress)
+            # Past a count of dead letters: a graceful stop, taken as a first press (a
+            # Ctrl-C then cancels); summary() fails the run once it has stopped.
+            limit_stop = run._stop_at_dead_letter_limit(progress)
+            if limit_stop is not None and not presses:
+                presses.append(limit_stop)
+                taken = 1
+                if on_interrupt is not None:
+                    on_interrupt("stop", limit_stop)
         return run.summary()
     except BaseException as exc:
         give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that

@@ -21,10 +21,12 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
+from .dead_letter_limit import DeadLetterLimit, parse_limit
 from .engine import EngineConfig, check_slots, start_tasks
 from .engine.stall import DEFAULT_NO_PROGRESS_TIMEOUT
 from .errors import (
     ConfigError,
+    DeadLetterLimitExceeded,
     EngineError,
     EosError,
     JobRunning,
@@ -87,6 +89,11 @@ class RunSummary:
         return self.input_records / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def dead_letters(self) -> int:
+        """The records the run's checkpoints committed to its dead-letter topic."""
+        return sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks)
+
+    @property
     def task_seconds(self) -> float:
         """The longest task's own run time: the run without Spark's start-up."""
         return max((t.get("seconds", 0.0) for t in self.tasks), default=0.0)
@@ -103,7 +110,7 @@ class RunSummary:
                 "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
                 "input_read": self.input_read, "sink_records": self.sink_records,
-                "dead_letters": sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks),
+                "dead_letters": self.dead_letters,
                 "dead_letter_topic": self.dead_letter_topic,
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds, "stages": self.stages,
@@ -163,8 +170,12 @@ class PipelineRun:
                  begin: dict[TopicPartition, int], state_dir: str | None = None,
                  ends: dict[TopicPartition, int] | None = None,
                  lease: LeaseKeeper | None = None,
-                 outage_budget: float | None = None) -> None:
+                 outage_budget: float | None = None,
+                 dead_letter_limit: DeadLetterLimit | None = None) -> None:
         self.plan = plan
+        # max_dead_letters: the watch stops the run past a count, summary() fails it
+        self.dead_letter_limit = dead_letter_limit
+        self._stopped_at_limit = False
         self.lease = lease
         self.t = transport
         # The driver rides through a broker outage like its tasks do (eos_runtime.outage).
@@ -312,6 +323,21 @@ class PipelineRun:
             ControlLog(self.t, self.plan.name).request_stop(reason, self.info.start.run)
             self.stop_requested = reason
 
+    def _stop_at_dead_letter_limit(self, progress: Mapping[str, Any]) -> str | None:
+        """A look (``progress()``) whose committed dead letters pass a count limit: ask
+        the run to stop gracefully (``dead_letter_limit.py`` says why) and return the
+        reason; None otherwise, and once the run was asked to stop."""
+        limit = self.dead_letter_limit
+        if limit is None or self.stop_requested is not None:
+            return None
+        dead = limit.passed_live(progress.get("stages") or [])
+        if dead is None:
+            return None
+        reason = limit.live_reason(dead)
+        self.stop(reason)
+        self._stopped_at_limit = True
+        return reason
+
     def cancel(self) -> None:
         """Stop now, without final checkpoints (the next run recovers as from a crash)."""
         self._end("cancelled")
@@ -368,15 +394,23 @@ class PipelineRun:
                 self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
-        self._end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
         by_id = {int(t["task_id"]): t for t in tasks}
         figures = source_figures(by_id, self.plan, self.begin)
-        return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
-                          tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
-                          stopped=any(t.get("stopped") for t in tasks),
-                          input_read=figures[0] if figures is not None else None,
-                          sink_records=sink_records(by_id, self.plan)[0],
-                          dead_letter_topic=self.plan.dead_letter_topic)
+        summary = RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds,
+                             consumed, tasks, describe_plan(self.plan), run=self.run,
+                             bounded=self.bounded, stopped=any(t.get("stopped") for t in tasks),
+                             input_read=figures[0] if figures is not None else None,
+                             sink_records=sink_records(by_id, self.plan)[0],
+                             dead_letter_topic=self.plan.dead_letter_topic)
+        limit = self.dead_letter_limit
+        if limit is not None and limit.passed(summary.dead_letters, consumed):
+            failed = DeadLetterLimitExceeded(limit.failure(
+                summary.dead_letters, consumed, str(self.plan.dead_letter_topic),
+                stopped=self._stopped_at_limit), summary)
+            self._end("failed", failed)
+            raise failed
+        self._end("stopped" if summary.stopped else "finished")
+        return summary
 
 
 def state_root(data_dir: str | None, state_dir: str | None) -> str:
@@ -393,6 +427,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    sink_partitions: int | None = None, master: str | None = None,
                    max_attempts: int = 4, bounded: bool = True,
                    dead_letters: bool | str | None = None,
+                   max_dead_letters: int | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                    buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
                    channel_batch: int | None = None,
@@ -408,6 +443,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
+    ``max_dead_letters``: the most dead letters the run may leave, a count (``10``,
+    ``"10"``) or a share of the records it reads (``"1%"``), past which it fails with
+    ``DeadLetterLimitExceeded`` (``dead_letter_limit.py``: when each is checked);
     ``reset_offset``, ``offset_default``, ``checkpoints`` and ``job_id`` the source's and
     the pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
     the tasks' included, over the pipeline's ``kafka_config``. ``outage_budget``: seconds
@@ -430,6 +468,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                            ("poll_records", poll_records), ("lease_timeout", lease_timeout)):
         if value is not None:   # None: the pipeline's, or the default
             check(setting, value)
+    limit = parse_limit(max_dead_letters) if max_dead_letters is not None else None
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
@@ -450,6 +489,11 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         checkpoints=checkpoints, reset_offset=reset_offset,
                         offset_default=offset_default, job_id=job_id)
         check_topics(transport, plan)
+        if limit is not None and plan.dead_letter_topic is None:
+            raise ConfigError(f"--max-dead-letters {limit}: job {plan.name!r} has no dead "
+                              f"letters (a record whose function raises stops the run): "
+                              f"turn them on with --dead-letters or --dead-letter-topic "
+                              f"(Pipeline(dead_letters=True))")
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters);
         # so does a task whose run was taken over (JobRunning: a retry would fence the
@@ -487,7 +531,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [dumps(c) for c in configs], engine)
         return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
-                           outage_budget=budget)
+                           outage_budget=budget, dead_letter_limit=limit)
     except BaseException:
         keeper.close()
         transport.close()

@@ -42,6 +42,9 @@ class FakeRun:
     def stop(self, reason: str) -> None:
         self.stopped.append(reason)
 
+    def _stop_at_dead_letter_limit(self, progress: dict) -> None:
+        return None   # no max_dead_letters
+
     def cancel(self) -> None:
         self.cancelled = True
 
