@@ -38,6 +38,7 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
     ├── UserFunctionError        a user function (step or key_by) raised, or returned a bad key
     ├── TaskFailed               a task stopped on a record (names topic/partition/offset)
     ├── StartOutOfRange          a source's start lies outside its partition: not retried
+    ├── DeadLetterLimitExceeded  a run left more dead letters than max_dead_letters allows
     ├── EngineError              the Spark job failed: a task's last attempt, or Spark itself
     │   ├── JobCancelled         the Spark job was cancelled (RunningJob.cancel, Ctrl-C)
     │   └── JobStalled           some task had no running attempt for the no-progress timeout
@@ -47,6 +48,8 @@ and re-export the ones they always exported (``eos_runtime.state.StateLocked``,
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "EosError",
@@ -75,6 +78,7 @@ __all__ = [
     "UserFunctionError",
     "TaskFailed",
     "StartOutOfRange",
+    "DeadLetterLimitExceeded",
     "EngineError",
     "JobCancelled",
     "JobStalled",
@@ -257,6 +261,17 @@ class TaskFailed(EosError):
 class StartOutOfRange(EosError):
     """A source partition's start lies outside the offsets it holds: every retry would
     start there again, so none is made (runner's fail_fast)."""
+
+
+class DeadLetterLimitExceeded(EosError):
+    """A run left more dead letters than its ``max_dead_letters`` allows (``eos run
+    --max-dead-letters``; ``dead_letter_limit.py`` says when each kind is checked). The
+    run was stopped gracefully or had ended: what it committed stands. ``summary``: its
+    ``RunSummary``."""
+
+    def __init__(self, message: str, summary: Any = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 class EngineError(EosError):

@@ -11,10 +11,7 @@ Each run of a job continues from the last one's checkpoints (``protocol/runs.py`
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,10 +21,12 @@ from typing import Any
 import cloudpickle
 
 from .api import Pipeline
+from .dead_letter_limit import DeadLetterLimit, parse_limit
 from .engine import EngineConfig, check_slots, start_tasks
 from .engine.stall import DEFAULT_NO_PROGRESS_TIMEOUT
 from .errors import (
     ConfigError,
+    DeadLetterLimitExceeded,
     EngineError,
     EosError,
     JobRunning,
@@ -60,6 +59,7 @@ from .run_start import (
     source_positions,
     task_configs,
 )
+from .run_watch import watch_run
 from .runtime.source import check_fallback
 from .runtime.task import run_task_payload
 from .transport import TopicPartition, Transport, open_transport
@@ -89,6 +89,11 @@ class RunSummary:
         return self.input_records / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def dead_letters(self) -> int:
+        """The records the run's checkpoints committed to its dead-letter topic."""
+        return sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks)
+
+    @property
     def task_seconds(self) -> float:
         """The longest task's own run time: the run without Spark's start-up."""
         return max((t.get("seconds", 0.0) for t in self.tasks), default=0.0)
@@ -105,7 +110,7 @@ class RunSummary:
                 "run": self.run, "bounded": self.bounded, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "input_records": self.input_records,
                 "input_read": self.input_read, "sink_records": self.sink_records,
-                "dead_letters": sum(int(t.get("dead_letters", 0) or 0) for t in self.tasks),
+                "dead_letters": self.dead_letters,
                 "dead_letter_topic": self.dead_letter_topic,
                 "records_per_second": round(self.records_per_second, 1),
                 "task_seconds": self.task_seconds, "stages": self.stages,
@@ -165,8 +170,12 @@ class PipelineRun:
                  begin: dict[TopicPartition, int], state_dir: str | None = None,
                  ends: dict[TopicPartition, int] | None = None,
                  lease: LeaseKeeper | None = None,
-                 outage_budget: float | None = None) -> None:
+                 outage_budget: float | None = None,
+                 dead_letter_limit: DeadLetterLimit | None = None) -> None:
         self.plan = plan
+        # max_dead_letters: the watch stops the run past a count, summary() fails it
+        self.dead_letter_limit = dead_letter_limit
+        self._stopped_at_limit = False
         self.lease = lease
         self.t = transport
         # The driver rides through a broker outage like its tasks do (eos_runtime.outage).
@@ -249,10 +258,10 @@ class PipelineRun:
         self._outage_cause = exc
         verdict = self.outage.failed(since)
         if not verdict.retry:
-            raise self.outage_error() from None
+            raise self._outage_error() from None
         return verdict.down_for
 
-    def outage_error(self) -> OutageBudgetExceeded:
+    def _outage_error(self) -> OutageBudgetExceeded:
         """The line of a run that gave up on a broker outage, with how long the outage has
         lasted by now: ``watch_run`` asks again once the run is cancelled and closed."""
         return OutageBudgetExceeded(gone_too_long(self.broker, self.outage.down_for,
@@ -314,6 +323,21 @@ class PipelineRun:
             ControlLog(self.t, self.plan.name).request_stop(reason, self.info.start.run)
             self.stop_requested = reason
 
+    def _stop_at_dead_letter_limit(self, progress: Mapping[str, Any]) -> str | None:
+        """A look (``progress()``) whose committed dead letters pass a count limit: ask
+        the run to stop gracefully (``dead_letter_limit.py`` says why) and return the
+        reason; None otherwise, and once the run was asked to stop."""
+        limit = self.dead_letter_limit
+        if limit is None or self.stop_requested is not None:
+            return None
+        dead = limit.passed_live(progress.get("stages") or [])
+        if dead is None:
+            return None
+        reason = limit.live_reason(dead)
+        self.stop(reason)
+        self._stopped_at_limit = True
+        return reason
+
     def cancel(self) -> None:
         """Stop now, without final checkpoints (the next run recovers as from a crash)."""
         self._end("cancelled")
@@ -370,15 +394,23 @@ class PipelineRun:
                 self._outage(exc, since=began)
                 time.sleep(1.0)
         consumed = sum(end[tp] - self.begin[tp] for tp in self.begin)
-        self._end("stopped" if any(t.get("stopped") for t in tasks) else "finished")
         by_id = {int(t["task_id"]): t for t in tasks}
         figures = source_figures(by_id, self.plan, self.begin)
-        return RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds, consumed,
-                          tasks, describe_plan(self.plan), run=self.run, bounded=self.bounded,
-                          stopped=any(t.get("stopped") for t in tasks),
-                          input_read=figures[0] if figures is not None else None,
-                          sink_records=sink_records(by_id, self.plan)[0],
-                          dead_letter_topic=self.plan.dead_letter_topic)
+        summary = RunSummary(self.plan.name, self.plan.guarantee, self.t.name, seconds,
+                             consumed, tasks, describe_plan(self.plan), run=self.run,
+                             bounded=self.bounded, stopped=any(t.get("stopped") for t in tasks),
+                             input_read=figures[0] if figures is not None else None,
+                             sink_records=sink_records(by_id, self.plan)[0],
+                             dead_letter_topic=self.plan.dead_letter_topic)
+        limit = self.dead_letter_limit
+        if limit is not None and limit.passed(summary.dead_letters, consumed):
+            failed = DeadLetterLimitExceeded(limit.failure(
+                summary.dead_letters, consumed, str(self.plan.dead_letter_topic),
+                stopped=self._stopped_at_limit), summary)
+            self._end("failed", failed)
+            raise failed
+        self._end("stopped" if summary.stopped else "finished")
+        return summary
 
 
 def state_root(data_dir: str | None, state_dir: str | None) -> str:
@@ -395,6 +427,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                    sink_partitions: int | None = None, master: str | None = None,
                    max_attempts: int = 4, bounded: bool = True,
                    dead_letters: bool | str | None = None,
+                   max_dead_letters: int | str | None = None,
                    fault: dict[str, Any] | list[dict[str, Any]] | None = None,
                    buffer_max_bytes: int = 64 << 20, poll_records: int = 5_000,
                    channel_batch: int | None = None,
@@ -410,6 +443,9 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
     until ``PipelineRun.stop`` (or ``eos stop``). A job continues where its last run
     left off: state, input positions and output carry over. ``dead_letters`` overrides
     the pipeline's own setting (True: ``<job>.dead-letters``; a topic; False: off);
+    ``max_dead_letters``: the most dead letters the run may leave, a count (``10``,
+    ``"10"``) or a share of the records it reads (``"1%"``), past which it fails with
+    ``DeadLetterLimitExceeded`` (``dead_letter_limit.py``: when each is checked);
     ``reset_offset``, ``offset_default``, ``checkpoints`` and ``job_id`` the source's and
     the pipeline's. ``client_config``: librdkafka settings for every Kafka client of the run,
     the tasks' included, over the pipeline's ``kafka_config``. ``outage_budget``: seconds
@@ -432,6 +468,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                            ("poll_records", poll_records), ("lease_timeout", lease_timeout)):
         if value is not None:   # None: the pipeline's, or the default
             check(setting, value)
+    limit = parse_limit(max_dead_letters) if max_dead_letters is not None else None
     transport_opts: dict[str, Any]
     if bootstrap_servers:
         transport_opts = {"bootstrap_servers": bootstrap_servers}
@@ -452,6 +489,11 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                         checkpoints=checkpoints, reset_offset=reset_offset,
                         offset_default=offset_default, job_id=job_id)
         check_topics(transport, plan)
+        if limit is not None and plan.dead_letter_topic is None:
+            raise ConfigError(f"--max-dead-letters {limit}: job {plan.name!r} has no dead "
+                              f"letters (a record whose function raises stops the run): "
+                              f"turn them on with --dead-letters or --dead-letter-topic "
+                              f"(Pipeline(dead_letters=True))")
         # A user function raising on a record fails every retry the same way: the run
         # ends at the first one (TaskFailed names the record and suggests dead letters);
         # so does a task whose run was taken over (JobRunning: a retry would fence the
@@ -489,7 +531,7 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
         clear_task_progress(Path(state_dir) / plan.name, plan)
         job = start_tasks(_task_entry, [dumps(c) for c in configs], engine)
         return PipelineRun(plan, transport, info, job, bounded, begin, state_dir, ends, keeper,
-                           outage_budget=budget)
+                           outage_budget=budget, dead_letter_limit=limit)
     except BaseException:
         keeper.close()
         transport.close()
@@ -514,75 +556,3 @@ def run_pipeline(pipeline: Pipeline, *,
     check("progress_interval", progress_interval)
     return watch_run(start_pipeline(pipeline, **options), on_progress=on_progress,
                      progress_interval=progress_interval)
-
-
-def watch_run(run: PipelineRun, *,
-              on_progress: Callable[[dict[str, Any]], None] | None = None,
-              on_interrupt: Callable[[str, str], None] | None = None,
-              progress_interval: float = 0.5) -> RunSummary:
-    """Wait for a started run to end and return its summary (``close()``-ing it).
-
-    ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is
-    looked at even without ``on_progress``: that look is what notices a broker outage
-    that outlasts the run's budget while every task waits quietly. A first Ctrl-C or
-    SIGTERM asks the run to stop gracefully (``on_interrupt("stop", "Ctrl-C" or
-    "SIGTERM")``, at once); a second of either cancels it (``on_interrupt("cancel", ...)``,
-    at once), waits until its tasks are gone and raises ``KeyboardInterrupt``."""
-    # A Ctrl-C is counted, and acted on between the driver's looks: a KeyboardInterrupt
-    # raised inside one (a py4j call to Spark's JVM) left that connection half read, and
-    # the run failed ("Answer from Java side is empty") instead of stopping.
-    # SIGTERM (kill, timeout, systemd, a container's stop) is a first Ctrl-C: a graceful
-    # stop, the final checkpoints and the lease released; a second signal of either kind
-    # cancels.
-    presses: list[str] = []   # one entry per Ctrl-C or SIGTERM: which it was
-    reasons = {"Ctrl-C": "interrupted (Ctrl-C)", "SIGTERM": "terminated (SIGTERM)"}
-    own = threading.current_thread() is threading.main_thread()
-    previous: dict[int, Any] = {}
-    if own:
-        for sig, by in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")):
-            previous[sig] = signal.signal(sig, lambda *_, by=by: presses.append(by))
-
-    def give_back() -> None:   # once the run is over, or a later Ctrl-C must interrupt
-        nonlocal own
-        if own:
-            own = False
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-    try:
-        taken = 0
-        while True:
-            if len(presses) > taken:
-                taken = len(presses)
-                if taken > 1:
-                    if on_interrupt is not None:
-                        on_interrupt("cancel", presses[-1])
-                    raise KeyboardInterrupt
-                run.stop(reasons[presses[0]])
-                if on_interrupt is not None:
-                    on_interrupt("stop", presses[0])
-                continue   # a second press may have come meanwhile
-            if run.wait(progress_interval):
-                if on_progress is not None:   # the last figures: every task's final ones
-                    with contextlib.suppress(EosError):
-                        on_progress({**run.progress(), "final": True})
-                break
-            progress = run.progress()
-            if on_progress is not None:
-                on_progress(progress)
-        return run.summary()
-    except BaseException as exc:
-        give_back()   # waiting for the cancelled tasks: a third Ctrl-C interrupts that
-        if not isinstance(exc, KeyboardInterrupt):
-            run._end("failed", exc)
-        run.cancel()
-        run.wait()
-        if isinstance(exc, OutageBudgetExceeded) and run.outage.began is not None:
-            # The outage went on while the run went down: its length as the error is seen
-            # (a task's line counts from its own first failure, later than the driver's).
-            run.close()
-            raise run.outage_error() from None
-        raise
-    finally:
-        give_back()
-        run.close()

@@ -225,6 +225,8 @@ def test_dead_letters_take_the_failing_records_exactly_once_and_the_run_goes_on(
     crash = [{"point": "task.checkpoint.before_commit", "task": 3, "hit": 2}]
     summary = run_pipeline(p, fault=crash, **opts)
     assert sum(t["dead_letters"] for t in summary.tasks[:2]) == 12   # the source tasks'
+    # and the retried task's: 250, 500, 750, 1000, each counted once across its attempts
+    assert sum(t["dead_letters"] for t in summary.tasks[2:]) == 4
 
     good = [int(x) for x in lines if not x.startswith("oops")]
     with open_transport(**opts) as t:
@@ -245,9 +247,12 @@ def test_dead_letters_take_the_failing_records_exactly_once_and_the_run_goes_on(
         [x for x in lines if x.startswith("oops")] + [repr(v) for v in good if v % 250 == 0])
     first = next(d for d in letters if d["value"] == "oops-97")
     assert first["topic"] == f"nums-{tag}" and first["task"] in (0, 1)
-    assert first["error"].startswith("ValueError: invalid literal for int()")
+    # the step and the user's line first (issue 27 item 7), then the error
+    assert first["error"].startswith("step map(_parse) at test_pipelines.py:")
+    assert "raised ValueError: invalid literal for int()" in first["error"]
     second = next(d for d in letters if d["value"] == "250")
-    assert second["error"] == "RuntimeError: no multiples of 250 (250)"
+    assert second["error"].startswith("step map(_running_total) at test_pipelines.py:")
+    assert second["error"].endswith(" raised RuntimeError: no multiples of 250 (250)")
     assert second["topic"] == f"{p.name}.shuffle-1" and second["key"] == "1"
 
 

@@ -47,3 +47,37 @@ def test_a_retried_task_carries_its_sink_count_on(tmp_path):
                                   "task": 0, "attempt": 0})
     assert summary.tasks[0]["attempt"] == 1           # the fault fired; the retry finished
     assert (summary.input_records, summary.input_read, summary.sink_records) == (600, 600, 600)
+
+
+def _upper_but_every_tenth(word):
+    if int(word[1:]) % 10 == 0:
+        raise ValueError(f"no tenths ({word})")
+    return word.upper()
+
+
+def test_a_retried_task_carries_its_dead_letter_count_on(tmp_path):
+    """Issue 27 item 15: the dead letters a run committed are counted as its sink records
+    are: a task that dies right after a commit and is retried still reports every dead
+    letter of the run (it reported only its last attempt's: 40 of 60), and the run's
+    total is what the dead-letter topic holds."""
+    from eos_runtime import Pipeline
+    from eos_runtime.joblog.committed import read_output
+    from eos_runtime.runner import run_pipeline
+    from eos_runtime.transport import open_transport
+
+    from pipeline_oracles import produce
+
+    data = str(tmp_path / "data")
+    with open_transport(data_dir=data) as t:
+        produce(t, "words", [f"w{i}".encode() for i in range(600)], partitions=1)
+    pipeline = Pipeline("carrydead", dead_letters=True)
+    pipeline.source("words", value="utf8").map(_upper_but_every_tenth).sink("upper")
+    summary = run_pipeline(pipeline, data_dir=data, commit_every=100, poll_records=50,
+                           fault={"point": "task.checkpoint.after_commit", "hit": 2,
+                                  "task": 0, "attempt": 0})
+    assert summary.tasks[0]["attempt"] == 1           # the fault fired; the retry finished
+    with open_transport(data_dir=data) as t:
+        letters = read_output(t, "carrydead.dead-letters", job=pipeline.name)
+    assert len(letters) == 60
+    assert (summary.sink_records, summary.tasks[0]["dead_letters"],
+            summary.as_dict()["dead_letters"]) == (540, 60, 60)

@@ -1,4 +1,4 @@
-"""Ctrl-C while ``eos run`` watches a run (runner.watch_run): the press is taken between
+"""Ctrl-C while ``eos run`` watches a run (run_watch.watch_run): the press is taken between
 the driver's looks, never inside one. A KeyboardInterrupt raised inside a py4j call to
 Spark's JVM (the progress look asks Spark for the job's status) left that connection
 half read, and the run then failed with "Answer from Java side is empty" instead of
@@ -41,6 +41,9 @@ class FakeRun:
 
     def stop(self, reason: str) -> None:
         self.stopped.append(reason)
+
+    def _stop_at_dead_letter_limit(self, progress: dict) -> None:
+        return None   # no max_dead_letters
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError, EosError, PipelineFileError
+from ..errors import ConfigError, DeadLetterLimitExceeded, EosError, PipelineFileError
 from ..limits import option as in_range
 from ..user_code import TRACEBACK_ENV, user_frames
 from .options import (
@@ -50,7 +50,7 @@ __all__ = ["run_cmd", "stop_cmd"]
 def _sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
     """SIGTERM interrupts as Ctrl-C does while the run is not watched yet (loading,
     planning, taking the lease): its default action would end the process holding what
-    it took, where a KeyboardInterrupt releases it on its way out. runner.watch_run then
+    it took, where a KeyboardInterrupt releases it on its way out. run_watch.watch_run then
     takes both signals as a graceful stop."""
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -133,7 +133,7 @@ def _summary_lines(summary: Any) -> list[str]:
         lines.append(f"  task {t.get('task_id')}: {n_of(t.get('checkpoints', 0), 'checkpoint')}, "
                      f"{n_of(t.get('rewinds', 0), 'rewind')}, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")
-    dead = sum(int(t.get("dead_letters", 0) or 0) for t in summary.tasks)
+    dead = summary.dead_letters
     if dead:
         topic = summary.dead_letter_topic or f"{summary.job}.dead-letters"
         lines.append(f"{n_of(dead, 'record')} went to dead letters (topic {topic}): "
@@ -180,6 +180,11 @@ def _summary_lines(summary: Any) -> list[str]:
                    "error) instead of ending the run. Default: the pipeline's setting.")
 @click.option("--dead-letter-topic", default=None, metavar="TOPIC",
               help="Like --dead-letters, to TOPIC.")
+@click.option("--max-dead-letters", default=None, metavar="N|P%",
+              help="Fail the run when more than N records, or more than P% of the source "
+                   "records it read, went to dead letters: the summary, then the error. Past "
+                   "N the run is stopped at once, gracefully (final checkpoints); P% is "
+                   "checked at the run's end. Needs dead letters on. Default: no limit.")
 @click.option("--unbounded", is_flag=True,
               help="Run until eos stop or Ctrl-C instead of to the end of the input present at "
                    "the start.")
@@ -242,7 +247,8 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
             master: str | None, max_attempts: int, no_progress_timeout: float,
-            dead_letters_on: bool, dead_letter_topic: str | None, unbounded: bool,
+            dead_letters_on: bool, dead_letter_topic: str | None,
+            max_dead_letters: str | None, unbounded: bool,
             outage_budget: float | None, crash_at: str | None,
             crash_task: int | None, reset_stream: str | None, offset_default: str | None,
             checkpoint_store: str | None, job_id: str | None, take_over: bool,
@@ -262,9 +268,12 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     summary of the work (input records, each stage's and each task's counters) goes to
     stdout. docs/cli.md describes every option.
     """
-    from ..runner import load_pipeline, start_pipeline, watch_run
+    from ..dead_letter_limit import parse_limit
+    from ..run_watch import watch_run
+    from ..runner import load_pipeline, start_pipeline
 
     opts = resolve_transport(bootstrap_servers, data_dir)
+    limit = parse_limit(max_dead_letters) if max_dead_letters is not None else None
     fault: dict[str, Any] | None = None
     if crash_at is not None:
         point, hit = parse_crash_at(crash_at)
@@ -298,10 +307,12 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
         job_id=job_id,
         offset_default=offset_default,
         outage_budget=outage_budget,
-        dead_letters=dead_letter_topic or (True if dead_letters_on else None), **opts)
+        dead_letters=dead_letter_topic or (True if dead_letters_on else None),
+        max_dead_letters=limit, **opts)
     name = pipeline.name
 
     where = log_named(opts)
+    failed: DeadLetterLimitExceeded | None = None
     with contextlib.ExitStack() as stack:
         if as_json:   # stdout keeps the one JSON document
             stack.enter_context(stdout_to_stderr())
@@ -315,6 +326,13 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
                                f"{view.cancelled_by}: "
                                f"its tasks stopped where they were, without final "
                                f"checkpoints; the next run recovers from their last ones") from None
+        except DeadLetterLimitExceeded as exc:   # the summary, then the error's one line
+            failed, summary = exc, exc.summary
+    if failed is not None:
+        if not as_json and summary is not None:   # --json: the error object alone
+            for line in _summary_lines(summary):
+                click.echo(line)
+        raise failed
     if as_json:
         click.echo(json.dumps(summary.as_dict(), indent=2))
         return
@@ -412,6 +430,7 @@ class _RunView:
         self.name, self.run, self.where = name, run, where
         self.last: dict[str, Any] | None = None
         self.cancelled_by = "a second Ctrl-C"
+        self.stopped_by = ""   # what asked for the graceful stop: Ctrl-C, SIGTERM, a limit
         self.every = _Every(every)
         self.started = time.monotonic()
         self._live: Any = None
@@ -441,9 +460,11 @@ class _RunView:
             click.echo(_progress_line(self.name, p), err=True)
 
     def interrupted(self, what: str, by: str) -> None:
-        """``by``: "Ctrl-C" or "SIGTERM", which a run takes alike (runner.watch_run)."""
-        again = "Ctrl-C again" if by == "Ctrl-C" else "a second SIGTERM or Ctrl-C"
+        """``by``: "Ctrl-C" or "SIGTERM", which a run takes alike (run_watch.watch_run)."""
+        again = ("Ctrl-C again" if by == "Ctrl-C" else "a second SIGTERM or Ctrl-C"
+                 if by == "SIGTERM" else "Ctrl-C or SIGTERM")   # else: a limit stopped it
         if what == "stop":
+            self.stopped_by = by
             p = self.last or {}
             self._say(f"stopping run {self.run} of {self.name} ({by}): the sources take a "
                       f"final checkpoint where they are; the stages after them finish the "
@@ -453,7 +474,8 @@ class _RunView:
                       f"summary follows. {again} cancels at once (no final checkpoints; "
                       f"the next run recovers from the last ones)")
         else:
-            self.cancelled_by = "a second Ctrl-C" if by == "Ctrl-C" else f"{by} while stopping"
+            self.cancelled_by = ("a second Ctrl-C" if by == self.stopped_by == "Ctrl-C"
+                                 else f"{by} while stopping")
             self._say(f"cancelling run {self.run} of {self.name} ({self.cancelled_by}): "
                       f"stopping Spark and the tasks where they are ...")
 

@@ -86,7 +86,7 @@ class Committer:
                  transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
                  snapshot_min_records: int = SNAPSHOT_MIN_RECORDS,
                  on_generation: Callable[[], None] | None = None,
-                 on_sink_pending: Callable[[int, int], None] | None = None) -> None:
+                 on_pending: Callable[[int, int, int], None] | None = None) -> None:
         self.transport, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.guarantee = guarantee
@@ -108,13 +108,16 @@ class Committer:
         # file notes it at once: experiments draw generations on their timelines).
         self.on_generation = on_generation
         self._sealed: dict[TopicPartition, int] = {}   # the last commit's offsets
-        # The sinks' records committed (stats.sink_records): what the writers produced
-        # since the last commit or rewind joins the count when the next commit succeeds.
-        # Before the commit, ``on_sink_pending(version, count)`` notes the count it would
-        # make (the progress file), so a retry knows it if the commit happened.
+        # The sinks' records committed (stats.sink_records), and the dead letters
+        # (stats.dead_letters), alike: what the writers produced since the last commit or
+        # rewind joins the count when the next commit succeeds (a rewound or retried
+        # record is counted once). Before the commit, ``on_pending(version, sink, dead)``
+        # notes the counts it would make (the progress file), so a retry knows them if
+        # the commit happened.
         self._sinks = list(sinks)
-        self._sink_base = 0
-        self.on_sink_pending = on_sink_pending
+        self._dead = [dead] if dead is not None else []
+        self._sink_base = self._dead_base = 0
+        self.on_pending = on_pending
         self.metrics = CheckpointMetrics()
         self.listeners = Listeners(plan.listeners, plan.name, task_id, plan, transport)
         # The change log's bound (C8): only a fenced writer cuts its log; a local-log
@@ -231,8 +234,10 @@ class Committer:
             written, changelog_bytes = log.snapshot(version, self.store)
         produced = sum(w.produced for w in self._sinks)
         sink_records = self.stats.sink_records + produced - self._sink_base
-        if self._sinks and self.on_sink_pending is not None:
-            self.on_sink_pending(version, sink_records)
+        lettered = sum(w.produced for w in self._dead)
+        dead_letters = self.stats.dead_letters + lettered - self._dead_base
+        if (self._sinks or self._dead) and self.on_pending is not None:
+            self.on_pending(version, sink_records, dead_letters)
         faults.crash_point("task.checkpoint.before_commit")
         # 3. the commit record: the commit point
         outputs = self.channels.output_seqs() if self.channels is not None else ()
@@ -242,6 +247,7 @@ class Committer:
         offset, self._sealed = log.commit(record)
         committed = time.monotonic()
         self.stats.sink_records, self._sink_base = sink_records, produced
+        self.stats.dead_letters, self._dead_base = dead_letters, lettered
         # a transaction's commit marker takes an offset too
         self._log_end = offset + (2 if log.transactional else 1)
         faults.crash_point("task.checkpoint.after_commit")
@@ -324,6 +330,7 @@ class Committer:
         self.store.discard()
         self.output.discard()
         self._sink_base = sum(w.produced for w in self._sinks)   # aborted: not counted
+        self._dead_base = sum(w.produced for w in self._dead)
         if self.channels is not None:
             self.channels.discard()
         self.log.abort_open()

@@ -18,7 +18,7 @@ from typing import Any
 
 from .stats import TaskStats
 
-__all__ = ["TaskProgress", "carried_sink_records", "read_task_progress"]
+__all__ = ["TaskProgress", "carried_counts", "read_task_progress"]
 
 
 class TaskProgress:
@@ -39,14 +39,14 @@ class TaskProgress:
         # [generation, epoch seconds first written] of each generation this task took; a
         # task writes at once when it takes one (checkpoint.Committer.on_generation)
         self.generations: list[list[float]] = []
-        # [version, sink records] a checkpoint about to commit would make the count
-        # (``carried_sink_records`` reads it after a crash)
-        self.sink_pending: list[int] | None = None
+        # [version, sink records, dead letters] a checkpoint about to commit would make
+        # the counts (``carried_counts`` reads it after a crash)
+        self.pending: list[int] | None = None
 
-    def note_sink_pending(self, version: int, sink_records: int) -> None:
-        """Before a commit (``Committer.on_sink_pending``): written at once, so a retry
-        whose recovery finds that commit knows the count it made."""
-        self.sink_pending = [version, sink_records]
+    def note_pending(self, version: int, sink_records: int, dead_letters: int) -> None:
+        """Before a commit (``Committer.on_pending``): written at once, so a retry whose
+        recovery finds that commit knows the counts it made."""
+        self.pending = [version, sink_records, dead_letters]
         self.write()
 
     def tick(self) -> None:
@@ -61,7 +61,7 @@ class TaskProgress:
         if generation and (not self.generations or self.generations[-1][0] != generation):
             self.generations.append([generation, round(now, 3)])
         data = {"pid": os.getpid(), "time": now, "done": done, **self.stats.as_dict(),
-                "generations": self.generations, "sink_pending": self.sink_pending}
+                "generations": self.generations, "pending": self.pending}
         try:
             self._tmp.write_text(json.dumps(data))
             os.replace(self._tmp, self.path)
@@ -69,17 +69,18 @@ class TaskProgress:
             pass
 
 
-def carried_sink_records(earlier: dict[str, Any] | None, recovered_version: int) -> int:
-    """The sink records an earlier attempt of this run committed (its progress file,
-    ``earlier``; the driver deletes the files at a run's start), by the version the new
-    attempt recovered: the count its last commit made, noted just before that commit
-    (``sink_pending``), else the count it had written."""
+def carried_counts(earlier: dict[str, Any] | None, recovered_version: int) -> tuple[int, int]:
+    """(sink records, dead letters) an earlier attempt of this run committed (its progress
+    file, ``earlier``; the driver deletes the files at a run's start), by the version the
+    new attempt recovered: the counts its last commit made, noted just before that commit
+    (``pending``), else the counts it had written."""
     if earlier is None:
-        return 0
-    pending = earlier.get("sink_pending")
-    if isinstance(pending, list) and len(pending) == 2 and pending[0] == recovered_version:
-        return int(pending[1])
-    return int(earlier.get("sink_records", 0) or 0)
+        return 0, 0
+    pending = earlier.get("pending")
+    if isinstance(pending, list) and len(pending) == 3 and pending[0] == recovered_version:
+        return int(pending[1]), int(pending[2])
+    return (int(earlier.get("sink_records", 0) or 0),
+            int(earlier.get("dead_letters", 0) or 0))
 
 
 def read_task_progress(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -355,7 +355,6 @@ class RecordPath:
             error=error, key=key, value=value, channel=channel,
             bound=self._letter_bound, stream=self._stream,
             traceback=frames if self.tracebacks else None)], timestamp)
-        self.stats.dead_letters += 1
 
     def _record_text(self, key: bytes | None, value: bytes | None) -> str:
         """The record's key (where the stage has keys) and value as its functions saw

@@ -24,7 +24,9 @@ class TaskStats:
     rereads: int = 0                     # channels read again from an overflow offset
     stale: int = 0
     fenced: int = 0
-    dead_letters: int = 0                # records whose function raised, sent to dead letters
+    # Records this run's checkpoints committed to the dead-letter topic, over all its
+    # attempts, counted as sink_records is: those whose function raised, and late ones
+    dead_letters: int = 0
     late: int = 0                        # records in no open window (W6)
     rewinds: int = 0
     replayed_changes: int = 0

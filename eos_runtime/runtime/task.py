@@ -48,7 +48,7 @@ from ..user_code import tracebacks_wanted
 from .checkpoint import TRANSACTION_CHUNK, Committer, start_writer_producer
 from .outputs import BATCH_MESSAGES, ChannelWriter, SinkWriter, channels_of
 from .policy import Action, Aligned, CommitTimer, InputPolicy, Unaligned
-from .progress import TaskProgress, carried_sink_records, read_task_progress
+from .progress import TaskProgress, carried_counts, read_task_progress
 from .records import RecordPath
 from .source import SourceSide
 from .stats import TaskStats
@@ -229,13 +229,14 @@ class _Task:
                            self.plan.dead_letter_partitions)
                 if self.plan.dead_letter_topic is not None else None)
         # The driver's live view reads this (runner.PipelineRun.progress). An earlier
-        # attempt's, of this run, says what it committed to the sinks.
+        # attempt's, of this run, says what it committed to the sinks and dead letters.
         progress_file = self.dir / f"task-{self.id}.progress"
         self._earlier = read_task_progress(progress_file)
         self.progress = TaskProgress(progress_file, self.stats)
         if self._earlier is not None:   # kept in the file until this attempt recovered
             self.stats.sink_records = int(self._earlier.get("sink_records", 0) or 0)
-            self.progress.sink_pending = self._earlier.get("sink_pending")
+            self.stats.dead_letters = int(self._earlier.get("dead_letters", 0) or 0)
+            self.progress.pending = self._earlier.get("pending")
         self.committer = Committer(transport, self.plan, stage, self.id, config.run, self.store,
                                    self.channels,
                                    [w for w in writers if isinstance(w, SinkWriter)], dead,
@@ -244,7 +245,7 @@ class _Task:
                                    snapshot_min_records=config.snapshot_min_records,
                                    # the progress file notes each generation as it starts
                                    on_generation=self.progress.write,
-                                   on_sink_pending=self.progress.note_sink_pending)
+                                   on_pending=self.progress.note_pending)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes(),
@@ -277,7 +278,8 @@ class _Task:
 
     def _run(self) -> None:
         recovered = self.committer.recover()
-        self.stats.sink_records = carried_sink_records(self._earlier, recovered.version)
+        self.stats.sink_records, self.stats.dead_letters = carried_counts(self._earlier,
+                                                                          recovered.version)
         try:
             finished = finished_run(recovered.version, self.config.run)
         except ProtocolViolation as exc:
