@@ -160,7 +160,7 @@ def test_the_aligned_policy_decides_once_per_batch(tmp_path):
     for off, pid in ((2, 1), (3, 2)):
         m = wire.Marker(pid, 1, 1, 0)
         pol.on_record(("ch", 0), off, m, wire.encode(m))
-    [(version, inputs, _)] = list(pol.checkpoints())[:1]
+    [(version, inputs, _, _)] = list(pol.checkpoints())[:1]
     assert version == 1
     released = list(pol.released())
     assert [(r[0], r[3]) for r in released] == [(later, 1)]   # the whole batch, its offset

@@ -297,7 +297,7 @@ def test_an_idle_at_least_once_channel_task_takes_no_timer_checkpoint():
 
     def taken() -> list[int]:
         c.advance(1.0)
-        return [version for version, _, _ in policy.checkpoints()]
+        return [version for version, _, _, _ in policy.checkpoints()]
 
     assert taken() == [], "nothing read since version 7"
     policy.on_record(chan, 40, wire.Envelope(0, 1, 8, 1, None, b"x", 0), b"")
@@ -321,7 +321,7 @@ def test_an_at_least_once_rewind_goes_back_to_the_last_checkpoint():
     policy = Unaligned([chan], (0, 1), run_end(0), commit, CommitTimer(1.0, 0, clock=c), 8)
     policy.on_record(chan, 40, wire.Envelope(0, 1, 8, 1, None, b"x", 0), b"")
     c.advance(1.0)
-    assert [version for version, _, _ in policy.checkpoints()] == [8]
+    assert [version for version, _, _, _ in policy.checkpoints()] == [8]
     policy.on_record(chan, 41, wire.Envelope(0, 1, 9, 2, None, b"y", 0), b"")
     after = policy.resume_offsets()
     assert policy.rewind() == 8

@@ -341,8 +341,8 @@ class _Task:
         results of this version; then the committer's steps."""
         self.records.fire(watermark, version)
         faults.crash_point("task.window.fired")
-        self.committer.checkpoint(version, inputs, fences, alignment, recorded=recorded,
-                                  watermark=watermark)
+        self.committer.checkpoint(version, inputs, fences, alignment=alignment,
+                                  recorded=recorded, watermark=watermark)
 
     def _send_output(self) -> None:
         """What a poll batch made goes out (``Committer.send_output`` says which); each
