@@ -264,8 +264,9 @@ def generate(seed, n):
 
 
 def test_unknown_workloads_and_incomplete_files_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match="unknown workload 'wordcont': use one of chained, "
-                                          "clickstream, deadletters, pageviews, wordcount"):
+    with pytest.raises(ConfigError, match="unknown workload 'wordcont': use one of attribution, "
+                                          "chained, clickstream, deadletters, pageviews, "
+                                          "windows, wordcount"):
         load_workload("wordcont")
     path = tmp_path / "half.py"
     path.write_text(USER_FILE.split("def generate")[0])
@@ -516,8 +517,8 @@ def test_a_lag_shares_its_attempt_with_a_fault_that_ends_it():
 # --------------------------------------------------------------------------- bad input (the CLI)
 
 BAD_INPUT = [
-    (["wordcont"], "error: unknown workload 'wordcont': use one of chained, clickstream, "
-                   "deadletters, pageviews, wordcount"),
+    (["wordcont"], "error: unknown workload 'wordcont': use one of attribution, chained, "
+                   "clickstream, deadletters, pageviews, windows, wordcount"),
     (["wordcount", "--schedule", "{dir}/s.toml"],
      "error: {dir}/s.toml: fault 1 (crash): field 'task': the job has tasks 0..3, not 7"),
     (["wordcount", "--schedule", "{dir}/h.toml"],
@@ -538,6 +539,12 @@ BAD_INPUT = [
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
     (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
                   "job reads the first's exactly-once sink, and the local log has no"),
+    (["windows", "--kinds", "crash,startpoint"],
+     "error: workload 'windows' refuses fault kind 'startpoint': it moves a source back or "
+     "forward (or resets the job), and records read again are counted again or late"),
+    (["attribution", "--duration", "30s"],
+     "error: workload 'attribution' refuses a soak (--duration): an unbounded run's last "
+     "watermark depends on where the stop finds the sources"),
 ]
 
 

@@ -188,7 +188,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.run import run_experiment
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule
     from ..experiments.setup import RunInterrupted, Settings, task_roles
-    from ..experiments.workloads import load_workload
+    from ..experiments.workloads import check_refused, load_workload
     from .options import env_default, stdout_to_stderr
 
     if data_dir is not None and bootstrap_servers:
@@ -220,11 +220,13 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
                                or any(k in OPERATOR for k in fault_kinds)):
         raise ConfigError(f"workload {w.name!r} runs each of its two jobs once, bounded: "
                           f"give --lines, and no operator's action")
+    check_refused(w, fault_kinds, duration is not None)
     fixed = None
     if schedule_file is not None:
         fixed = load_schedule(schedule_file)
         check_schedule(fixed, roles, transport_name, guarantee, w.source_partitions,
                        then_roles)
+        check_refused(w, [f.kind for f in fixed.faults], False)
         if duration is not None and fixed.multi_run():
             raise ConfigError(f"{fixed.source}: an operator's action runs the job several "
                               f"times, each a bounded run: give --lines, not --duration")

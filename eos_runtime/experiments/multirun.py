@@ -541,6 +541,12 @@ class _Scene:
             verdict = verify_output(t, sink, self.job, w.oracle(values), self.s.guarantee,
                                     key_decode=key_decode, value_decode=value_decode,
                                     marks=self.marks[sink])
+            if w.judge is not None:   # its own judgment beside the oracle's
+                letters = self.pipeline.dead_letter_topic
+                verdict = merge([verdict, w.judge(
+                    t, self.pipeline, self.job, values, self.s.guarantee,
+                    {sink: self.marks[sink], **({letters: self.letter_marks} if letters else {})})],
+                    self.s.guarantee)
             letters = self.pipeline.dead_letter_topic
             if w.dead_letters is not None and letters:
                 flags = w.dead_letters(values)

@@ -25,6 +25,7 @@ from .schedule import (
     SOAK_SPAN,
     START_TO,
     TORN_POINTS,
+    WINDOW_FIRED_HITS,
     ZOMBIE_NEVER,
     ZOMBIE_RELEASE,
     Fault,
@@ -131,15 +132,20 @@ def _draw(rng: random.Random, count: int, kinds: list[str], roles: list[TaskRole
             f.hit = rng.randint(1, RANDOM_TORN_HITS)
         else:
             points = [p for p in RANDOM_HITS if unreachable(p, role) is None]
+            if role.windows:   # between its windows' firing and the commit (T2)
+                points.append("task.window.fired")
             if soak:   # an attempt recovers at its start, before the fault's moment
                 points = [p for p in points if p != "task.recovery"]
             if kind == "zombie":
                 # one split during recovery has sent nothing yet: nothing to write late
                 points = [p for p in points if p != "task.recovery" and p not in ZOMBIE_NEVER]
             f.point = rng.choice(points)
-            most = RANDOM_HITS[f.point] if role.source else CHANNEL_HITS.get(
-                f.point, RANDOM_HITS[f.point])
-            f.hit = rng.randint(1, most)
+            if f.point == "task.window.fired":
+                f.hit = rng.randint(*WINDOW_FIRED_HITS)
+            else:
+                most = RANDOM_HITS[f.point] if role.source else CHANNEL_HITS.get(
+                    f.point, RANDOM_HITS[f.point])
+                f.hit = rng.randint(1, most)
             if kind == "zombie":
                 f.release = round(rng.uniform(*ZOMBIE_RELEASE), 2)
         faults.append(f)

@@ -242,6 +242,9 @@ def _one_run(settings: Settings, seed: int, schedule: Schedule, made: NewJob,
             verdict = verify_output(t, pipeline.sink_topic, job, w.oracle(fed),
                                     settings.guarantee, key_decode=key_decode,
                                     value_decode=value_decode)
+        if w.judge is not None:   # its own judgment beside the oracle's
+            verdict = merge([verdict, w.judge(t, pipeline, job, fed, settings.guarantee)],
+                            settings.guarantee)
         if w.then is not None and error is None and feeder is None:
 
             verdict_b, error, then = run_then(settings, job, pipeline.sink_topic, values,

@@ -100,6 +100,9 @@ RANDOM_HITS = {
 # producers send one data batch per channel and poll of theirs: all of it may be in
 # before its first poll. So only its first hit is sure.
 CHANNEL_HITS = {"task.mid_version": 1}
+# A task with windows passes ``task.window.fired`` at every checkpoint; from its second on,
+# the watermark has closed windows (the first may come before any closes): hits drawn here.
+WINDOW_FIRED_HITS = (2, 3)
 RANDOM_TORN_HITS = 4
 KILL_AFTER = (0.0, 0.6)        # seconds after the attempt started: tasks run about 1 s
 ZOMBIE_RELEASE = (0.2, 1.5)    # seconds after its successor started
@@ -161,6 +164,7 @@ class TaskRole:
     partitions: tuple[int, ...] = ()   # of its stage's input topic
     topic: str = ""                    # that topic, as the workload names it
     table: bool = False                # it reads a table's topic (pipeline.table)
+    windows: bool = False              # its stage has windows or a windowed join
 
 
 @dataclass
@@ -464,6 +468,8 @@ def unreachable(point: str, role: TaskRole) -> str | None:
         return f"task {role.task} reads the source: it never aligns or rewinds"
     if not role.channels_out and point == "task.checkpoint.mid_marker_fanout":
         return f"task {role.task} writes the sink: it sends no markers"
+    if point == "task.window.fired" and not role.windows:
+        return f"task {role.task} has no windows: none fires"
     return None
 
 

@@ -142,7 +142,8 @@ def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> lis
                 plan = plan_job(pipeline, t, guarantee=guarantee)
     return [TaskRole(task.task_id, task.stage, plan.stages[task.stage].is_source,
                      plan.stages[task.stage].shuffle is not None, tuple(task.partitions),
-                     plan.stages[task.stage].input_topic, _reads_table(plan, task.stage))
+                     plan.stages[task.stage].input_topic, _reads_table(plan, task.stage),
+                     any(op.window is not None for op in plan.stages[task.stage].program))
             for task in plan.tasks]
 
 

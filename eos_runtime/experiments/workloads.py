@@ -28,7 +28,7 @@ import runpy
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from ..errors import ConfigError, PipelineFileError
 
 __all__ = ["Expected", "Workload", "BUILTIN", "load_workload", "wordcount_pipeline",
            "pageviews_pipeline", "word_lines", "page_views", "wordcount_expected",
-           "pageviews_expected", "encode_values"]
+           "pageviews_expected", "encode_values", "check_refused"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,12 @@ class Workload:
     # output of each sink by its topic (None: ``oracle``'s, of the one sink)
     feed: Callable[[list[Any]], Feed] | None = None
     sinks_oracle: Callable[[list[Any]], dict[str, Expected]] | None = None
+    # a judgment of its own beside the oracle's, merged into the verdict: (transport,
+    # pipeline, job, source values, guarantee, marks per topic) -> Verdict (an event-time
+    # workload's counts and late records: window_workloads.py)
+    judge: Callable[..., Any] | None = None
+    # fault kinds (and "soak") it cannot be judged under, with why: refused before a run
+    refused: dict[str, str] = field(default_factory=dict)
 
     def input_bytes(self, values: Sequence[Any], pipeline: Pipeline) -> list[bytes]:
         return encode_values(values, pipeline)
@@ -552,3 +558,19 @@ def hashable(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True)
     return value
+
+
+def check_refused(w: Workload, kinds: Sequence[str], soak: bool) -> None:
+    """Refuse a kind (or a soak) the workload cannot be judged under, saying why."""
+    for kind in [*kinds, *(["soak"] if soak else [])]:
+        why = w.refused.get(kind)
+        if why is not None:
+            what = "a soak (--duration)" if kind == "soak" else f"fault kind {kind!r}"
+            raise ConfigError(f"workload {w.name!r} refuses {what}: {why}")
+
+
+# The event-time workloads live beside this file (it would pass 600 lines); they import
+# Workload and Expected from here, so they are registered last.
+from .window_workloads import WINDOW_WORKLOADS  # noqa: E402
+
+BUILTIN.update(WINDOW_WORKLOADS)

@@ -1,0 +1,362 @@
+"""The event-time workloads of ``eos experiment`` (issue 25): ``windows`` (views per page
+per tumbling second, final) and ``attribution`` (purchases joined with the clicks of the
+same user within 200 ms), each with an oracle computed from the input alone.
+
+Their input is out of order, but never late: every record's time is at most ``GRACE`` ms
+before the time of any record before it in the input. A task's watermark is never above
+the highest time its partition's records before a record brought (W2, W4: each producer's
+marker comes after what it read), so such a record is within the grace of any watermark
+it meets: in its window (the window's end + grace is above the watermark), and for the
+join neither late (``t + grace >= watermark``) nor past a partner's expiry.
+
+A few records are far later than that: time < 1 s, written after the first seconds. Whether
+one is late depends on the watermark when its task processes it (a lagging producer holds
+it back), so the oracle does not say; it says what is exact either way. Dead letters are on:
+
+- ``windows``: every such record is a view of page ``/late`` (no other view is), whose
+  first view, the input's first record, is never late. So window [0, 1000) of ``/late``
+  always closes, and each late-by-design view is either counted in it or a dead letter:
+  under exactly-once, its count plus its dead letters is exactly its views, each letter
+  naming a different view (``judge_windows``); under at-least-once, at least.
+- ``attribution``: such records are clicks of a user with no purchase: whether late or
+  not, they pair with nothing. A dead letter must name one of them, once.
+
+A bounded run closes a window when its end + grace is at or below the final watermark:
+the lowest, over the source partitions (one per source task), of the highest time each
+holds. Which windows close is thus known from the input; which records are in them too
+(none is late). A record's partition is its id's parity (``feed``), so the oracle reads
+it off the values, whatever order they come in (several runs of the job, ``scenario``).
+
+Kinds refused for both (``REFUSED``): an operator's action that moves a source back or
+forward, or resets the job, reads input again or skips it, and the records read again
+are counted again or late depending on when the watermark passed their windows: the
+model of several runs does not follow watermarks. A soak (``--duration``) is refused too:
+an unbounded run's last watermark depends on where the stop finds the sources.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+from ..api import Pipeline
+from ..windows import tumbling
+from .workloads import Expected, Feed, Workload
+
+if TYPE_CHECKING:   # verify imports workloads, which registers these: imported when used
+    from .verify import Verdict
+
+__all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
+           "windows_expected", "judge_windows", "shop_events", "attribution_expected",
+           "judge_attribution", "final_watermark"]
+
+SIZE = 1_000          # ms: tumbling windows of a second
+GRACE = 300           # ms: a window closes this long after its end; the input's disorder
+WITHIN = 200          # ms: a purchase and a click at most this far apart are a pair
+STEP = 10             # ms: the input's time goes up by 0..STEP a record
+PAGES = [f"/p{i}" for i in range(6)]
+LATE_PAGE = "/late"   # the page of the first view and of the late-by-design views
+LATE_USER = "u-late"  # the user of the late-by-design clicks: no purchase of theirs
+USERS = [f"u{i}" for i in range(40)]
+LATE_EVERY = 400      # about one record in this many is late by design
+PARTITIONS = 2
+
+REFUSED = {
+    **{kind: "it moves a source back or forward (or resets the job), and records read again "
+       "are counted again or late depending on when the watermark passed their windows: "
+       "the model of several runs does not follow watermarks"
+       for kind in ("startpoint", "checkpoint", "reset", "start")},
+    "soak": "an unbounded run's last watermark depends on where the stop finds the sources, "
+            "so which windows close is not known from the input: give --lines",
+}
+
+
+def _partition(value: dict[str, Any]) -> int:
+    return int(value["id"]) % PARTITIONS
+
+
+def _late_by_design(rng: random.Random, i: int, n: int) -> bool:
+    return i > n // 10 and rng.randrange(LATE_EVERY) == 0
+
+
+def final_watermark(values: list[dict[str, Any]], topics: int = 1) -> int | None:
+    """What a bounded run's last checkpoint closes with: the lowest over every source
+    partition of the highest time it holds (None: a partition holds nothing)."""
+    highs: dict[tuple[Any, int], int] = {}
+    for v in values:
+        where = (v.get("side"), _partition(v))
+        highs[where] = max(highs.get(where, v["ts"]), v["ts"])
+    if len(highs) < topics * PARTITIONS:
+        return None
+    return min(highs.values())
+
+
+# --------------------------------------------------------------------------- windows
+
+def view_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` views ``{"id", "page", "ts"}``: time going up 0..STEP ms a view, each up to
+    GRACE ms before it; the first a view of ``/late`` at 0, and about one in LATE_EVERY
+    after the first tenth a view of ``/late`` at a time in [0, 1000): late by design."""
+    rng = random.Random(f"windows:{seed}")
+    clock = 0
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        clock += rng.randint(0, STEP)
+        if i == 0:
+            out.append({"id": 0, "page": LATE_PAGE, "ts": 0})
+        elif _late_by_design(rng, i, n):
+            out.append({"id": i, "page": LATE_PAGE, "ts": rng.randrange(SIZE)})
+        else:
+            out.append({"id": i, "page": rng.choice(PAGES),
+                        "ts": max(0, clock - rng.randint(0, GRACE))})
+    return out
+
+
+def _view_page(view: dict[str, Any]) -> str:
+    return str(view["page"])
+
+
+def _view_time(view: dict[str, Any]) -> int:
+    return int(view["ts"])
+
+
+def windows_pipeline() -> Pipeline:
+    """Views per page per tumbling second, each window's count once, when it closes."""
+    pipeline = Pipeline("windows", processing_guarantee="exactly-once", commit_interval=1.0,
+                        parallelism=2, dead_letters=True)
+    (pipeline.source("views", value="json", timestamp=_view_time)
+        .key_by(_view_page)
+        .window(tumbling(SIZE), grace=GRACE)
+        .count()
+        .final()
+        .sink("views-per-second", key="utf8", value="json"))
+    return pipeline
+
+
+def windows_feed(views: list[dict[str, Any]]) -> Feed:
+    """Each view into partition id % 2 (the oracle reads a view's partition off its id)."""
+    return {"views": [(_partition(v), None, json.dumps(v).encode()) for v in views]}
+
+
+def window_counts(views: list[dict[str, Any]]) -> dict[str, dict[int, int]]:
+    """Per page, per window start, the views a bounded run over ``views`` closes."""
+    wm = final_watermark(views)
+    counts: dict[str, dict[int, int]] = defaultdict(dict)
+    for v in views:
+        start = v["ts"] - v["ts"] % SIZE
+        if wm is not None and start + SIZE + GRACE <= wm:
+            counts[v["page"]][start] = counts[v["page"]].get(start, 0) + 1
+    return counts
+
+
+def _window(value: Any) -> list[int]:
+    return [value["start"], value["end"]]
+
+
+def _never(key: Any, value: Any) -> bool:
+    """A replay repeats a window's result (the identity places it), never makes another."""
+    return False
+
+
+def windows_expected(views: list[dict[str, Any]]) -> Expected:
+    """Per page, each window the run closes once, in order (``[start, end]``); the counts
+    are ``judge_windows``'s: exact under exactly-once, at least under at-least-once."""
+    results: dict[Any, list[Any]] = {
+        page: [[s, s + SIZE] for s in sorted(per)] for page, per in window_counts(views).items()}
+    return Expected(results, identity=_window, replayed=_never)
+
+
+def _letters(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
+    """The values the committed dead letters name (a channel record's, as Python shows it)."""
+    from ..errors import EosError
+    from ..joblog.committed import read_output
+    from .verify import since
+
+    try:
+        letters = since(read_output(t, pipeline.dead_letter_topic, job=job), marks)
+    except EosError:   # no topic: no letter was written
+        return []
+    out = []
+    for r in letters:
+        letter = json.loads(r.value or b"{}")
+        try:
+            out.append(ast.literal_eval(letter.get("value") or "None"))
+        except (ValueError, SyntaxError):
+            out.append(letter.get("value"))
+    return out
+
+
+def _results(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
+    from ..joblog.committed import read_output
+    from .verify import since
+
+    return [(r.key.decode() if r.key is not None else None, json.loads(r.value or b"null"))
+            for r in since(read_output(t, pipeline.sink_topic, job=job), marks)]
+
+
+def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
+    from .verify import EXAMPLES
+
+    setattr(v, what, getattr(v, what) + len(examples))
+    if examples and len(v.bad_keys) < 20:
+        v.bad_keys.append({"key": key, what: len(examples),
+                           "examples": {what: examples[:EXAMPLES]}})
+
+
+def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
+                  guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
+    """Each window's count (exactly-once: every result equal to the oracle's; at-least-once:
+    the highest at least it), and the late-by-design views: each counted in ``/late``'s
+    window or a dead letter, once (at-least-once: at least once), no other view a letter."""
+    from .verify import Verdict
+
+    marks = marks or {}
+    exact = guarantee == "exactly-once"
+    v = Verdict(guarantee)
+    want = window_counts(views)
+    got: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for key, value in _results(t, pipeline, job, marks.get(pipeline.sink_topic)):
+        try:
+            got[(key, value["start"])].append(int(value["value"]))
+        except (TypeError, KeyError, ValueError):
+            pass   # the oracle's identity counts it unexpected
+    late_ids = {x["id"] for x in views if x["page"] == LATE_PAGE and x["id"] != 0}
+    letters = _letters(t, pipeline, job, marks.get(pipeline.dead_letter_topic or ""))
+    named = Counter(x.get("id") if isinstance(x, dict) else None for x in letters)
+    _add(v, "unexpected", "dead letters", [f"a letter for {x!r}, which is not late by design"
+                                           for x in letters if not isinstance(x, dict)
+                                           or x.get("id") not in late_ids])
+    if exact:
+        _add(v, "duplicated", "dead letters", [f"view {i} in {n} letters"
+                                               for i, n in named.items() if n > 1])
+    for page, per in want.items():
+        for start, n in per.items():
+            counts = got.get((page, start), [])
+            if page == LATE_PAGE and start == 0:
+                lettered = sum(1 for i in named if i in late_ids)
+                best = max(counts, default=0)
+                if exact and counts and counts[0] + lettered != n:
+                    what = "lost" if counts[0] + lettered < n else "duplicated"
+                    _add(v, what, page, [f"window [0, {SIZE}): {counts[0]} counted and "
+                                         f"{lettered} dead letters, of {n} views"])
+                elif not exact and best + lettered < n:
+                    _add(v, "lost", page, [f"window [0, {SIZE}): at most {best} counted and "
+                                           f"{lettered} dead letters, of {n} views"])
+                continue
+            if exact:
+                _add(v, "unexpected", page, [f"window [{start}, {start + SIZE}): count {c}, "
+                                             f"expected {n}" for c in counts if c != n])
+            elif counts and max(counts) < n:
+                _add(v, "lost", page, [f"window [{start}, {start + SIZE}): count at most "
+                                       f"{max(counts)}, expected at least {n}"])
+    v.dead_letters = {"late_by_design": len(late_ids), "committed": len(letters)}
+    v.passed = not (v.lost or v.unexpected or (exact and v.duplicated))
+    return v
+
+
+# --------------------------------------------------------------------------- attribution
+
+def shop_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` clicks and purchases ``{"id", "side", "user", "ts"}`` (about 3 clicks to 2
+    purchases), time going up 0..STEP ms a record, each up to GRACE ms before it; about
+    one in LATE_EVERY after the first tenth a click of LATE_USER at a time in [0, 500)."""
+    rng = random.Random(f"attribution:{seed}")
+    clock = 0
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        clock += rng.randint(0, STEP)
+        if _late_by_design(rng, i, n):
+            out.append({"id": i, "side": "click", "user": LATE_USER,
+                        "ts": rng.randrange(SIZE // 2)})
+            continue
+        out.append({"id": i, "side": "click" if rng.random() < 0.6 else "buy",
+                    "user": rng.choice(USERS), "ts": max(0, clock - rng.randint(0, GRACE))})
+    return out
+
+
+def _user(event: dict[str, Any]) -> str:
+    return str(event["user"])
+
+
+def _pair(buy: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+    return {"buy": buy["id"], "click": click["id"]}
+
+
+def _pair_key(pair: dict[str, Any]) -> str:
+    return f"{pair['buy']}>{pair['click']}"
+
+
+def attribution_pipeline() -> Pipeline:
+    """Purchases joined with the clicks of the same user within WITHIN ms (inner), each
+    pair keyed by its ids (one result per key: the oracle needs no order between pairs)."""
+    pipeline = Pipeline("attribution", processing_guarantee="exactly-once",
+                        commit_interval=1.0, parallelism=2, dead_letters=True)
+    clicks = pipeline.source("clicks", value="json", timestamp=_view_time)
+    buys = pipeline.source("purchases", value="json", timestamp=_view_time)
+    (buys.join(clicks, within=WITHIN, on=(_user, _user), join=_pair, grace=GRACE)
+        .key_by(_pair_key)
+        .sink("attributed", key="utf8", value="json"))
+    return pipeline
+
+
+def attribution_feed(events: list[dict[str, Any]]) -> Feed:
+    feed: Feed = {"clicks": [], "purchases": []}
+    for e in events:
+        feed["clicks" if e["side"] == "click" else "purchases"].append(
+            (_partition(e), None, json.dumps(e).encode()))
+    return feed
+
+
+def attribution_expected(events: list[dict[str, Any]]) -> Expected:
+    """Every purchase and click of the same user at most WITHIN ms apart, once."""
+    clicks: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["side"] == "click":
+            clicks[e["user"]].append(e)
+    results: dict[Any, list[Any]] = {}
+    for b in events:
+        if b["side"] == "buy":
+            for c in clicks[b["user"]]:
+                if abs(b["ts"] - c["ts"]) <= WITHIN:
+                    pair = _pair(b, c)
+                    results[_pair_key(pair)] = [pair]
+    return Expected(results, replayed=_never)
+
+
+def judge_attribution(t: Any, pipeline: Any, job: str, events: list[dict[str, Any]],
+                      guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
+    """Dead letters name late-by-design clicks only (they pair with nothing, late or not),
+    each once under exactly-once."""
+    from .verify import Verdict
+
+    v = Verdict(guarantee)
+    late_ids = {e["id"] for e in events if e["user"] == LATE_USER}
+    letters = _letters(t, pipeline, job, (marks or {}).get(pipeline.dead_letter_topic or ""))
+    # a join's channel value is tagged: ["L", purchase] or ["R", click]
+    named = Counter(x[1].get("id") if isinstance(x, list) and len(x) == 2
+                    and isinstance(x[1], dict) else None for x in letters)
+    _add(v, "unexpected", "dead letters", [f"a letter for {i!r}, which is not late by design"
+                                           for i in named if i not in late_ids])
+    if guarantee == "exactly-once":
+        _add(v, "duplicated", "dead letters", [f"click {i} in {n} letters"
+                                               for i, n in named.items() if n > 1])
+    v.dead_letters = {"late_by_design": len(late_ids), "committed": len(letters)}
+    v.passed = not (v.lost or v.unexpected or (guarantee == "exactly-once" and v.duplicated))
+    return v
+
+
+WINDOW_WORKLOADS: dict[str, Workload] = {
+    "windows": Workload(
+        "windows", "views per page per tumbling second (final, grace 300 ms), out of order "
+        "within the grace, a few views late by design (dead letters on)",
+        windows_pipeline, lambda seed, n: view_events(n, seed), windows_expected,
+        feed=windows_feed, judge=judge_windows, refused=REFUSED),
+    "attribution": Workload(
+        "attribution", "purchases joined with the clicks of the same user within 200 ms "
+        "(a windowed join of two sources, inner), each pair keyed by its ids",
+        attribution_pipeline, lambda seed, n: shop_events(n, seed), attribution_expected,
+        feed=attribution_feed, judge=judge_attribution, refused=REFUSED),
+}

@@ -1,0 +1,203 @@
+"""``eos experiment windows`` and ``eos experiment attribution`` (issue 25): the event-time
+workloads, their oracles from the input alone, and short runs under faults on both
+transports (the long runs are in docs/experiments.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eos_runtime.errors import ConfigError
+from eos_runtime.experiments.window_workloads import (
+    GRACE,
+    LATE_PAGE,
+    LATE_USER,
+    SIZE,
+    WITHIN,
+    attribution_expected,
+    final_watermark,
+    judge_windows,
+    shop_events,
+    view_events,
+    window_counts,
+)
+from eos_runtime.experiments.workloads import BUILTIN
+
+# windows: views 0-1, per page 2-3; attribution: clicks 0-1, purchases 2-3, the join 4-5,
+# the pairs 6-7
+WINDOWS_SCHEDULE = """
+[[fault]]
+kind = "crash"           # between its windows' firing and the commit (T2)
+task = 2
+point = "task.window.fired"
+hit = 2
+
+[[fault]]
+kind = "lose-state"      # its retry rebuilds the windows from the change log
+task = 3
+point = "task.checkpoint.after_commit"
+hit = 2
+
+[[fault]]
+kind = "crash"
+task = 0
+point = "task.mid_version"
+hit = 2
+"""
+
+ATTRIBUTION_SCHEDULE = """
+[[fault]]
+kind = "crash"           # the join task, between a firing and its commit
+task = 4
+point = "task.window.fired"
+hit = 2
+
+[[fault]]
+kind = "zombie"          # the join's other task goes on beside its successor
+task = 5
+point = "task.checkpoint.before_commit"
+release = 0.3
+
+[[fault]]
+kind = "crash"           # a purchases task mid-version: the join tasks get a restore
+task = 2
+point = "task.mid_version"
+hit = 2
+"""
+
+
+def _run_json(report, seed):
+    return json.loads((report / f"seed-{seed}" / "run.json").read_text())
+
+
+def _partition_highs(values):
+    highs: dict = {}
+    for v in values:
+        where = (v.get("side"), v["id"] % 2)
+        highs[where] = max(highs.get(where, v["ts"]), v["ts"])
+    return highs
+
+
+@pytest.mark.parametrize("make,late", [(view_events, lambda v: v["page"] == LATE_PAGE),
+                                       (shop_events, lambda v: v["user"] == LATE_USER)])
+def test_the_input_is_out_of_order_within_the_grace_but_for_the_late_by_design(make, late):
+    """What the oracles rest on: every record but the late-by-design ones is at most GRACE
+    ms before any record before it in its partition (so never late, whatever watermark it
+    meets); the late-by-design ones are far behind; the same seed, the same input."""
+    values = make(3000, 5)
+    assert values == make(3000, 5) != make(3000, 6)
+    highs: dict = {}
+    disorder = late_ones = 0
+    for v in values[1:]:
+        where = (v.get("side"), v["id"] % 2)
+        high = highs.get(where, 0)
+        if late(v):
+            late_ones += 1
+            assert v["ts"] < SIZE < high - GRACE
+            continue
+        assert v["ts"] >= high - GRACE, v
+        disorder += v["ts"] < high
+        highs[where] = max(high, v["ts"])
+    assert late_ones >= 3 and disorder > 100
+
+
+def test_the_windows_oracle_closes_what_the_lowest_partition_high_closes():
+    # partition 0 (even ids) reaches 2600, partition 1 (odd ids) 3400: windows ending at
+    # or before 2600 - GRACE = 2300 close, that is [0, 1000) and [1000, 2000)
+    views = [{"id": 0, "page": LATE_PAGE, "ts": 0}, {"id": 1, "page": "/a", "ts": 900},
+             {"id": 2, "page": "/a", "ts": 1500}, {"id": 3, "page": "/a", "ts": 1999},
+             {"id": 4, "page": "/b", "ts": 2600}, {"id": 5, "page": "/a", "ts": 3400},
+             {"id": 6, "page": "/a", "ts": 2100}]
+    assert final_watermark(views) == 2600
+    assert window_counts(views) == {LATE_PAGE: {0: 1}, "/a": {0: 1, 1000: 2}}
+    assert BUILTIN["windows"].oracle(views).results == {
+        LATE_PAGE: [[0, 1000]], "/a": [[0, 1000], [1000, 2000]]}
+    assert final_watermark(views[:1]) is None    # a partition with nothing closes nothing
+
+
+def test_the_attribution_oracle_is_every_pair_within_the_interval():
+    events = [{"id": 0, "side": "click", "user": "u1", "ts": 100},
+              {"id": 1, "side": "buy", "user": "u1", "ts": 100 + WITHIN},
+              {"id": 2, "side": "buy", "user": "u1", "ts": 101 + WITHIN + 100},
+              {"id": 3, "side": "click", "user": "u2", "ts": 300},
+              {"id": 4, "side": "click", "user": "u1", "ts": 400}]
+    assert attribution_expected(events).results == {
+        "1>0": [{"buy": 1, "click": 0}], "1>4": [{"buy": 1, "click": 4}],
+        "2>4": [{"buy": 2, "click": 4}]}
+
+
+def test_a_random_schedule_fires_windows_only_where_there_are_windows():
+    from eos_runtime.experiments.random_schedule import random_schedule
+    from eos_runtime.experiments.schedule import check_schedule, parse_schedule
+    from eos_runtime.experiments.setup import task_roles
+
+    roles = task_roles(BUILTIN["attribution"], "exactly-once")
+    assert [r.task for r in roles if r.windows] == [4, 5]
+    drawn = [f for s in range(60) for f in random_schedule(
+        s, 4, ["crash", "zombie"], roles, "local").faults if f.point == "task.window.fired"]
+    assert drawn and all(f.task in (4, 5) and f.hit in (2, 3) for f in drawn)
+    with pytest.raises(ConfigError, match="field 'point' 'task.window.fired': task 0 has "
+                                          "no windows: none fires"):
+        check_schedule(parse_schedule([{"kind": "crash", "task": 0,
+                                        "point": "task.window.fired"}]),
+                       roles, "local", "exactly-once")
+
+
+def test_windows_under_faults_on_the_local_log_and_the_checker_can_fail(tmp_path):
+    """A window task crashing between its windows' firing and the commit, the other losing
+    its state, a source crashing mid-version: each window's count once, the late-by-design
+    views each counted or a dead letter. Then the same output judged against input it was
+    not made from fails: one view fewer (a count off by one), one late-by-design view more
+    (one view neither counted nor a letter)."""
+    from eos_runtime.experiments.setup import job_pipeline
+    from eos_runtime.transport import open_transport
+
+    from test_cli import ok
+
+    (tmp_path / "w.toml").write_text(WINDOWS_SCHEDULE)
+    ok("experiment", "windows", "--schedule", "w.toml", "--seed", "3", "--lines", "1500",
+       "--report", "report", "--keep-data", cwd=tmp_path, timeout=600)
+    run = _run_json(tmp_path / "report", 3)
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
+    v = run["verdict"]
+    assert v["expected"] == v["committed"] > 30 and v["dead_letters"]["late_by_design"] >= 1
+    w = BUILTIN["windows"]
+    views = w.generate(3, 1500)
+    pipeline = job_pipeline(w, run["job"], "local")
+    with open_transport(data_dir=run["kept_data"]) as t:
+        assert judge_windows(t, pipeline, run["job"], views, "exactly-once").passed
+        one = next(i for i, x in enumerate(views) if x["page"] == "/p1" and x["ts"] < 5_000)
+        fewer = judge_windows(t, pipeline, run["job"], views[:one] + views[one + 1:],
+                              "exactly-once")
+        assert not fewer.passed and fewer.unexpected == 1, fewer
+        more = judge_windows(t, pipeline, run["job"],
+                             views + [{"id": 10**6, "page": LATE_PAGE, "ts": 5}], "at-least-once")
+        assert not more.passed and more.lost == 1, more
+
+
+def test_attribution_under_faults_on_the_local_log(tmp_path):
+    """The join task crashing between a firing and its commit, the other one a zombie, a
+    purchases task crashing mid-version: every pair once."""
+    from test_cli import ok
+
+    (tmp_path / "a.toml").write_text(ATTRIBUTION_SCHEDULE)
+    ok("experiment", "attribution", "--schedule", "a.toml", "--seed", "4", "--lines", "1500",
+       "--report", "report", cwd=tmp_path, timeout=600)
+    run = _run_json(tmp_path / "report", 4)
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
+    assert run["verdict"]["expected"] == run["verdict"]["committed"] > 300
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("workload", ["windows", "attribution"])
+def test_the_event_time_workloads_on_kafka(workload, kafka_bootstrap, tmp_path):
+    from test_cli import ok
+
+    (tmp_path / "s.toml").write_text(WINDOWS_SCHEDULE if workload == "windows"
+                                     else ATTRIBUTION_SCHEDULE)
+    ok("experiment", workload, "--schedule", "s.toml", "--seed", "5", "--lines", "1200",
+       "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
+       timeout=600)
+    run = _run_json(tmp_path / "report", 5)
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
