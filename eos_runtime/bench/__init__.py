@@ -2,6 +2,8 @@
 
     workloads.py     what runs: input generators, oracles, the eos_runtime pipeline of each
     vocabulary.py    wordcount's text: a Zipf vocabulary (default) or the small one
+    windows.py       the windows workload: views per page per tumbling window, final, and
+                     its window-close latency
     systems.py       who runs it: eos_runtime in both guarantees, the raw client dataflow,
                      peers (skipped with a reason when not installed)
     raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage

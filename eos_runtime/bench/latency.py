@@ -44,7 +44,7 @@ def steady_input(workload: BenchWorkload, *, rate: float, seconds: float,
     step = max(int(rate * probe_every_ms / 1000), partitions)
     probes: dict[InputRecord, bytes] = {}
     k = 0
-    while True:
+    while workload.probe is not None:
         # record i goes to partition i mod partitions: the k-th probe to partition k mod it
         base = k * step
         at = base + (k % partitions - base) % partitions

@@ -182,6 +182,10 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
             _latency(row, kafka, setup, load.steady, watch, clock, killed)
         elif incomplete is None:
             _timing(row, first_ms, watch, workload)
+        if workload.measure_output is not None:
+            row.update(workload.measure_output(settings.bootstrap, setup.source,
+                                               settings.partitions, watch.records,
+                                               clock.samples))
         verdict = compare(expected, watch.records, system.verify_as, key_decode=_utf8,
                           value_decode=_utf8)
         row.update(verdict.counts())

@@ -14,6 +14,10 @@ enrich regroups clicks by user and joins them with the users table (``--table``)
 ``join_asof``, Quix's stream-table join, left: each click meets the user's latest row
 appended before it, from the join's RocksDB store of the table. The table must be
 co-partitioned with the regrouped clicks, and is: both by Kafka's default partitioner.
+windows takes each view's event time from its ``ts`` (a timestamp extractor on the
+topic) and counts the views of each page (the topic's key) in a tumbling window
+(``--window-ms``, ``--grace-ms``) with ``.final()``: each window's count once, when it
+closes (Quix's default closing strategy, per key: a page's later view closes its windows).
 Ends on SIGTERM (Quix's own graceful stop).
 """
 
@@ -60,6 +64,10 @@ def _page_total(visit: dict[str, Any], state: Any) -> str:
     return f"{views}:{visitors}"
 
 
+def _view_time(value: Any, headers: Any, timestamp: int, timestamp_type: Any) -> int:
+    return int(value["ts"])
+
+
 def _click_user(click: dict[str, Any]) -> str:
     return str(click["user"])
 
@@ -74,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("workload", choices=["wordcount", "pageviews", "passthrough", "aggregate",
-                                         "enrich"])
+                                         "enrich", "windows"])
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--group", required=True)
     ap.add_argument("--source", required=True)
@@ -83,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit-interval", type=float, required=True)
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--table", default=None, help="enrich: the users table's topic")
+    ap.add_argument("--window-ms", type=int, default=1000, help="windows: the window's size")
+    ap.add_argument("--grace-ms", type=int, default=0, help="windows: its grace")
     args = ap.parse_args(argv)
     if (args.workload == "enrich") != (args.table is not None):
         ap.error("--table goes with the enrich workload, and only with it")
@@ -113,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         sdf = app.dataframe(source).group_by(_click_user, name="user", key_serializer="str",
                                              key_deserializer="str")
         sdf = sdf.join_asof(users, how="left", on_merge=_enriched)
+    elif args.workload == "windows":
+        source = app.topic(args.source, key_deserializer="str", value_deserializer="json",
+                           timestamp_extractor=_view_time)
+        sink = app.topic(args.sink, key_serializer="str", value_serializer="json")
+        sdf = app.dataframe(source).tumbling_window(args.window_ms, grace_ms=args.grace_ms)
+        sdf = sdf.count().final()
     else:
         source = app.topic(args.source, key_deserializer="str", value_deserializer="str")
         sdf = app.dataframe(source)

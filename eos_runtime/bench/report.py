@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import more_measures as more
-from . import targets
+from . import targets, windows
 
 __all__ = ["summarize", "RATIOS", "THROUGHPUT_PLOT", "write_report"]
 
@@ -179,6 +179,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
                              f"{paired} |")
         lines.append("")
     lines += more.markdown_sections(result)
+    lines += windows.markdown_section(result.get("runs", []))
     if result["skipped"]:
         lines += ["## Skipped", ""]
         lines += [f"- {name}: {why}" for name, why in result["skipped"].items()]

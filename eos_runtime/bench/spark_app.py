@@ -8,7 +8,11 @@ a micro-batch every commit interval, the Kafka sink. Wordcount (and aggregate, o
 per line) splits lines, groups by word and counts with ``applyInPandasWithState``, the
 state in Spark's RocksDB state store with change-log checkpointing on; it emits every
 running count, as the other systems do (a streaming ``count()`` would emit only the last
-per micro-batch). Passthrough writes each record to the sink unchanged. Spark's Kafka sink
+per micro-batch). Passthrough writes each record to the sink unchanged. Windows takes
+each view's event time from its ``ts``, ``withWatermark`` (the delay: ``--grace-ms``) and
+counts per page per tumbling ``window`` (``--window-ms``) in output mode append: each
+window once, after the watermark passes its end; written as JSON ``{"start", "end",
+"value"}`` (ms) keyed by page, as the other systems write it. Spark's Kafka sink
 is at-least-once, even in Spark 4.
 
 Runs on ``local[*, 4]``: the machine's cores, and up to four attempts per task (Spark's
@@ -43,7 +47,7 @@ def _count(key: tuple[str], batches: Iterator[Any], state: Any) -> Iterator[Any]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workload", choices=["wordcount", "aggregate", "passthrough"])
+    ap.add_argument("workload", choices=["wordcount", "aggregate", "passthrough", "windows"])
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--sink", required=True)
@@ -51,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit-interval", type=float, required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--jars", required=True)
+    ap.add_argument("--window-ms", type=int, default=1000, help="windows: the window's size")
+    ap.add_argument("--grace-ms", type=int, default=0, help="windows: the watermark's delay")
     args = ap.parse_args(argv)
 
     # Spark's Python workers: this interpreter (pandas and pyarrow are in its venv), also
@@ -76,6 +82,17 @@ def main(argv: list[str] | None = None) -> int:
               .load())
     if args.workload == "passthrough":
         out = source.select("key", "value")
+    elif args.workload == "windows":
+        views = (source.select(F.from_json(F.col("value").cast("string"),
+                                           "page string, ts long").alias("v"))
+                 .select(F.col("v.page").alias("page"),
+                         F.timestamp_millis(F.col("v.ts")).alias("t")))
+        counts = (views.withWatermark("t", f"{args.grace_ms} milliseconds")
+                  .groupBy(F.window("t", f"{args.window_ms} milliseconds"), "page").count())
+        out = counts.select(F.col("page").alias("key"), F.to_json(F.struct(
+            F.unix_millis(F.col("window.start")).alias("start"),
+            F.unix_millis(F.col("window.end")).alias("end"),
+            F.col("count").alias("value"))).alias("value"))
     else:
         words = source.select(F.explode(F.split(F.col("value").cast("string"), " "))
                               .alias("word")).where(F.col("word") != "")

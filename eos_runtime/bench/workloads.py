@@ -29,6 +29,8 @@ from ..experiments.workloads import (
     wordcount_pipeline,
 )
 from ..runtime.outputs import kafka_partition
+from ..transport import Record
+from . import windows
 from .vocabulary import Vocabulary
 
 __all__ = ["BenchWorkload", "WORKLOADS", "InputRecord", "expected_pairs", "Probe",
@@ -54,8 +56,10 @@ class BenchWorkload:
     make_pipeline: Callable[[], Pipeline]              # the eos_runtime job (runs rename it)
     raw_stages: tuple[str, ...]                        # raw_dataflow's stages, in order
     # The i-th probe of a latency run: an input record whose one result has a key no
-    # other result has, so its output is found and timed (bench/latency.py).
-    probe: Callable[[int], Probe]
+    # other result has, so its output is found and timed (bench/latency.py). None: the
+    # workload cannot have one (windows: a record's event time must fit its place), and
+    # its steady runs are timed by ``measure_output`` alone.
+    probe: Callable[[int], Probe] | None
     # The part of an output value the oracle fixes (None: all of it); the rest is the
     # oracle's ``check``'s to judge, after the run.
     value_part: Callable[[bytes], bytes] | None = None
@@ -65,6 +69,11 @@ class BenchWorkload:
     # it), its keyed records, written before the system starts, each key in the partition
     # Kafka's default partitioner gives it. Fixed, so the oracle knows every row.
     tables: Callable[[], dict[str, list[InputRecord]]] = _no_tables
+    # A measure of the run's own, from (bootstrap, source topic, partitions, the output
+    # read, the visibility samples): entries for its row (windows: the window-close
+    # latency, bench/windows.py).
+    measure_output: Callable[[str, str, int, list[Record], list[tuple[int, list[int]]]],
+                             dict[str, Any]] | None = None
 
 
 def expected_pairs(expected: Expected) -> Counter[tuple[bytes, bytes]]:
@@ -305,4 +314,11 @@ WORKLOADS: dict[str, BenchWorkload] = {
         "clicks", _clicks, _enrich_oracle, enrich_pipeline, ("clicks-by-user", "enrich"),
         _click_probe, value_part=_click_part, partition=_clicks_partition,
         tables=_users_table),
+    "windows": BenchWorkload(
+        "windows", f"views per page per tumbling {windows.WINDOW_MS / 1000:g} s window, final "
+        f"(grace {windows.GRACE_MS / 1000:g} s), event time from the view, out of order by up "
+        f"to {windows.JITTER_MS} ms, keyed by page; each window's count once, when it closes",
+        "windows", windows.views, windows.windows_oracle, windows.windows_pipeline, (),
+        None, value_part=windows.window_part, partition=windows.view_partition,
+        measure_output=windows.close_latency),
 }

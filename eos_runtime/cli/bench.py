@@ -106,7 +106,8 @@ WARM_UP_RECORDS = 20_000
               show_default=True, metavar="W1,W2",
               help="Workloads of the throughput, latency and recovery runs: wordcount, "
                    "pageviews, passthrough, enrich (clicks looked up in a users table), "
-                   "aggregate.")
+                   "aggregate, windows (views per page per tumbling window, final; timed "
+                   "also by its window-close latency).")
 @click.option("--systems", default=None, metavar="S1,S2",
               help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming, "
