@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .errors import TopicNotFound
 from .joblog.checkpoints import checkpoint_topic
 from .transport import Transport, open_transport
 
@@ -36,12 +35,11 @@ class ScratchTopics:
     then answer for what appeared since. On the local log both are empty: the caller
     removes the run's directory, which holds every topic.
 
-    ``job_id``: the pipeline's, naming its checkpoint topic, which is looked for by name
-    (the Kafka transport lists no topic whose name starts with ``__``)."""
+    ``job_id``: the pipeline's (its checkpoint topic's name holds it; every job id's is
+    named after the job, so the id is not needed to find it)."""
 
     def __init__(self, transport_opts: dict[str, Any], job: str, job_id: str = "1") -> None:
         self.job = job
-        self.hidden = checkpoint_topic(job, job_id)
         self.opts = transport_opts if "bootstrap_servers" in transport_opts else None
         self.before: set[str] = set()
         if self.opts is not None:
@@ -49,14 +47,7 @@ class ScratchTopics:
                 self.before = set(self._named(t))
 
     def _named(self, t: Transport) -> list[str]:
-        names = named_after(self.job, t.list_topics())
-        if self.hidden not in names:
-            try:
-                t.describe(self.hidden)
-                names.append(self.hidden)
-            except TopicNotFound:
-                pass
-        return names
+        return named_after(self.job, t.list_topics())
 
     def made(self) -> list[str]:
         if self.opts is None:

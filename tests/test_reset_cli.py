@@ -275,3 +275,31 @@ def test_reset_deletes_only_the_topics_whose_records_are_the_jobs(tmp_path):
     assert "kept adopted.changelog (adopted.changelog[0]@0 is no change-log record" in \
         done.stdout, done.stdout
     assert {"adopted.changelog"} == {t for t in topics(data) if t.startswith("adopted.")}
+
+
+@pytest.mark.kafka
+def test_reset_on_kafka_deletes_the_jobs_checkpoint_topic(kafka_bootstrap, tmp_path):
+    """A job that keeps its positions in __eos_checkpoint_<job>_<id> (at-least-once,
+    checkpoints="kafka"): eos topics lists that topic as the job's, eos reset deletes it,
+    and the next run reads the input from the start. Kafka's own __ topics stay hidden."""
+    job = f"cp-{uuid.uuid4().hex[:8]}"
+    source, sink = f"{job}-in", f"{job}-out"
+    kafka = ["--bootstrap-servers", kafka_bootstrap]
+    (tmp_path / "p.py").write_text(
+        "from eos_runtime import Pipeline\n"
+        f"pipeline = Pipeline({job!r}, processing_guarantee='at-least-once', "
+        "checkpoints='kafka')\n"
+        f"pipeline.source({source!r}).map(str.upper).sink({sink!r})\n")
+    ok("produce", source, "--generate", "words", "--count", "20", *kafka)
+    first = run_here(tmp_path / "p.py", state_dir=str(tmp_path / "state"),
+                     bootstrap_servers=kafka_bootstrap)
+    assert first.input_records == 20
+    topic = f"__eos_checkpoint_{job}_1"
+    listed = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert topic in listed and "__consumer_offsets" not in listed
+    ok("reset", job, "--yes", "--state-dir", str(tmp_path / "state"), *kafka)
+    listed = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    assert topic not in listed
+    again = run_here(tmp_path / "p.py", state_dir=str(tmp_path / "state"),
+                     bootstrap_servers=kafka_bootstrap)
+    assert again.input_records == 20          # from the start, not from old positions

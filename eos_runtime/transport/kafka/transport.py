@@ -347,7 +347,11 @@ class KafkaTransport(Transport):
     def list_topics(self) -> list[str]:
         md = self._retrying("list topics",
                             lambda t: self._admin_client().list_topics(timeout=t))
-        return sorted(name for name in md.topics if not name.startswith("__"))
+        # Kafka's own (__consumer_offsets, __transaction_state, ...) are not a job's; the
+        # project's (__eos_checkpoint_<job>_<id>) are, and eos topics, eos reset and the
+        # retention helper must see them.
+        return sorted(name for name in md.topics
+                      if not name.startswith("__") or name.startswith("__eos"))
 
     def delete_records(self, tp: TopicPartition, before: int) -> int:
         low, high = self.watermarks(tp, read_committed=False)
