@@ -9,7 +9,8 @@ inside) at the release built for this Flink, fetched from Maven Central with
 through a temporary directory renamed into place when whole.
 
 What it takes is checked first, before a download: Java 17+ (PyFlink runs Flink in a JVM
-it starts), a Python that this PyFlink release supports, and Maven.
+it starts), a Python that this PyFlink release supports, and Maven (while the cache lacks
+the jar); then pip, then Maven.
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ def install() -> tuple[str, Path]:
             f"{', '.join(f'{a}.{b}' for a, b in PYTHONS)}, not {here[0]}.{here[1]} (the "
             f"bench makes PyFlink's venv with the interpreter it runs on)")
     jar = connector_jar()
-    if not jar.is_file():
-        _fetch_connector(jar)
-    return peer_venv.install(_DIST, FLINK_VERSION), jar
+    mvn = None if jar.is_file() else find_maven()   # said before a long pip install
+    python = peer_venv.install(_DIST, FLINK_VERSION)
+    if mvn is not None:
+        _fetch_connector(mvn, jar)
+    return python, jar
 
 
-def _fetch_connector(jar: Path) -> None:
-    mvn = find_maven()
+def _fetch_connector(mvn: str, jar: Path) -> None:
     jar.parent.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch-flink-kafka-", dir=jar.parent.parent))
     try:
