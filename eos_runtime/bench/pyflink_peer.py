@@ -29,8 +29,8 @@ from . import peer_venv
 __all__ = ["FLINK_VERSION", "CONNECTOR_VERSION", "PYTHONS", "PYFLINK_WORKLOADS", "install",
            "connector_jar", "kill_a_python_worker"]
 
-#: The PyFlink release the bench measures: the newest that Flink's Kafka connector has a
-#: release for (5.0.0-2.2 is built for Flink 2.2; PyPI's 2.3.0 has none yet).
+#: The PyFlink release the bench measures: the newest that the newest Kafka connector
+#: release found in Maven Central is built for (5.0.0-2.2: Flink 2.2; PyPI has 2.3.0).
 FLINK_VERSION = "2.2.1"
 CONNECTOR_VERSION = "5.0.0-2.2"
 #: The Python versions ``apache-flink`` 2.2.1 is released for (its wheels, its classifiers).
