@@ -236,10 +236,10 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads
     from test_cli import ok
 
     # not enrich: test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix runs it. The peers
-    # built or installed on first use (Kafka Streams, faust) are long runs of their own
-    # (test_bench_peers.py); the long variant here runs them too
+    # built or installed on first use (Kafka Streams, faust, PyFlink) are long runs of their
+    # own (test_bench_peers.py); the long variant here runs them too
     systems = SYSTEM_NAMES if len(workloads) > 1 else \
-        [s for s in SYSTEM_NAMES if not s.startswith(("kafka-streams", "faust"))]
+        [s for s in SYSTEM_NAMES if not s.startswith(("kafka-streams", "faust", "pyflink"))]
     ok("bench", "--measures", "throughput", "--workloads", ",".join(workloads),
        "--systems", ",".join(systems), "--records", "300", "--rounds", "1",
        "--no-warm-up", "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",

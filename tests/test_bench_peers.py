@@ -70,16 +70,19 @@ def test_a_cache_without_the_peers_jar_is_built_anew_not_run(monkeypatch, tmp_pa
 
 @pytest.mark.kafka
 def test_a_bench_reports_a_peer_it_cannot_build_with_the_reason(kafka_bootstrap, tmp_path):
+    """Kafka Streams and PyFlink without Java: skipped, the reason in results.json and
+    report.md."""
     from test_cli import ok
 
     env = {"PATH": _path_with(tmp_path), "EOS_CACHE_DIR": str(tmp_path / "cache"),
            "JAVA_HOME": ""}
     ok("bench", "--measures", "throughput", "--workloads", "wordcount", "--systems",
-       ",".join(KS_SYSTEMS), "--records", "10", "--rounds", "1", "--no-warm-up",
-       "--bootstrap-servers", kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, env=env)
+       ",".join([*KS_SYSTEMS, "pyflink-exactly-once"]), "--records", "10", "--rounds", "1",
+       "--no-warm-up", "--bootstrap-servers", kafka_bootstrap, "--out", "out", "--json",
+       cwd=tmp_path, env=env)
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert result["runs"] == []
-    for name in KS_SYSTEMS:
+    for name in [*KS_SYSTEMS, "pyflink-exactly-once"]:
         assert "Java 17+ not found on PATH" in result["skipped"][name]
         assert name in (tmp_path / "out" / "report.md").read_text()
 
@@ -125,20 +128,47 @@ def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interva
     assert got["met"] is None and "neither of the Kafka Streams peer's" in got["measured"]
 
 
-# ------------------------------------------------------------------ faust-streaming
+# ------------------------------------------------------------------ Python peers
 
-def test_faust_not_installable_says_why(monkeypatch, tmp_path):
-    """No PyPI (an index nothing listens on): the peer is skipped, pip's failure named, and
-    no half venv is taken for a whole one next time."""
-    from eos_runtime.bench.faust_peer import venv_dir
+def _without_pypi(monkeypatch, tmp_path: Path, system: str) -> str:
+    """Why ``system`` is unavailable with an empty cache and an index nothing listens on."""
     from eos_runtime.bench.systems import all_systems
 
     monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_TIMEOUT", "2")
-    why = all_systems()["faust-exactly-once"].unavailable()
-    assert why is not None and why.startswith("faust-streaming could not be installed: "), why
+    why = all_systems()[system].unavailable()
+    assert why is not None, system
+    return why
+
+
+def _verified_bench(kafka_bootstrap, tmp_path: Path, system: str, workloads: list[str],
+                    timeout: float) -> dict:
+    """A 300-record round of ``system`` on each of ``workloads``; every run it made must
+    match the oracle exactly. The first run on a machine installs the peer."""
+    from test_cli import ok
+
+    ok("bench", "--measures", "throughput", "--workloads", ",".join(workloads),
+       "--systems", system, "--records", "300", "--rounds", "1", "--no-warm-up",
+       "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
+       kafka_bootstrap, "--out", "out", "--json", cwd=tmp_path, timeout=timeout)
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    for r in result["runs"]:
+        assert r["verified"], (r["workload"], r.get("error"))
+        assert r["lost"] == 0 and r["unexpected"] == 0 and r["duplicated"] == 0
+    return result
+
+
+# ------------------------------------------------------------------ faust-streaming
+
+def test_faust_not_installable_says_why(monkeypatch, tmp_path):
+    """No PyPI: the peer is skipped, pip's failure named, and no half venv is taken for a
+    whole one next time."""
+    from eos_runtime.bench.faust_peer import venv_dir
+
+    why = _without_pypi(monkeypatch, tmp_path, "faust-exactly-once")
+    assert why.startswith("faust-streaming could not be installed: "), why
     assert "installing faust-streaming" in why and "is PyPI reachable?" in why
     assert not (venv_dir() / ".eos-complete").exists()
 
@@ -148,18 +178,69 @@ def test_faust_not_installable_says_why(monkeypatch, tmp_path):
 @pytest.mark.long
 @pytest.mark.timeout(900)
 def test_faust_is_verified_on_the_workloads_it_is_written_for(kafka_bootstrap, tmp_path):
-    from test_cli import ok
-
-    # the first run on a machine installs faust-streaming into its cache (PyPI)
-    ok("bench", "--measures", "throughput", "--workloads",
-       "wordcount,pageviews,passthrough,aggregate", "--systems", "faust-exactly-once",
-       "--records", "300", "--rounds", "1", "--no-warm-up", "--commit-interval", "0.5",
-       "--idle-timeout", "60", "--bootstrap-servers", kafka_bootstrap, "--out", "out",
-       "--json", cwd=tmp_path, timeout=800)
-    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    result = _verified_bench(kafka_bootstrap, tmp_path, "faust-exactly-once",
+                             ["wordcount", "pageviews", "passthrough", "aggregate"], 800)
     assert "not written for faust" in result["skipped"]["faust-exactly-once on pageviews"]
     assert {r["workload"] for r in result["runs"]} == {"wordcount", "passthrough", "aggregate"}
-    for r in result["runs"]:
-        assert r["verified"], (r["workload"], r.get("error"))
-        assert r["lost"] == 0 and r["unexpected"] == 0 and r["duplicated"] == 0
     assert result["versions"]["faust-streaming (faust peer)"] == "0.15.3"
+
+
+# ------------------------------------------------------------------ PyFlink
+
+PYFLINK = "pyflink-exactly-once"
+
+
+def test_without_java_the_pyflink_peer_says_to_install_a_jdk(monkeypatch, tmp_path):
+    """PyFlink runs Flink in a JVM it starts: without one the peer is skipped with what to
+    install, before anything is downloaded."""
+    from eos_runtime.bench.systems import all_systems
+
+    monkeypatch.setenv("PATH", _path_with(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    why = all_systems()[PYFLINK].unavailable()
+    assert why is not None and why.startswith("PyFlink could not be set up: "), why
+    assert "Java 17+ not found on PATH" in why and "openjdk-17" in why
+    assert not (tmp_path / "cache").exists(), "nothing fetched"
+
+
+def test_pyflink_not_installable_says_why(monkeypatch, tmp_path):
+    """No PyPI: the peer is skipped, pip's failure named, no half venv taken for a whole one
+    next time, and no connector fetched for nothing."""
+    from eos_runtime.bench.peer_venv import venv_dir
+    from eos_runtime.bench.pyflink_peer import FLINK_VERSION, connector_jar
+
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("this machine has no java or mvn: the peer stops before pip")
+    why = _without_pypi(monkeypatch, tmp_path, PYFLINK)
+    assert why.startswith("PyFlink could not be set up: "), why
+    assert f"installing apache-flink {FLINK_VERSION}" in why and "is PyPI reachable?" in why
+    assert not (venv_dir("apache-flink", FLINK_VERSION) / ".eos-complete").exists()
+    assert not connector_jar().exists()
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(1200)
+def test_pyflink_is_verified_on_the_workloads_it_is_written_for(kafka_bootstrap, tmp_path):
+    # a PyFlink job takes 30-60 s to start on a busy 2-core machine
+    result = _verified_bench(kafka_bootstrap, tmp_path, PYFLINK,
+                             ["wordcount", "pageviews", "aggregate", "passthrough"], 1100)
+    assert "not written for PyFlink" in result["skipped"][f"{PYFLINK} on passthrough"]
+    assert {r["workload"] for r in result["runs"]} == {"wordcount", "pageviews", "aggregate"}
+    assert result["versions"]["apache-flink (PyFlink peer)"] == "2.2.1"
+    assert result["versions"]["flink-sql-connector-kafka (PyFlink peer)"] == "5.0.0-2.2"
+
+
+def test_the_pyflink_target_asks_for_twice_its_throughput():
+    from eos_runtime.bench.targets import judge
+
+    from test_bench import _bench_result
+
+    target = "exactly-once ≥ 2 × PyFlink exactly-once"
+    result = _bench_result({"eos-exactly-once": [90.0, 45.0, 80.0], PYFLINK: [50.0, 20.0, 50.0]})
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is False and got["value"] == 1.8   # the median of 1.8, 2.25 and 1.6
+    result = _bench_result({"eos-exactly-once": [90.0, 45.0]})
+    assert {r["target"]: r for r in judge(result)}[target]["met"] is None

@@ -14,6 +14,9 @@
                      (its Java source and the pom of its classpath)
     faust_app.py     the faust-streaming peer's worker (runs on faust's own venv)
     faust_peer.py    that venv, installed on first use
+    pyflink_app.py   the PyFlink peer's job (runs on PyFlink's own venv)
+    pyflink_peer.py  that venv and Flink's Kafka connector jar, set up on first use
+    peer_venv.py     a Python peer's venv in the bench cache (faust's, PyFlink's)
     kafka.py         the bench's own Kafka I/O: topics with broker append times, reading
                      output with its append times
     visibility.py    when output became readable: last stable offsets, sampled in a

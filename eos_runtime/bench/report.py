@@ -28,6 +28,7 @@ RATIOS = [
     ("eos-exactly-once", "spark-structured-streaming"),
     ("eos-exactly-once", "kafka-streams-exactly-once-100ms"),
     ("eos-exactly-once", "kafka-streams-exactly-once-1s"),
+    ("eos-exactly-once", "pyflink-exactly-once"),
 ]
 
 

@@ -28,11 +28,13 @@ from ..errors import EosError
 from .faust_peer import FAUST_VERSION
 from .faust_peer import install as install_faust
 from .kafka_streams import APP_CLASS, APP_JAR, COMMIT_INTERVALS, build
+from .pyflink_peer import FLINK_VERSION, PYFLINK_WORKLOADS, kill_a_python_worker
+from .pyflink_peer import install as install_pyflink
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "SYSTEM_NAMES", "all_systems", "EosSystem",
            "RawSystem", "QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem",
-           "FaustSystem"]
+           "FaustSystem", "PyFlinkSystem"]
 
 
 @dataclass(frozen=True)
@@ -539,6 +541,48 @@ class FaustSystem:
             "--data-dir", str(setup.work_dir / f"faust-data-{i}")])
 
 
+class _PyFlinkApp(_SparkApp):
+    """The PyFlink job's driver, leading a session of its own: Flink's JVM and its Python
+    workers go with it when it is stopped."""
+
+    def kill_one(self) -> str:
+        return kill_a_python_worker(self.procs[0].pid)
+
+
+class PyFlinkSystem:
+    """PyFlink, checkpoints EXACTLY_ONCE every commit interval and an exactly-once Kafka sink
+    (bench/pyflink_app.py), on an interpreter of its own with Flink's Kafka connector
+    (bench/pyflink_peer.py): one local Flink, every operator at ``--partitions``."""
+
+    name = "pyflink-exactly-once"
+    guarantee = verify_as = "exactly-once"
+    version = FLINK_VERSION
+
+    def unavailable(self) -> str | None:
+        try:
+            self.python, self.connector = install_pyflink()
+        except EosError as exc:
+            return f"PyFlink could not be set up: {exc}"
+        return None
+
+    def cannot_run(self, workload: BenchWorkload) -> str | None:
+        return None if workload.name in PYFLINK_WORKLOADS else \
+            f"not written for PyFlink (bench/pyflink_app.py: {', '.join(PYFLINK_WORKLOADS)})"
+
+    def start(self, setup: Setup) -> Running:
+        log = setup.work_dir / "pyflink.log"
+        proc = subprocess.Popen(
+            [self.python, str(Path(__file__).with_name("pyflink_app.py")), setup.workload.name,
+             "--bootstrap-servers", setup.bootstrap, "--name", setup.name, "--source",
+             setup.source, "--sink", setup.sink, "--parallelism", str(setup.partitions),
+             "--checkpoint-interval-ms", str(round(setup.commit_interval * 1000)),
+             "--connector", str(self.connector)],
+            stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True,
+            # Flink's own log in the run's scratch, not in the venv's package
+            env={**os.environ, "FLINK_LOG_DIR": str(setup.work_dir / "pyflink-log")})
+        return _PyFlinkApp([proc], [log])
+
+
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
     """Every system by name, in the order the bench runs them."""
     systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
@@ -546,7 +590,7 @@ def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
                              QuixSystem("at-least-once", quix_python),
                              SparkStructuredStreaming(),
                              *(KafkaStreamsSystem(i) for i in COMMIT_INTERVALS),
-                             FaustSystem()]
+                             FaustSystem(), PyFlinkSystem()]
     return {s.name: s for s in systems}
 
 

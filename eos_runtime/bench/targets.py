@@ -164,6 +164,8 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("throughput", _throughput(result, "exactly-once ahead of Spark Structured Streaming",
                                    EO, "spark-structured-streaming", 1.0, strictly=True)),
         ("throughput", _kafka_streams(result)),
+        ("throughput", _throughput(result, "exactly-once ≥ 2 × PyFlink exactly-once", EO,
+                                   "pyflink-exactly-once", 2.0)),
         ("latency", _eo_latency(result)),
         ("latency", _alo_latency(result)),
         *(("recovery", r) for r in _recovery(result)),

@@ -113,8 +113,8 @@ WARM_UP_RECORDS = 20_000
                    "quix-exactly-once, quix-at-least-once, spark-structured-streaming, "
                    "kafka-streams-exactly-once-100ms, kafka-streams-exactly-once-1s (Kafka "
                    "Streams at its own commit interval, built on first use), "
-                   "faust-exactly-once (installed on first use); one that is not installed "
-                   "is skipped with the reason. Default: all of them.")
+                   "faust-exactly-once, pyflink-exactly-once (installed on first use); one "
+                   "that is not installed is skipped with the reason. Default: all of them.")
 @click.option("--records", type=in_range("records"), default=100_000, show_default=True,
               metavar="N", help="Input records in each run's burst (lines for wordcount).")
 @click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
@@ -330,6 +330,11 @@ def _versions(active: list[Any]) -> dict[str, str]:
             found["kafka-streams (Kafka Streams peer)"] = system.version
         if system.name == "faust-exactly-once":
             found["faust-streaming (faust peer)"] = system.version
+        if system.name == "pyflink-exactly-once":
+            from ..bench.pyflink_peer import CONNECTOR_VERSION
+
+            found["apache-flink (PyFlink peer)"] = system.version
+            found["flink-sql-connector-kafka (PyFlink peer)"] = CONNECTOR_VERSION
         if system.name == "spark-structured-streaming":
             from ..bench.spark_jars import CONNECTOR_VERSION, TOKEN_PROVIDER_SOURCE_VERSION
 
