@@ -108,9 +108,10 @@ def test_a_sink_judged_without_its_mark_fails(kafka_bootstrap, tmp_path):
     from test_cli import ok
 
     (tmp_path / "r.toml").write_text('[[fault]]\nkind = "reset"\nrun = 2\n')
+    # --keep-data: a passing run's topics are judged again below (else removed with it)
     ok("experiment", "clickstream", "--schedule", "r.toml", "--seed", "8", "--lines", "400",
-       "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-       timeout=600)
+       "--bootstrap-servers", kafka_bootstrap, "--report", "report", "--keep-data",
+       cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 8)
     assert run["passed"], run["verdict"]
     [reset] = [f for f in run["faults"] if f["kind"] == "reset"]
@@ -127,6 +128,7 @@ def test_a_sink_judged_without_its_mark_fails(kafka_bootstrap, tmp_path):
             wrong = verify_sinks(t, pipeline, expected, "exactly-once", run["job"], "kafka",
                                  marks={**marks, ignored: {}})
             assert not wrong.passed and wrong.duplicated > 0, ignored
+        t.delete_topics(run["kept_topics"])
 
 
 def test_a_reset_offset_names_one_stream_and_never_moves_a_table(tmp_path):
