@@ -238,8 +238,10 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads
     # not enrich: test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix runs it. The peers
     # built or installed on first use (Kafka Streams, faust, PyFlink) are long runs of their
     # own (test_bench_peers.py); the long variant here runs them too
+    # The short variant: one eos_runtime system (both run end to end all over the suite),
+    # the raw dataflow and Spark's peer; the long one, every system.
     systems = SYSTEM_NAMES if len(workloads) > 1 else \
-        [s for s in SYSTEM_NAMES if not s.startswith(("kafka-streams", "faust", "pyflink"))]
+        ["eos-exactly-once", "raw-kafka", "spark-structured-streaming"]
     ok("bench", "--measures", "throughput", "--workloads", ",".join(workloads),
        "--systems", ",".join(systems), "--records", "300", "--rounds", "1",
        "--no-warm-up", "--commit-interval", "0.5", "--idle-timeout", "60", "--bootstrap-servers",
@@ -247,7 +249,7 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads
     out = tmp_path / "out"
     result = json.loads((out / "results.json").read_text())
     ran = [name for name in result["settings"]["systems"] if name not in result["skipped"]]
-    assert {"eos-exactly-once", "eos-at-least-once", "raw-kafka"} <= set(ran)
+    assert {"eos-exactly-once", "raw-kafka"} <= set(ran)
     spark = "spark-structured-streaming"
     if spark in result["skipped"]:   # no pandas or no Maven here: a reason, no crash
         assert result["skipped"][spark]
@@ -262,7 +264,8 @@ def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads
     for w in result["summary"].values():
         assert all(st["status"] == "ok" for st in w["systems"].values())
     assert (out / "throughput.png").stat().st_size > 0
-    assert "| eos-exactly-once / eos-at-least-once |" in (out / "report.md").read_text()
+    if "eos-at-least-once" in ran:
+        assert "| eos-exactly-once / eos-at-least-once |" in (out / "report.md").read_text()
 
 
 class _Silent:
