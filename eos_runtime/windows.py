@@ -22,7 +22,8 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["Tumbling", "Hopping", "Session", "tumbling", "hopping", "session", "closes_at",
-           "is_late", "timer_key", "timer_of", "merge_session", "MS"]
+           "is_late", "timer_key", "timer_of", "merge_session", "time_bytes", "time_of",
+           "TIME_BYTES", "MS"]
 
 MS = {"ms": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
 _TIME = struct.Struct(">Q")
@@ -101,15 +102,29 @@ def is_late(end: int, grace: int, watermark: int | None) -> bool:
     return watermark is not None and closes_at(end, grace) <= watermark
 
 
+#: Bytes of an encoded time (``time_bytes``).
+TIME_BYTES = _TIME.size
+
+
+def time_bytes(time: int) -> bytes:
+    """A time (ms) as bytes whose order is the times' order: big-endian with its sign bit
+    flipped, so negative times sort first."""
+    return _TIME.pack((time + _SIGN) & ((1 << 64) - 1))
+
+
+def time_of(raw: bytes, at: int = 0) -> int:
+    """``time_bytes`` undone, from offset ``at`` of ``raw``."""
+    return int(_TIME.unpack_from(raw, at)[0]) - _SIGN
+
+
 def timer_key(time: int, key: bytes) -> bytes:
-    """The store key of a timer: big-endian time with its sign bit flipped (so negative
-    times sort first), then the record key (T1)."""
-    return _TIME.pack((time + _SIGN) & ((1 << 64) - 1)) + key
+    """The store key of a timer: its time (``time_bytes``), then the record key (T1)."""
+    return time_bytes(time) + key
 
 
 def timer_of(stored: bytes) -> tuple[int, bytes]:
     """``timer_key`` undone."""
-    return _TIME.unpack_from(stored)[0] - _SIGN, stored[_TIME.size:]
+    return time_of(stored), stored[TIME_BYTES:]
 
 
 def merge_session(sessions: list[tuple[int, int]], t: int,

@@ -19,7 +19,6 @@ keeps, per key, the records of each side that a partner may still meet:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -27,12 +26,10 @@ import msgpack
 
 from ..api_windows import JoinOp
 from ..errors import UserFunctionError
-from ..windows import timer_key
+from ..windows import TIME_BYTES, time_bytes, timer_key
 
 __all__ = ["JoinState"]
 
-_TIME = struct.Struct(">Q")
-_SIGN = 1 << 63
 
 Get = Callable[[bytes], bytes | None]
 Put = Callable[[bytes, bytes], None]
@@ -79,7 +76,7 @@ class JoinState:
                     rec[2] = True      # that left record found a partner
         buffer[side].append([t, value, matched])
         self._put(key_bytes, _pack(buffer))
-        self._tput(timer_key(self._expires(t), self._tag + key_bytes + _time(t)), b"")
+        self._tput(timer_key(self._expires(t), self._tag + key_bytes + time_bytes(t)), b"")
         return out, False
 
     def _pair(self, left: Any, right: Any) -> Any:
@@ -95,7 +92,7 @@ class JoinState:
     def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
         """The timer at ``at`` of a record of this key: every record of the key that can
         meet no partner any more goes; an unmatched left one is emitted (``how="left"``)."""
-        key_bytes = state_key[:-_TIME.size]
+        key_bytes = state_key[:-TIME_BYTES]
         self._tdelete(timer_key(at, self._tag + state_key))
         buffer = self._buffer(key_bytes)
         out: list[Any] = []
@@ -109,7 +106,3 @@ class JoinState:
         else:
             self._delete(key_bytes)
         return key_bytes, out, at - self.op.grace - 1
-
-
-def _time(t: int) -> bytes:
-    return _TIME.pack((t + _SIGN) & ((1 << 64) - 1))

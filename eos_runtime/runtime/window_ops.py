@@ -15,7 +15,6 @@ out against the task's store.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,13 +23,21 @@ import msgpack
 from ..api import State, Step
 from ..api_windows import JoinOp, WindowOp
 from ..errors import UserFunctionError
-from ..windows import Session, closes_at, is_late, merge_session, timer_key, timer_of
+from ..windows import (
+    TIME_BYTES,
+    Session,
+    closes_at,
+    is_late,
+    merge_session,
+    time_bytes,
+    time_of,
+    timer_key,
+    timer_of,
+)
 from .join_ops import JoinState
 
 __all__ = ["WindowState", "SessionState", "window_state", "result"]
 
-_START = struct.Struct(">Q")
-_SIGN = 1 << 63
 
 Get = Callable[[bytes], bytes | None]
 Put = Callable[[bytes, bytes], None]
@@ -39,11 +46,11 @@ Delete = Callable[[bytes], None]
 
 def _state_key(key_bytes: bytes, start: int) -> bytes:
     """Keys are msgpack-encoded, so prefix-free: a key's windows sort by start after it."""
-    return key_bytes + _START.pack((start + _SIGN) & ((1 << 64) - 1))
+    return key_bytes + time_bytes(start)
 
 
 def _split(state_key: bytes) -> tuple[bytes, int]:
-    return state_key[:-_START.size], _START.unpack_from(state_key, len(state_key) - 8)[0] - _SIGN
+    return state_key[:-TIME_BYTES], time_of(state_key, len(state_key) - TIME_BYTES)
 
 
 def result(start: int, end: int, value: Any) -> dict[str, Any]:
