@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from eos_runtime import Pipeline
+from eos_runtime.experiments.window_workloads import recent_epoch
 from eos_runtime.joblog.committed import read_output
 from eos_runtime.transport import open_transport
 from eos_runtime.windows import tumbling
@@ -20,6 +21,9 @@ from pipeline_oracles import run_by_count
 from test_pipelines import KINDS, transport_opts
 
 SIZE, GRACE = 1_000, 300
+# Event time starts today: a Kafka broker deletes records whose timestamps (a result's is
+# its window's) are older than retention.ms, at its retention checks, mid-run.
+EPOCH = recent_epoch()
 PAGES = ["/", "/a", "/b", "/c"]
 
 
@@ -44,7 +48,7 @@ def partition_views(seed: int, n: int, disorder: int) -> list[list[dict]]:
         p = i % 2
         clock[p] += rng.randint(0, 20)
         parts[p].append({"id": i, "page": rng.choice(PAGES),
-                         "ts": max(0, clock[p] - rng.randint(0, disorder))})
+                         "ts": EPOCH + max(0, clock[p] - rng.randint(0, disorder))})
     return parts
 
 
@@ -143,7 +147,7 @@ def test_late_records_are_counted_and_set_aside(tmp_path):
     p = views_pipeline(suffix, dead_letters=True)
     parts = partition_views(9, 1200, disorder=GRACE)
     # records so late that any watermark past the first windows makes them late
-    late = [{"id": 10_000 + i, "page": "/", "ts": 0} for i in range(5)]
+    late = [{"id": 10_000 + i, "page": "/", "ts": EPOCH} for i in range(5)]
     for vs in parts:
         vs[len(vs) // 2:len(vs) // 2] = late
     with open_transport(**opts) as t:

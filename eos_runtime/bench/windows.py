@@ -47,6 +47,7 @@ from collections import Counter
 from typing import Any
 
 from ..api import Pipeline
+from ..experiments.window_workloads import recent_epoch
 from ..experiments.workloads import Expected
 from ..runtime.outputs import kafka_partition
 from ..transport import Record
@@ -70,9 +71,12 @@ PAGES = [f"/p{i}" for i in range(10)]
 #: Tail records: every page 16 times, so every partition (up to 160, record i in
 #: partition i mod N) and every page gets one.
 TAIL = len(PAGES) * 16
-#: Event time of the first record: a fixed instant, so the input is the same for every
-#: system and every run of a seed (1 Nov 2026, 00:00 UTC).
-T0_MS = 1_793_491_200_000
+#: Event time of the first record: yesterday's midnight (UTC), the same for every system
+#: of a bench run. Recent, because a result carries its window's time as its timestamp
+#: and a broker deletes records older than retention.ms (7 days by default) by it; a
+#: fixed date (1 Nov 2026) had the results of a run 26 days later deleted, at the
+#: broker's retention checks.
+T0_MS = recent_epoch()
 
 
 def _compact(value: Any) -> bytes:

@@ -9,12 +9,12 @@ marker comes after what it read), so such a record is within the grace of any wa
 it meets: in its window (the window's end + grace is above the watermark), and for the
 join neither late (``t + grace >= watermark``) nor past a partner's expiry.
 
-A few records are far later than that: time < 1 s, written after the first seconds. Whether
+A few records are far later than that: in the first second, written after the first seconds. Whether
 one is late depends on the watermark when its task processes it (a lagging producer holds
 it back), so the oracle does not say; it says what is exact either way. Dead letters are on:
 
 - ``windows``: every such record is a view of page ``/late`` (no other view is), whose
-  first view, the input's first record, is never late. So window [0, 1000) of ``/late``
+  first view, the input's first record, is never late. So the first window of ``/late``
   always closes, and each late-by-design view is either counted in it or a dead letter:
   under exactly-once, its count plus its dead letters is exactly its views, each letter
   naming a different view (``judge_windows``); under at-least-once, at least.
@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import time
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,17 @@ REFUSED = {
 }
 
 
+def recent_epoch() -> int:
+    """Where a run's event time starts: yesterday's midnight (UTC), in ms. A result
+    carries its window's time as its record's timestamp, and a Kafka broker deletes a
+    segment once its timestamps are older than the topic's retention.ms (7 days by
+    default): input timed near 1970 had its results deleted mid-run, at the broker's
+    retention check. A midnight, so windows start on whole seconds; yesterday's, so no
+    result is in the future (a broker refuses timestamps too far ahead, 1 hour by
+    default since Kafka 4.0)."""
+    return (int(time.time() // 86_400) - 1) * 86_400_000
+
+
 def _partition(value: dict[str, Any]) -> int:
     return int(value["id"]) % PARTITIONS
 
@@ -96,22 +108,23 @@ def final_watermark(values: list[dict[str, Any]], topics: int = 1) -> int | None
 
 # --------------------------------------------------------------------------- windows
 
-def view_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` views ``{"id", "page", "ts"}``: time going up 0..STEP ms a view, each up to
-    GRACE ms before it; the first a view of ``/late`` at 0, and about one in LATE_EVERY
-    after the first tenth a view of ``/late`` at a time in [0, 1000): late by design."""
+def view_events(n: int, seed: int = 0, epoch: int = 0) -> list[dict[str, Any]]:
+    """``n`` views ``{"id", "page", "ts"}``: time going up 0..STEP ms a view from ``epoch``,
+    each up to GRACE ms before it; the first a view of ``/late`` at ``epoch``, and about
+    one in LATE_EVERY after the first tenth a view of ``/late`` in the first second: late
+    by design."""
     rng = random.Random(f"windows:{seed}")
     clock = 0
     out: list[dict[str, Any]] = []
     for i in range(n):
         clock += rng.randint(0, STEP)
         if i == 0:
-            out.append({"id": 0, "page": LATE_PAGE, "ts": 0})
+            out.append({"id": 0, "page": LATE_PAGE, "ts": epoch})
         elif _late_by_design(rng, i, n):
-            out.append({"id": i, "page": LATE_PAGE, "ts": rng.randrange(SIZE)})
+            out.append({"id": i, "page": LATE_PAGE, "ts": epoch + rng.randrange(SIZE)})
         else:
             out.append({"id": i, "page": rng.choice(PAGES),
-                        "ts": max(0, clock - rng.randint(0, GRACE))})
+                        "ts": epoch + max(0, clock - rng.randint(0, GRACE))})
     return out
 
 
@@ -224,6 +237,7 @@ def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
         except (TypeError, KeyError, ValueError):
             pass   # the oracle's identity counts it unexpected
     late_ids = {x["id"] for x in views if x["page"] == LATE_PAGE and x["id"] != 0}
+    first = min((x["ts"] for x in views if x["id"] == 0), default=0)   # /late's first window
     letters = _letters(t, pipeline, job, marks.get(pipeline.dead_letter_topic or ""))
     named = Counter(x.get("id") if isinstance(x, dict) else None for x in letters)
     _add(v, "unexpected", "dead letters", [f"a letter for {x!r}, which is not late by design"
@@ -235,15 +249,16 @@ def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
     for page, per in want.items():
         for start, n in per.items():
             counts = got.get((page, start), [])
-            if page == LATE_PAGE and start == 0:
+            if page == LATE_PAGE and start == first:
+                bounds = f"window [{start}, {start + SIZE})"
                 lettered = sum(1 for i in named if i in late_ids)
                 best = max(counts, default=0)
                 if exact and counts and counts[0] + lettered != n:
                     what = "lost" if counts[0] + lettered < n else "duplicated"
-                    _add(v, what, page, [f"window [0, {SIZE}): {counts[0]} counted and "
+                    _add(v, what, page, [f"{bounds}: {counts[0]} counted and "
                                          f"{lettered} dead letters, of {n} views"])
                 elif not exact and best + lettered < n:
-                    _add(v, "lost", page, [f"window [0, {SIZE}): at most {best} counted and "
+                    _add(v, "lost", page, [f"{bounds}: at most {best} counted and "
                                            f"{lettered} dead letters, of {n} views"])
                 continue
             if exact:
@@ -259,10 +274,11 @@ def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
 
 # --------------------------------------------------------------------------- attribution
 
-def shop_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
+def shop_events(n: int, seed: int = 0, epoch: int = 0) -> list[dict[str, Any]]:
     """``n`` clicks and purchases ``{"id", "side", "user", "ts"}`` (about 3 clicks to 2
-    purchases), time going up 0..STEP ms a record, each up to GRACE ms before it; about
-    one in LATE_EVERY after the first tenth a click of LATE_USER at a time in [0, 500)."""
+    purchases), time going up 0..STEP ms a record from ``epoch``, each up to GRACE ms
+    before it; about one in LATE_EVERY after the first tenth a click of LATE_USER in the
+    first half second."""
     rng = random.Random(f"attribution:{seed}")
     clock = 0
     out: list[dict[str, Any]] = []
@@ -270,10 +286,11 @@ def shop_events(n: int, seed: int = 0) -> list[dict[str, Any]]:
         clock += rng.randint(0, STEP)
         if _late_by_design(rng, i, n):
             out.append({"id": i, "side": "click", "user": LATE_USER,
-                        "ts": rng.randrange(SIZE // 2)})
+                        "ts": epoch + rng.randrange(SIZE // 2)})
             continue
         out.append({"id": i, "side": "click" if rng.random() < 0.6 else "buy",
-                    "user": rng.choice(USERS), "ts": max(0, clock - rng.randint(0, GRACE))})
+                    "user": rng.choice(USERS),
+                    "ts": epoch + max(0, clock - rng.randint(0, GRACE))})
     return out
 
 
@@ -352,11 +369,13 @@ WINDOW_WORKLOADS: dict[str, Workload] = {
     "windows": Workload(
         "windows", "views per page per tumbling second (final, grace 300 ms), out of order "
         "within the grace, a few views late by design (dead letters on)",
-        windows_pipeline, lambda seed, n: view_events(n, seed), windows_expected,
+        windows_pipeline, lambda seed, n: view_events(n, seed, recent_epoch()),
+        windows_expected,
         feed=windows_feed, judge=judge_windows, refused=REFUSED),
     "attribution": Workload(
         "attribution", "purchases joined with the clicks of the same user within 200 ms "
         "(a windowed join of two sources, inner), each pair keyed by its ids",
-        attribution_pipeline, lambda seed, n: shop_events(n, seed), attribution_expected,
+        attribution_pipeline, lambda seed, n: shop_events(n, seed, recent_epoch()),
+        attribution_expected,
         feed=attribution_feed, judge=judge_attribution, refused=REFUSED),
 }
