@@ -80,7 +80,7 @@ def test_ratios_are_also_paired_round_by_round():
 def test_a_missing_peer_says_why_and_how_to_get_it(tmp_path):
     import sys
 
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     systems = all_systems(quix_python=None)
     assert ".venv-quix" in systems["quix-exactly-once"].unavailable()
@@ -166,7 +166,7 @@ def test_the_enrich_oracle_is_strict_on_clicks_and_tolerant_on_rows_not_yet_read
 def test_a_peer_written_for_one_table_says_so_of_a_workload_with_two():
     from dataclasses import replace
 
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     enrich = WORKLOADS["enrich"]
     two = replace(enrich, tables=lambda: {"users": [], "pages": []})
@@ -231,7 +231,7 @@ def test_a_tiny_bench_verifies_enrich_on_eos_raw_and_quix(kafka_bootstrap, tmp_p
     pytest.param(("wordcount",), id="wordcount"),
     pytest.param(("wordcount", "pageviews", "passthrough"), id="three", marks=pytest.mark.long)])
 def test_a_tiny_bench_verifies_every_system(kafka_bootstrap, tmp_path, workloads):
-    from eos_runtime.bench.systems import SYSTEM_NAMES
+    from eos_runtime.bench.lineup import SYSTEM_NAMES
 
     from test_cli import ok
 

@@ -26,7 +26,7 @@ def _path_with(tmp_path: Path, *tools: str) -> str:
 
 
 def _why_not(monkeypatch, tmp_path: Path, *tools: str) -> str:
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     monkeypatch.setenv("PATH", _path_with(tmp_path, *tools))
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -132,7 +132,7 @@ def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interva
 
 def _without_pypi(monkeypatch, tmp_path: Path, system: str) -> str:
     """Why ``system`` is unavailable with an empty cache and an index nothing listens on."""
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
@@ -193,7 +193,7 @@ PYFLINK = "pyflink-exactly-once"
 def test_without_java_the_pyflink_peer_says_to_install_a_jdk(monkeypatch, tmp_path):
     """PyFlink runs Flink in a JVM it starts: without one the peer is skipped with what to
     install, before anything is downloaded."""
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     monkeypatch.setenv("PATH", _path_with(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)

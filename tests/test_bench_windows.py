@@ -116,7 +116,7 @@ def test_close_latency_runs_from_the_record_that_passed_end_plus_grace_to_readab
 
 
 def test_the_peers_that_cannot_run_windows_say_why():
-    from eos_runtime.bench.systems import all_systems
+    from eos_runtime.bench.lineup import all_systems
 
     systems = all_systems(quix_python="/nonexistent/python")
     for name in ("eos-exactly-once", "eos-at-least-once", "quix-exactly-once",

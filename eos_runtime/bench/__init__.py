@@ -4,8 +4,11 @@
     vocabulary.py    wordcount's text: a Zipf vocabulary (default) or the small one
     windows.py       the windows workload: views per page per tumbling window, final, and
                      its window-close latency
-    systems.py       who runs it: eos_runtime in both guarantees, the raw client dataflow,
-                     peers (skipped with a reason when not installed)
+    systems.py       who runs it, behind one interface: eos_runtime in both guarantees, the
+                     raw client dataflow
+    peers.py         the peers: Quix Streams, Spark, Kafka Streams, faust, PyFlink (each
+                     installed on first use, or skipped with the reason)
+    lineup.py        every system by name, in the order a bench runs them
     raw_dataflow.py  the raw confluent-kafka dataflow, one process per partition per stage
     quix_app.py      the Quix Streams peer's application (runs on Quix's own venv)
     spark_app.py     the Spark Structured Streaming peer's application

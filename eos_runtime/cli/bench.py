@@ -188,9 +188,9 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     from ..bench import more_measures as more
     from ..bench.kafka import BenchKafka
     from ..bench.latency import steady_input
+    from ..bench.lineup import SYSTEM_NAMES, all_systems
     from ..bench.measure import Load, Settings, measure
     from ..bench.report import summarize, write_report
-    from ..bench.systems import SYSTEM_NAMES, all_systems
     from ..bench.vocabulary import Vocabulary
     from ..bench.workloads import aggregate_keys, with_vocabulary
     from .options import stdout_to_stderr
