@@ -215,22 +215,24 @@ def test_a_failed_delivery_makes_commit_require_an_abort(transport):
 
 def test_offset_for_timestamp(transport):
     name = new_topic(transport, partitions=2)
+    # recent times: a broker's retention check deletes records older than retention.ms
+    base = (int(time.time()) - 3_600) * 1_000 - 1_000_000
     with transport.producer() as p:
         for i in range(10):
-            p.produce(name, 0, b"v%d" % i, timestamp=1_000_000 + 1_000 * i)
-        p.produce(name, 1, b"late", timestamp=5_000_000)
+            p.produce(name, 0, b"v%d" % i, timestamp=base + 1_000_000 + 1_000 * i)
+        p.produce(name, 1, b"late", timestamp=base + 5_000_000)
         p.flush()
     tp0, tp1 = TopicPartition(name, 0), TopicPartition(name, 1)
-    assert transport.offset_for_timestamp(tp0, 1_003_000) == 3       # exact match
-    assert transport.offset_for_timestamp(tp0, 1_003_500) == 4       # first one after
+    assert transport.offset_for_timestamp(tp0, base + 1_003_000) == 3       # exact match
+    assert transport.offset_for_timestamp(tp0, base + 1_003_500) == 4       # first one after
     assert transport.offset_for_timestamp(tp0, 0) == 0
     assert transport.offset_for_timestamp(tp0, -1) == 0              # not a sentinel
-    assert transport.offset_for_timestamp(tp0, 9_000_000) == 10      # none: high
-    assert transport.offset_for_timestamp(tp1, 2_000_000) == 0
-    assert transport.offset_for_timestamp(tp1, 5_000_001) == 1
+    assert transport.offset_for_timestamp(tp0, base + 9_000_000) == 10      # none: high
+    assert transport.offset_for_timestamp(tp1, base + 2_000_000) == 0
+    assert transport.offset_for_timestamp(tp1, base + 5_000_001) == 1
     with transport.consumer() as c:
-        c.assign({tp0: transport.offset_for_timestamp(tp0, 1_008_000)})
-        assert [r.timestamp for r in read_until_idle(c, idle=1.0)] == [1_008_000, 1_009_000]
+        c.assign({tp0: transport.offset_for_timestamp(tp0, base + 1_008_000)})
+        assert [r.timestamp - base for r in read_until_idle(c, idle=1.0)] == [1_008_000, 1_009_000]
 
 
 def test_out_of_range_offsets_raise_and_seek_recovers(transport):
