@@ -539,9 +539,9 @@ BAD_INPUT = [
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
     (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
                   "job reads the first's exactly-once sink, and the local log has no"),
-    (["windows", "--kinds", "crash,startpoint"],
-     "error: workload 'windows' refuses fault kind 'startpoint': it moves a source back or "
-     "forward (or resets the job), and records read again are counted again or late"),
+    (["attribution", "--kinds", "crash,startpoint"],
+     "error: workload 'attribution' refuses fault kind 'startpoint': it moves a source back "
+     "or forward, and a record read again pairs again or not depending on whether its"),
     (["attribution", "--duration", "30s"],
      "error: workload 'attribution' refuses a soak (--duration): an unbounded run's last "
      "watermark depends on where the stop finds the sources"),

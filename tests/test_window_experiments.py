@@ -66,6 +66,25 @@ point = "task.mid_version"
 hit = 2
 """
 
+OPERATOR_SCHEDULE = """
+[[fault]]
+kind = "startpoint"      # partition 0 back 150 views: each counted again, or a dead letter
+run = 2
+partition = 0
+offset = 100
+
+[[fault]]
+kind = "crash"           # a window task of the run that reads them again
+run = 2
+task = 2
+point = "task.window.fired"
+hit = 2
+
+[[fault]]
+kind = "reset"           # a new epoch: empty state, no watermark, all input read again
+run = 3
+"""
+
 
 def _run_json(report, seed):
     return json.loads((report / f"seed-{seed}" / "run.json").read_text())
@@ -113,7 +132,8 @@ def test_the_windows_oracle_closes_what_the_lowest_partition_high_closes():
     assert window_counts(views) == {LATE_PAGE: {0: 1}, "/a": {0: 1, 1000: 2}}
     assert BUILTIN["windows"].oracle(views).results == {
         LATE_PAGE: [[0, 1000]], "/a": [[0, 1000], [1000, 2000]]}
-    assert final_watermark(views[:1]) is None    # a partition with nothing closes nothing
+    # a partition none was read from holds nothing back at a run's end (lowest_at_end)
+    assert final_watermark(views[:1]) == 0 and final_watermark([]) is None
 
 
 def test_the_attribution_oracle_is_every_pair_within_the_interval():
@@ -223,3 +243,54 @@ def test_the_workloads_event_times_are_recent_so_no_broker_retention_deletes_the
     now_ms = time.time() * 1000
     assert all(now_ms - 2 * 86_400_000 <= v["ts"] <= now_ms for v in values)
     assert min(v["ts"] for v in values) % SIZE == 0   # windows start on the epoch
+
+
+def test_a_view_read_again_is_counted_again_or_a_dead_letter_never_both_never_neither():
+    """The windows judgment under an operator's actions (window_verdict): a closing
+    window's count plus the letters of its views is the times they were read."""
+    from eos_runtime.experiments.window_workloads import window_verdict
+
+    views = [{"id": 0, "page": LATE_PAGE, "ts": 0}, {"id": 1, "page": "/a", "ts": 100},
+             {"id": 2, "page": "/a", "ts": 200}, {"id": 3, "page": "/a", "ts": 1500},
+             {"id": 4, "page": "/a", "ts": 3000}, {"id": 5, "page": "/a", "ts": 3100}]
+    again = views + [views[2]]   # partition 0 moved back to view 2: read twice
+    base = [(LATE_PAGE, 0, 1), ("/a", 1000, 1)]
+
+    def verdict(views_read, a_count, letters, guarantee="exactly-once"):
+        return window_verdict(views_read, [*base, ("/a", 0, a_count)],
+                              [{"id": i} for i in letters], guarantee)
+
+    assert verdict(views, 2, []).passed                      # read once each
+    assert verdict(again, 3, []).passed                      # its window still open
+    assert verdict(again, 2, [2]).passed                     # its window had closed
+    assert verdict(again, 2, []).lost == 1                   # neither
+    assert verdict(again, 3, [2]).duplicated == 1            # both
+    assert verdict(again, 2, [2, 2]).duplicated == 1         # a letter more than reads
+    assert verdict(again, 2, [2], "at-least-once").passed
+    assert verdict(again, 2, [], "at-least-once").lost == 1
+    # read once and in order: an ordinary view is never late (W6), so never a letter
+    assert verdict(views, 1, [2]).unexpected == 1
+    assert verdict(again, 2, [7]).unexpected == 1            # a view never read
+    # skipped (a source moved forward): in no window, nothing expected of it
+    skipped = [x for x in views if x["id"] != 2]
+    assert verdict(skipped, 1, []).passed
+
+
+def test_windows_under_an_operator_s_startpoint_back_and_a_reset(tmp_path):
+    """Several runs of the windows job: a Startpoint moves partition 0 back (its views
+    read again land in closed windows as dead letters, or in open ones as counts), a
+    window task crashes between a firing and its commit in that run, then a reset starts
+    an epoch over. Each epoch judged over the views it read."""
+    from test_cli import ok
+
+    (tmp_path / "ops.toml").write_text(OPERATOR_SCHEDULE)
+    ok("experiment", "windows", "--schedule", "ops.toml", "--seed", "5", "--lines", "1500",
+       "--report", "report", cwd=tmp_path, timeout=600)
+    run = _run_json(tmp_path / "report", 5)
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
+    runs = [r for r in run["runs"] if "run" in r]
+    assert [r["run"] for r in runs] == [1, 2, 3] and runs[1]["starts"][0] == 100
+    # the views read again that found their windows closed are letters, beyond the
+    # late-by-design ones
+    assert run["verdict"]["dead_letters"]["committed"] > \
+        run["verdict"]["dead_letters"]["late_by_design"]

@@ -27,11 +27,16 @@ holds. Which windows close is thus known from the input; which records are in th
 (none is late). A record's partition is its id's parity (``feed``), so the oracle reads
 it off the values, whatever order they come in (several runs of the job, ``scenario``).
 
-Kinds refused for both (``REFUSED``): an operator's action that moves a source back or
-forward, or resets the job, reads input again or skips it, and the records read again
-are counted again or late depending on when the watermark passed their windows: the
-model of several runs does not follow watermarks. A soak (``--duration``) is refused too:
-an unbounded run's last watermark depends on where the stop finds the sources.
+Under the operator's actions (several runs of the job, ``multirun.py``) the judgment is
+over the views the job read, as ``scenario.InputModel`` follows them: a view read again
+(a source moved back) is counted again if its window is still open when it comes, and is
+a dead letter if not; one skipped is in no window. Which of the two a view read again
+meets depends on timing, but their sum does not: a closing window's count plus the
+letters of its views is the times they were read (``window_verdict``). ``attribution``
+refuses the actions that move a source (``JOIN_REFUSED``): a click read again pairs again
+only with purchases its join task still holds, which depends on when it comes; a reset
+starts an epoch with nothing held, and is taken. Both refuse a soak (``--duration``): an
+unbounded run's last watermark depends on where the stop finds the sources.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ if TYPE_CHECKING:   # verify imports workloads, which registers these: imported 
     from .verify import Verdict
 
 __all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
-           "windows_expected", "judge_windows", "shop_events", "attribution_expected",
-           "judge_attribution", "final_watermark"]
+           "windows_expected", "judge_windows", "window_verdict", "recent_epoch", "shop_events",
+           "attribution_expected", "judge_attribution", "final_watermark"]
 
 SIZE = 1_000          # ms: tumbling windows of a second
 GRACE = 300           # ms: a window closes this long after its end; the input's disorder
@@ -65,13 +70,22 @@ USERS = [f"u{i}" for i in range(40)]
 LATE_EVERY = 400      # about one record in this many is late by design
 PARTITIONS = 2
 
-REFUSED = {
-    **{kind: "it moves a source back or forward (or resets the job), and records read again "
-       "are counted again or late depending on when the watermark passed their windows: "
-       "the model of several runs does not follow watermarks"
-       for kind in ("startpoint", "checkpoint", "reset", "start")},
-    "soak": "an unbounded run's last watermark depends on where the stop finds the sources, "
-            "so which windows close is not known from the input: give --lines",
+#: The operator's actions that move a source or reset the job: ``windows`` takes them
+#: (its judgment holds for input read again or skipped, ``window_verdict``); the join's
+#: pairs of a record read again depend on whether its partner was still held then.
+MOVES_A_SOURCE = ("startpoint", "checkpoint", "start")
+
+SOAK = ("an unbounded run's last watermark depends on where the stop finds the sources, "
+        "so which windows close is not known from the input: give --lines")
+
+REFUSED = {"soak": SOAK}
+
+JOIN_REFUSED = {
+    **{kind: "it moves a source back or forward, and a record read again pairs again or "
+             "not depending on whether its partner was still held when it came: which pairs "
+             "repeat is not known from the input"
+       for kind in MOVES_A_SOURCE},
+    "soak": SOAK,
 }
 
 
@@ -94,16 +108,16 @@ def _late_by_design(rng: random.Random, i: int, n: int) -> bool:
     return i > n // 10 and rng.randrange(LATE_EVERY) == 0
 
 
-def final_watermark(values: list[dict[str, Any]], topics: int = 1) -> int | None:
-    """What a bounded run's last checkpoint closes with: the lowest over every source
-    partition of the highest time it holds (None: a partition holds nothing)."""
+def final_watermark(values: list[dict[str, Any]]) -> int | None:
+    """What a bounded run's last checkpoint closes with: the lowest over the source
+    partitions the input holds records of, of the highest time each holds (None: no
+    record). A partition none was read from holds nothing back at a run's end (W4,
+    ``watermarks.lowest_at_end``)."""
     highs: dict[tuple[Any, int], int] = {}
     for v in values:
         where = (v.get("side"), _partition(v))
         highs[where] = max(highs.get(where, v["ts"]), v["ts"])
-    if len(highs) < topics * PARTITIONS:
-        return None
-    return min(highs.values())
+    return min(highs.values(), default=None)
 
 
 # --------------------------------------------------------------------------- windows
@@ -221,52 +235,84 @@ def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
 
 def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
                   guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
-    """Each window's count (exactly-once: every result equal to the oracle's; at-least-once:
-    the highest at least it), and the late-by-design views: each counted in ``/late``'s
-    window or a dead letter, once (at-least-once: at least once), no other view a letter."""
+    """``window_verdict`` on the committed results and dead letters (since ``marks``)."""
+    marks = marks or {}
+    results = []
+    for key, value in _results(t, pipeline, job, marks.get(pipeline.sink_topic)):
+        try:
+            results.append((key, value["start"], int(value["value"])))
+        except (TypeError, KeyError, ValueError):
+            pass   # the oracle's identity counts it unexpected
+    letters = _letters(t, pipeline, job, marks.get(pipeline.dead_letter_topic or ""))
+    return window_verdict(views, results, letters, guarantee)
+
+
+def _once_in_order(views: list[dict[str, Any]]) -> bool:
+    """Each view read once, each partition's in the order written (ids go up): no action
+    moved a source back."""
+    last: dict[int, int] = {}
+    for x in views:
+        p = _partition(x)
+        if x["id"] <= last.get(p, -1):
+            return False
+        last[p] = x["id"]
+    return True
+
+
+def window_verdict(views: list[dict[str, Any]], results: list[tuple[str, int, int]],
+                   letters: list[Any], guarantee: str) -> Verdict:
+    """Each window's count against the views read, ``views`` as the job read them (a
+    view read twice, after an operator moved its source back, is there twice; one
+    skipped is not). A read view is counted in its window, or is a dead letter (its
+    window had closed when it came): so a closing window's count plus the letters of its
+    views is the times they were read, exactly under exactly-once, at least under
+    at-least-once. A letter names a view read, at most as often as it was read (under
+    exactly-once); when every view was read once and in order, a late-by-design one only
+    (W6: a view within the grace of its partition's latest is never late)."""
     from .verify import Verdict
 
-    marks = marks or {}
     exact = guarantee == "exactly-once"
     v = Verdict(guarantee)
     want = window_counts(views)
     got: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for key, value in _results(t, pipeline, job, marks.get(pipeline.sink_topic)):
-        try:
-            got[(key, value["start"])].append(int(value["value"]))
-        except (TypeError, KeyError, ValueError):
-            pass   # the oracle's identity counts it unexpected
+    for key, start, count in results:
+        got[(key, start)].append(count)
+    reads = Counter(x["id"] for x in views)
+    window_of = {x["id"]: (x["page"], x["ts"] - x["ts"] % SIZE) for x in views}
     late_ids = {x["id"] for x in views if x["page"] == LATE_PAGE and x["id"] != 0}
-    first = min((x["ts"] for x in views if x["id"] == 0), default=0)   # /late's first window
-    letters = _letters(t, pipeline, job, marks.get(pipeline.dead_letter_topic or ""))
+    strict = _once_in_order(views)
     named = Counter(x.get("id") if isinstance(x, dict) else None for x in letters)
-    _add(v, "unexpected", "dead letters", [f"a letter for {x!r}, which is not late by design"
-                                           for x in letters if not isinstance(x, dict)
-                                           or x.get("id") not in late_ids])
+    _add(v, "unexpected", "dead letters", [
+        f"a letter for {x!r}, which is not late by design" if x in reads
+        else f"a letter for {x!r}, not a view read" for x in named
+        if x not in reads or (strict and x not in late_ids)])
     if exact:
-        _add(v, "duplicated", "dead letters", [f"view {i} in {n} letters"
-                                               for i, n in named.items() if n > 1])
+        _add(v, "duplicated", "dead letters", [f"view {i} in {n} letters, read {reads[i]}"
+                                               for i, n in named.items()
+                                               if i in reads and n > reads[i]])
+    read_again = {window_of[i] for i, n in reads.items() if n > 1}
+    lettered: Counter[tuple[str, int]] = Counter()
+    for i, n in named.items():
+        if i in reads:
+            lettered[window_of[i]] += min(n, reads[i])
     for page, per in want.items():
         for start, n in per.items():
             counts = got.get((page, start), [])
-            if page == LATE_PAGE and start == first:
-                bounds = f"window [{start}, {start + SIZE})"
-                lettered = sum(1 for i in named if i in late_ids)
-                best = max(counts, default=0)
-                if exact and counts and counts[0] + lettered != n:
-                    what = "lost" if counts[0] + lettered < n else "duplicated"
-                    _add(v, what, page, [f"{bounds}: {counts[0]} counted and "
-                                         f"{lettered} dead letters, of {n} views"])
-                elif not exact and best + lettered < n:
-                    _add(v, "lost", page, [f"{bounds}: at most {best} counted and "
-                                           f"{lettered} dead letters, of {n} views"])
-                continue
+            bounds = f"window [{start}, {start + SIZE})"
+            letters_of = lettered[(page, start)]
             if exact:
-                _add(v, "unexpected", page, [f"window [{start}, {start + SIZE}): count {c}, "
-                                             f"expected {n}" for c in counts if c != n])
-            elif counts and max(counts) < n:
-                _add(v, "lost", page, [f"window [{start}, {start + SIZE}): count at most "
-                                       f"{max(counts)}, expected at least {n}"])
+                for c in counts:
+                    if c + letters_of == n:
+                        continue
+                    if letters_of or page == LATE_PAGE or (page, start) in read_again:
+                        _add(v, "lost" if c + letters_of < n else "duplicated", page,
+                             [f"{bounds}: {c} counted and {letters_of} dead letters, of "
+                              f"{n} views read"])
+                    else:
+                        _add(v, "unexpected", page, [f"{bounds}: count {c}, expected {n}"])
+            elif counts and max(counts) + letters_of < n:
+                _add(v, "lost", page, [f"{bounds}: at most {max(counts)} counted and "
+                                       f"{letters_of} dead letters, of {n} views read"])
     v.dead_letters = {"late_by_design": len(late_ids), "committed": len(letters)}
     v.passed = not (v.lost or v.unexpected or (exact and v.duplicated))
     return v
@@ -377,5 +423,5 @@ WINDOW_WORKLOADS: dict[str, Workload] = {
         "(a windowed join of two sources, inner), each pair keyed by its ids",
         attribution_pipeline, lambda seed, n: shop_events(n, seed, recent_epoch()),
         attribution_expected,
-        feed=attribution_feed, judge=judge_attribution, refused=REFUSED),
+        feed=attribution_feed, judge=judge_attribution, refused=JOIN_REFUSED),
 }
