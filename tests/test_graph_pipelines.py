@@ -15,6 +15,7 @@ from eos_runtime.joblog.committed import read_output
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import encode_lines, produce, run_by_count, word_lines
+from test_pipelines import transport_opts
 
 
 def _count(value, state):
@@ -204,10 +205,11 @@ def test_two_sources_on_kafka(tmp_path, kafka_bootstrap):
         {"point": "task.checkpoint.before_commit", "task": 5, "hit": 2, "attempt": 0}])
 
 
-TWO_SOURCES_FILE = '''
+OPERATED_FILE = '''
 from eos_runtime import Pipeline
 
-pipeline = Pipeline("two", parallelism=1)
+pipeline = Pipeline("two{s}", parallelism=1, processing_guarantee="{guarantee}",
+                    checkpoints="{store}")
 
 
 def count(word, state):
@@ -216,46 +218,65 @@ def count(word, state):
     return str(n)
 
 
-eu = pipeline.source("eu")
-us = pipeline.source("us")
-us.map(str.upper).sink("us-upper")
+eu = pipeline.source("eu{s}")
+us = pipeline.source("us{s}")
+us.map(str.upper).sink("us-upper{s}")
 eu.merge(us).flat_map(str.split).key_by(lambda w: w).map(count, stateful=True).sink(
-    "counts", key="utf8")
+    "counts{s}", key="utf8")
 '''
 
 
-def test_an_operators_tools_cover_every_source_of_a_graph(tmp_path):
-    """Startpoints, the checkpoint tool, eos jobs and eos reset on a job of two sources."""
+@pytest.mark.parametrize("kind,guarantee,store", [
+    ("local", "exactly-once", "changelog"),
+    ("local", "at-least-once", "filesystem"),
+    ("kafka", "at-least-once", "kafka")])
+def test_an_operators_tools_cover_every_source_of_a_graph(kind, guarantee, store, tmp_path,
+                                                           request):
+    """Startpoints, the checkpoint tool, eos jobs, eos topics and eos reset on a job of
+    two sources, with each checkpoint store, on both transports."""
     import json
 
     from test_cli import error_line, ok, run_here
 
-    (tmp_path / "two.py").write_text(TWO_SOURCES_FILE)
-    d = ("--data-dir", str(tmp_path / "data"))
+    opts = transport_opts(kind, tmp_path, request)
+    s = "" if kind == "local" else f"-{uuid.uuid4().hex[:6]}"
+    d = (("--data-dir", opts["data_dir"]) if kind == "local"
+         else ("--bootstrap-servers", opts["bootstrap_servers"]))
+    state = ("--state-dir", str(tmp_path / "state"))
+    (tmp_path / "two.py").write_text(OPERATED_FILE.format(s=s, guarantee=guarantee,
+                                                          store=store))
     (tmp_path / "eu.txt").write_text("a b\nb\n")
     (tmp_path / "us.txt").write_text("x\ny a\nz\n")
-    ok("produce", "eu", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
-    ok("produce", "us", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
-    run_here(tmp_path / "two.py", data_dir=str(tmp_path / "data"))   # the tools are tested
-    show = ok("checkpoint", "show", "two", *d).stdout
-    assert "streams.eu.partitions.0=2" in show and "streams.us.partitions.0=3" in show
+    ok("produce", f"eu{s}", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
+    ok("produce", f"us{s}", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
+    run = {**opts, "state_dir": str(tmp_path / "state")}
+    run_here(tmp_path / "two.py", **run)   # the tools are tested
+    show = ok("checkpoint", "show", f"two{s}", *d, *state).stdout
+    assert f"streams.eu{s}.partitions.0=2" in show and f"streams.us{s}.partitions.0=3" in show
     info = json.loads(ok("jobs", "--json", *d).stdout)
-    [job] = [j for j in info if j["job"] == "two"]
-    assert job["sources"] == ["eu", "us"] and sorted(job["sinks"]) == ["counts", "us-upper"]
+    [job] = [j for j in info if j["job"] == f"two{s}"]
+    assert job["sources"] == [f"eu{s}", f"us{s}"]
+    assert sorted(job["sinks"]) == [f"counts{s}", f"us-upper{s}"]
     # a Startpoint on the second source: its partition is read again from offset 1
-    assert error_line(eos_of("startpoint", "set", "two", "nope", "0", "--offset", "0", *d)) \
-        .startswith("error: job 'two' reads 'eu' and 'us', not 'nope'")
-    ok("startpoint", "set", "two", "us", "0", "--offset", "1", *d)
-    run_here(tmp_path / "two.py", data_dir=str(tmp_path / "data"))
-    upper = ok("consume", "us-upper", "--job", "two", *d).stdout.split()
+    assert error_line(eos_of("startpoint", "set", f"two{s}", "nope", "0", "--offset", "0",
+                             *d)).startswith(f"error: job 'two{s}' reads 'eu{s}' and 'us{s}', "
+                                             f"not 'nope'")
+    ok("startpoint", "set", f"two{s}", f"us{s}", "0", "--offset", "1", *d)
+    run_here(tmp_path / "two.py", **run)
+    upper = ok("consume", f"us-upper{s}", "--job", f"two{s}", *d).stdout.split()
     assert upper == ["X", "Y", "A", "Z", "Y", "A", "Z"]
-    counts = [line.split() for line in ok("consume", "counts", "--job", "two", *d).stdout
-              .splitlines()]
+    counts = [line.split() for line in ok("consume", f"counts{s}", "--job", f"two{s}", *d)
+              .stdout.splitlines()]
     assert [v for k, v in counts if k == "a"] == ["1", "2", "3"]   # y a read again: a 3rd a
-    ok("reset", "two", "--yes", *d)
+    kept = list((tmp_path / "state").glob("checkpoints/**/*.json"))
+    assert len(kept) == (2 if store == "filesystem" else 0), kept   # one per source task
+    assert (f"__eos_checkpoint_two{s}_1" in ok("topics", *d).stdout) == (store == "kafka")
+    ok("reset", f"two{s}", "--yes", *d, *state)
     topics = ok("topics", *d).stdout
-    assert "two.shuffle-2" not in topics and "two.changelog" not in topics
-    assert all(t in topics for t in ("eu ", "us ", "counts", "us-upper"))
+    assert f"two{s}.shuffle-2" not in topics and f"two{s}.changelog" not in topics
+    assert f"__eos_checkpoint_two{s}_" not in topics
+    assert all(t in topics for t in (f"eu{s} ", f"us{s} ", f"counts{s}", f"us-upper{s}"))
+    assert not list((tmp_path / "state").glob("checkpoints/**/*.json"))   # filesystem store
 
 
 def eos_of(*args):
