@@ -253,3 +253,39 @@ def test_the_retention_helper_never_cuts_a_tables_topic(tmp_path):
             helper.open(ListenerContext(plan.name, task, plan, t))
             helper.on_checkpoint(task, offsets)
         assert helper.cuts == [("clicks-r", 0, 2)]
+
+
+def test_an_idle_table_holds_no_lookup_back(tmp_path):
+    """A table whose topic brings nothing while the stream flows (an unbounded run,
+    clicks written in four batches, each once the one before is committed): its tasks
+    still close their versions on the commit grid (S4), so the lookup aligns every later
+    version and commits every click, each with no row, before anything is stopped."""
+    import time
+
+    from eos_runtime.runner import start_pipeline
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = uuid.uuid4().hex[:8]
+    p = clickstream(suffix)
+    clicks = [{"id": i, "user": f"u{i % 7}"} for i in range(400)]
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(f"users-{suffix}", 2), TopicSpec(f"clicks-{suffix}", 2)])
+    run = start_pipeline(p, **opts, state_dir=str(tmp_path / "state"), bounded=False,
+                         commit_interval=0.2)
+    try:
+        for batch in range(4):
+            with open_transport(**opts) as t, t.producer() as prod:
+                for i, click in enumerate(clicks[batch * 100:(batch + 1) * 100]):
+                    prod.produce(f"clicks-{suffix}", i % 2, json.dumps(click).encode())
+                prod.flush()
+            deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
+            while run.progress()["sink_records"] < 2 * 100 * (batch + 1):
+                assert time.monotonic() < deadline, f"the lookup is held back: {run.progress()}"
+                time.sleep(0.2)
+    finally:
+        run.stop("the test saw every click committed")
+        run.wait()
+    with open_transport(**opts) as t:
+        enriched = [json.loads(r.value) for r in read_output(t, f"enriched-{suffix}", job=p.name)]
+    assert sorted(c["id"] for c in enriched) == list(range(len(clicks)))
+    assert {c["country"] for c in enriched} == {None}
