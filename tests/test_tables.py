@@ -282,6 +282,12 @@ def test_an_idle_table_holds_no_lookup_back(tmp_path):
             while run.progress()["sink_records"] < 2 * 100 * (batch + 1):
                 assert time.monotonic() < deadline, f"the lookup is held back: {run.progress()}"
                 time.sleep(0.2)
+        # the run's progress shows the graph: each source, and every output of a stage
+        shown = [(st["input"], st["output"]) for st in run.progress()["stages"]]
+        assert shown == [(f"users-{suffix}", f"{p.name}.shuffle-2"),
+                         (f"clicks-{suffix}", f"{p.name}.shuffle-2"),
+                         (f"{p.name}.shuffle-2", f"enriched-{suffix}, {p.name}.shuffle-3"),
+                         (f"{p.name}.shuffle-3", f"per-user-{suffix}")]
     finally:
         run.stop("the test saw every click committed")
         run.wait()
