@@ -539,9 +539,9 @@ BAD_INPUT = [
     (["wordcount", "--rate", "50"], "error: --rate is a soak's: give --duration too"),
     (["chained"], "error: workload 'chained' needs Kafka (--bootstrap-servers): its second "
                   "job reads the first's exactly-once sink, and the local log has no"),
-    (["attribution", "--kinds", "crash,startpoint"],
-     "error: workload 'attribution' refuses fault kind 'startpoint': it moves a source back "
-     "or forward, and a record read again pairs again or not depending on whether its"),
+    (["windows", "--duration", "30s"],
+     "error: workload 'windows' refuses a soak (--duration): an unbounded run's last "
+     "watermark depends on where the stop finds the sources"),
     (["attribution", "--duration", "30s"],
      "error: workload 'attribution' refuses a soak (--duration): an unbounded run's last "
      "watermark depends on where the stop finds the sources"),

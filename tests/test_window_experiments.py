@@ -269,7 +269,7 @@ def test_a_view_read_again_is_counted_again_or_a_dead_letter_never_both_never_ne
     assert verdict(again, 2, [2], "at-least-once").passed
     assert verdict(again, 2, [], "at-least-once").lost == 1
     # read once and in order: an ordinary view is never late (W6), so never a letter
-    assert verdict(views, 1, [2]).unexpected == 1
+    assert verdict(views, 1, [2]).unexpected == 2            # the letter, and the count
     assert verdict(again, 2, [7]).unexpected == 1            # a view never read
     # skipped (a source moved forward): in no window, nothing expected of it
     skipped = [x for x in views if x["id"] != 2]
@@ -291,6 +291,78 @@ def test_windows_under_an_operator_s_startpoint_back_and_a_reset(tmp_path):
     runs = [r for r in run["runs"] if "run" in r]
     assert [r["run"] for r in runs] == [1, 2, 3] and runs[1]["starts"][0] == 100
     # the views read again that found their windows closed are letters, beyond the
+    # late-by-design ones
+    assert run["verdict"]["dead_letters"]["committed"] > \
+        run["verdict"]["dead_letters"]["late_by_design"]
+
+
+def test_a_pair_of_records_read_again_is_judged_by_a_range():
+    """The attribution judgment under an operator's actions (attribution_pairs): a pair
+    of records read once each, in course, exactly once; a record read again pairs again
+    with what its join task still holds (at most once per pair of reads, at least once
+    when both were first read in course); one read out of course may be late (none
+    required)."""
+    from eos_runtime.experiments.window_workloads import attribution_pairs, attribution_verdict
+
+    # clicks 0, 2 and purchase 1 of u1 (ids: partitions by parity within each side)
+    events = [{"id": 0, "side": "click", "user": "u1", "ts": 100},
+              {"id": 1, "side": "buy", "user": "u1", "ts": 150},
+              {"id": 2, "side": "click", "user": "u1", "ts": 160},
+              {"id": 3, "side": "buy", "user": "u2", "ts": 170}]
+    exact, ranges = attribution_pairs(events)
+    assert sorted(exact) == ["1>0", "1>2"] and ranges == {}
+    again = events + [events[0]]                    # click 0 read again
+    exact, ranges = attribution_pairs(again)
+    assert sorted(exact) == ["1>2"] and ranges == {"1>0": (1, 2)}
+    verdict = lambda keys, letters=(), g="exactly-once": attribution_verdict(  # noqa: E731
+        again, keys, [["R", {"id": i}] for i in letters], g)
+    assert verdict(["1>0", "1>2"], letters=[0]).passed      # late the second time
+    assert verdict(["1>0", "1>0", "1>2"]).passed            # paired again
+    assert verdict(["1>2"]).lost == 1                       # its first read paired nothing
+    assert verdict(["1>0"] * 3 + ["1>2"]).duplicated == 1   # more than its reads
+    assert verdict(["1>0"] * 3, g="at-least-once").passed
+    assert verdict(["1>0", "1>2"], letters=[0, 0]).duplicated == 1   # a letter per read
+    assert verdict(["1>0", "1>2"], letters=[9]).unexpected == 1      # never read
+    # read once each, in course: only a late-by-design click may be a letter
+    assert attribution_verdict(events, ["1>0", "1>2"], [["R", {"id": 0}]],
+                               "exactly-once").unexpected == 1
+    # out of course: click 2 (partition 0) read before click 0: 0 may have been late
+    swapped = [events[2], events[1], events[0], events[3]]
+    _, ranges = attribution_pairs(swapped)
+    assert ranges == {"1>0": (0, 1)}
+
+
+ATTRIBUTION_OPERATOR_SCHEDULE = """
+[[fault]]
+kind = "startpoint"      # clicks partition 0 back: each click read again pairs again, or is late
+run = 2
+partition = 0
+offset = 100
+
+[[fault]]
+kind = "crash"           # the join task, between a firing and its commit, in that run
+run = 2
+task = 4
+point = "task.window.fired"
+hit = 2
+"""
+
+
+def test_attribution_under_an_operator_s_startpoint_back(tmp_path):
+    """Two runs of the windowed join, the second with clicks' partition 0 moved back:
+    pairs of records read once, in course, exactly once; a click read again pairs again
+    with what its join task still holds, within its range; letters only for reads that
+    could be late."""
+    from test_cli import ok
+
+    (tmp_path / "ops.toml").write_text(ATTRIBUTION_OPERATOR_SCHEDULE)
+    ok("experiment", "attribution", "--schedule", "ops.toml", "--seed", "6", "--lines",
+       "1500", "--report", "report", cwd=tmp_path, timeout=600)
+    run = _run_json(tmp_path / "report", 6)
+    assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
+    runs = [r for r in run["runs"] if "run" in r]
+    assert [r["run"] for r in runs] == [1, 2] and runs[1]["starts"]["clicks"][0] == 100
+    # clicks read again after their purchases had expired are late: letters past the
     # late-by-design ones
     assert run["verdict"]["dead_letters"]["committed"] > \
         run["verdict"]["dead_letters"]["late_by_design"]

@@ -9,9 +9,10 @@ marker comes after what it read), so such a record is within the grace of any wa
 it meets: in its window (the window's end + grace is above the watermark), and for the
 join neither late (``t + grace >= watermark``) nor past a partner's expiry.
 
-A few records are far later than that: in the first second, written after the first seconds. Whether
-one is late depends on the watermark when its task processes it (a lagging producer holds
-it back), so the oracle does not say; it says what is exact either way. Dead letters are on:
+A few records are far later than that: in the first second, written after the first
+seconds. Whether one is late depends on the watermark when its task processes it (a
+lagging producer holds it back), so the oracle does not say; it says what is exact either
+way. Dead letters are on:
 
 - ``windows``: every such record is a view of page ``/late`` (no other view is), whose
   first view, the input's first record, is never late. So the first window of ``/late``
@@ -32,10 +33,11 @@ over the views the job read, as ``scenario.InputModel`` follows them: a view rea
 (a source moved back) is counted again if its window is still open when it comes, and is
 a dead letter if not; one skipped is in no window. Which of the two a view read again
 meets depends on timing, but their sum does not: a closing window's count plus the
-letters of its views is the times they were read (``window_verdict``). ``attribution``
-refuses the actions that move a source (``JOIN_REFUSED``): a click read again pairs again
-only with purchases its join task still holds, which depends on when it comes; a reset
-starts an epoch with nothing held, and is taken. Both refuse a soak (``--duration``): an
+letters of its views is the times they were read (``window_verdict``). For
+``attribution`` a record read again pairs again with each partner its join task still
+holds, and one read out of course may be late: such pairs are judged by a range, at
+least once when both records were first read in course, at most once per pair of reads
+(``attribution_pairs``); the others exactly. Both refuse a soak (``--duration``): an
 unbounded run's last watermark depends on where the stop finds the sources.
 """
 
@@ -57,7 +59,8 @@ if TYPE_CHECKING:   # verify imports workloads, which registers these: imported 
 
 __all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
            "windows_expected", "judge_windows", "window_verdict", "recent_epoch", "shop_events",
-           "attribution_expected", "judge_attribution", "final_watermark"]
+           "attribution_expected", "attribution_pairs", "attribution_verdict",
+           "judge_attribution", "final_watermark"]
 
 SIZE = 1_000          # ms: tumbling windows of a second
 GRACE = 300           # ms: a window closes this long after its end; the input's disorder
@@ -70,23 +73,10 @@ USERS = [f"u{i}" for i in range(40)]
 LATE_EVERY = 400      # about one record in this many is late by design
 PARTITIONS = 2
 
-#: The operator's actions that move a source or reset the job: ``windows`` takes them
-#: (its judgment holds for input read again or skipped, ``window_verdict``); the join's
-#: pairs of a record read again depend on whether its partner was still held then.
-MOVES_A_SOURCE = ("startpoint", "checkpoint", "start")
-
-SOAK = ("an unbounded run's last watermark depends on where the stop finds the sources, "
-        "so which windows close is not known from the input: give --lines")
-
-REFUSED = {"soak": SOAK}
-
-JOIN_REFUSED = {
-    **{kind: "it moves a source back or forward, and a record read again pairs again or "
-             "not depending on whether its partner was still held when it came: which pairs "
-             "repeat is not known from the input"
-       for kind in MOVES_A_SOURCE},
-    "soak": SOAK,
-}
+#: Both workloads take every fault kind, the operator's actions that move a source or
+#: reset the job included (``window_verdict``, ``attribution_verdict``): but a soak.
+REFUSED = {"soak": "an unbounded run's last watermark depends on where the stop finds the "
+                   "sources, so which windows close is not known from the input: give --lines"}
 
 
 def recent_epoch() -> int:
@@ -233,6 +223,34 @@ def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
                            "examples": {what: examples[:EXAMPLES]}})
 
 
+def _letters_allowed(values: list[dict[str, Any]], late_ids: set[int]) -> Counter[int]:
+    """How many dead letters may name each record read: one per read that may have been
+    late. A record first read in course (``_in_course``) that is not late by design was
+    not late then, so only its later reads may be."""
+    course = _in_course(values)
+    allowed = Counter(x["id"] for x in values)
+    for i in course - late_ids:
+        allowed[i] -= 1
+    return allowed
+
+
+def _judge_letters(v: Verdict, named: Counter[Any], allowed: Counter[int],
+                   exact: bool) -> None:
+    """Each record a dead letter names was read, and is named at most ``allowed`` times
+    (under at-least-once, a record that could be late at all may repeat)."""
+    never, more = [], []
+    for i, n in named.items():
+        if n <= allowed.get(i, 0):
+            continue
+        if allowed.get(i, 0) <= 0:
+            never.append(f"a letter for {i!r}, which was never late")
+        else:
+            more.append(f"record {i} in {n} letters, late at most {allowed[i]} times")
+    _add(v, "unexpected", "dead letters", never)
+    if exact:
+        _add(v, "duplicated", "dead letters", more)
+
+
 def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
                   guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
     """``window_verdict`` on the committed results and dead letters (since ``marks``)."""
@@ -247,18 +265,6 @@ def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
     return window_verdict(views, results, letters, guarantee)
 
 
-def _once_in_order(views: list[dict[str, Any]]) -> bool:
-    """Each view read once, each partition's in the order written (ids go up): no action
-    moved a source back."""
-    last: dict[int, int] = {}
-    for x in views:
-        p = _partition(x)
-        if x["id"] <= last.get(p, -1):
-            return False
-        last[p] = x["id"]
-    return True
-
-
 def window_verdict(views: list[dict[str, Any]], results: list[tuple[str, int, int]],
                    letters: list[Any], guarantee: str) -> Verdict:
     """Each window's count against the views read, ``views`` as the job read them (a
@@ -266,9 +272,8 @@ def window_verdict(views: list[dict[str, Any]], results: list[tuple[str, int, in
     skipped is not). A read view is counted in its window, or is a dead letter (its
     window had closed when it came): so a closing window's count plus the letters of its
     views is the times they were read, exactly under exactly-once, at least under
-    at-least-once. A letter names a view read, at most as often as it was read (under
-    exactly-once); when every view was read once and in order, a late-by-design one only
-    (W6: a view within the grace of its partition's latest is never late)."""
+    at-least-once. Dead letters as ``_judge_letters`` says (W6: a view within the grace of
+    its partition's latest is never late)."""
     from .verify import Verdict
 
     exact = guarantee == "exactly-once"
@@ -280,21 +285,14 @@ def window_verdict(views: list[dict[str, Any]], results: list[tuple[str, int, in
     reads = Counter(x["id"] for x in views)
     window_of = {x["id"]: (x["page"], x["ts"] - x["ts"] % SIZE) for x in views}
     late_ids = {x["id"] for x in views if x["page"] == LATE_PAGE and x["id"] != 0}
-    strict = _once_in_order(views)
     named = Counter(x.get("id") if isinstance(x, dict) else None for x in letters)
-    _add(v, "unexpected", "dead letters", [
-        f"a letter for {x!r}, which is not late by design" if x in reads
-        else f"a letter for {x!r}, not a view read" for x in named
-        if x not in reads or (strict and x not in late_ids)])
-    if exact:
-        _add(v, "duplicated", "dead letters", [f"view {i} in {n} letters, read {reads[i]}"
-                                               for i, n in named.items()
-                                               if i in reads and n > reads[i]])
+    allowed = _letters_allowed(views, late_ids)
+    _judge_letters(v, named, allowed, exact)
     read_again = {window_of[i] for i, n in reads.items() if n > 1}
     lettered: Counter[tuple[str, int]] = Counter()
     for i, n in named.items():
-        if i in reads:
-            lettered[window_of[i]] += min(n, reads[i])
+        if isinstance(i, int) and i in reads:
+            lettered[window_of[i]] += min(n, allowed[i])
     for page, per in want.items():
         for start, n in per.items():
             counts = got.get((page, start), [])
@@ -373,41 +371,101 @@ def attribution_feed(events: list[dict[str, Any]]) -> Feed:
     return feed
 
 
-def attribution_expected(events: list[dict[str, Any]]) -> Expected:
-    """Every purchase and click of the same user at most WITHIN ms apart, once."""
+def _in_course(values: list[dict[str, Any]]) -> set[int]:
+    """The records whose first read was in course: every record of their topic's partition
+    read before them (in the epoch) came before them in the input (a lower id). Such a
+    record is within the grace of any watermark it meets (the input's disorder is within
+    it), so it is not late and meets every partner within WITHIN that is in course too
+    (the partner waits until the watermark passes its time + WITHIN + GRACE). A record
+    read after a Startpoint moved its partition back, or forward past it and back, may be
+    late: it pairs with what its join task still holds, which timing decides."""
+    high: dict[tuple[Any, int], int] = {}
+    seen: set[int] = set()
+    out: set[int] = set()
+    for v in values:
+        where, i = (v.get("side"), _partition(v)), v["id"]
+        if i not in seen:
+            seen.add(i)
+            if i > high.get(where, -1):
+                out.add(i)
+        high[where] = max(high.get(where, -1), i)
+    return out
+
+
+def attribution_pairs(events: list[dict[str, Any]]
+                      ) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """Every purchase and click of the same user at most WITHIN ms apart, as read: the pairs
+    that must be there exactly once (each of the two read once, in course), and for the
+    others the range of times a pair may be there: at least once when both were first read
+    in course, at most once per pair of reads (a record read again pairs again with each
+    partner its join task still holds)."""
+    reads = Counter(e["id"] for e in events)
+    course = _in_course(events)
+    distinct = list({e["id"]: e for e in events}.values())
     clicks: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
+    for e in distinct:
         if e["side"] == "click":
             clicks[e["user"]].append(e)
-    results: dict[Any, list[Any]] = {}
-    for b in events:
-        if b["side"] == "buy":
-            for c in clicks[b["user"]]:
-                if abs(b["ts"] - c["ts"]) <= WITHIN:
-                    pair = _pair(b, c)
-                    results[_pair_key(pair)] = [pair]
-    return Expected(results, replayed=_never)
+    exact: dict[str, Any] = {}
+    ranges: dict[str, tuple[int, int]] = {}
+    for b in distinct:
+        if b["side"] != "buy":
+            continue
+        for c in clicks[b["user"]]:
+            if abs(b["ts"] - c["ts"]) > WITHIN:
+                continue
+            pair = _pair(b, c)
+            both = b["id"] in course and c["id"] in course
+            if both and reads[b["id"]] == reads[c["id"]] == 1:
+                exact[_pair_key(pair)] = pair
+            else:
+                ranges[_pair_key(pair)] = (1 if both else 0, reads[b["id"]] * reads[c["id"]])
+    return exact, ranges
+
+
+def attribution_expected(events: list[dict[str, Any]]) -> Expected:
+    """Every purchase and click of the same user at most WITHIN ms apart, once; a pair of
+    records read again or out of course is left to ``judge_attribution`` (a range)."""
+    exact, ranges = attribution_pairs(events)
+    return Expected({k: [pair] for k, pair in exact.items()}, replayed=_never,
+                    tolerated=ranges.__contains__)
 
 
 def judge_attribution(t: Any, pipeline: Any, job: str, events: list[dict[str, Any]],
                       guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
-    """Dead letters name late-by-design clicks only (they pair with nothing, late or not),
-    each once under exactly-once."""
+    """``attribution_verdict`` on the committed pairs and dead letters (since ``marks``)."""
+    marks = marks or {}
+    pairs = [key for key, _ in _results(t, pipeline, job, marks.get(pipeline.sink_topic))]
+    letters = _letters(t, pipeline, job, marks.get(pipeline.dead_letter_topic or ""))
+    return attribution_verdict(events, pairs, letters, guarantee)
+
+
+def attribution_verdict(events: list[dict[str, Any]], pair_keys: list[Any],
+                        letters: list[Any], guarantee: str) -> Verdict:
+    """The pairs of records read again or out of course, each within its range
+    (``attribution_pairs``; the verifier judges the others against the oracle); dead
+    letters: when every record was read once and in course, only late-by-design clicks
+    (they pair with nothing, late or not), once under exactly-once; otherwise any record
+    read, at most as often as it was read."""
     from .verify import Verdict
 
+    exact_once = guarantee == "exactly-once"
     v = Verdict(guarantee)
+    _, ranges = attribution_pairs(events)
+    seen = Counter(pair_keys)
+    for key, (lo, hi) in sorted(ranges.items()):
+        n = seen.get(key, 0)
+        if n < lo:
+            _add(v, "lost", key, [f"pair {key}: none, its records both read in course"])
+        elif exact_once and n > hi:
+            _add(v, "duplicated", key, [f"pair {key}: {n} times, at most {hi} (reads)"])
     late_ids = {e["id"] for e in events if e["user"] == LATE_USER}
-    letters = _letters(t, pipeline, job, (marks or {}).get(pipeline.dead_letter_topic or ""))
     # a join's channel value is tagged: ["L", purchase] or ["R", click]
     named = Counter(x[1].get("id") if isinstance(x, list) and len(x) == 2
                     and isinstance(x[1], dict) else None for x in letters)
-    _add(v, "unexpected", "dead letters", [f"a letter for {i!r}, which is not late by design"
-                                           for i in named if i not in late_ids])
-    if guarantee == "exactly-once":
-        _add(v, "duplicated", "dead letters", [f"click {i} in {n} letters"
-                                               for i, n in named.items() if n > 1])
+    _judge_letters(v, named, _letters_allowed(events, late_ids), exact_once)
     v.dead_letters = {"late_by_design": len(late_ids), "committed": len(letters)}
-    v.passed = not (v.lost or v.unexpected or (guarantee == "exactly-once" and v.duplicated))
+    v.passed = not (v.lost or v.unexpected or (exact_once and v.duplicated))
     return v
 
 
@@ -423,5 +481,5 @@ WINDOW_WORKLOADS: dict[str, Workload] = {
         "(a windowed join of two sources, inner), each pair keyed by its ids",
         attribution_pipeline, lambda seed, n: shop_events(n, seed, recent_epoch()),
         attribution_expected,
-        feed=attribution_feed, judge=judge_attribution, refused=JOIN_REFUSED),
+        feed=attribution_feed, judge=judge_attribution, refused=REFUSED),
 }

@@ -53,12 +53,15 @@ class Expected:
     have written. ``replayed(key, value)``: whether a value the oracle does not have is
     one that at-least-once can write, replaying input that a stateful step then counts
     again (a count past the true one); without it, at-least-once takes every such value
-    of a known key for a replay."""
+    of a known key for a replay. ``tolerated(key)``: a key whose results the workload's
+    own ``judge`` counts (how many times it may be there is a range, not a list); the
+    verifier leaves its values out of its own counts."""
 
     results: dict[Any, list[Any]]
     identity: Callable[[Any], Any] | None = None
     check: Callable[[Any, list[Any]], list[str]] | None = None
     replayed: Callable[[Any, Any], bool] | None = None
+    tolerated: Callable[[Any], bool] | None = None
 
 
 def _count_past(results: dict[Any, list[Any]],
