@@ -41,14 +41,14 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..api import Pipeline
+from ..errors import EosError
+from ..joblog.committed import read_output
 from ..windows import tumbling
+from .verdict import EXAMPLES, Verdict, since
 from .workloads import Expected, Feed, Workload
-
-if TYPE_CHECKING:   # verify imports workloads, which registers these: imported when used
-    from .verify import Verdict
 
 __all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
            "windows_expected", "judge_windows", "shop_events", "attribution_expected",
@@ -184,10 +184,6 @@ def windows_expected(views: list[dict[str, Any]]) -> Expected:
 
 def _letters(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
     """The values the committed dead letters name (a channel record's, as Python shows it)."""
-    from ..errors import EosError
-    from ..joblog.committed import read_output
-    from .verify import since
-
     try:
         letters = since(read_output(t, pipeline.dead_letter_topic, job=job), marks)
     except EosError:   # no topic: no letter was written
@@ -203,16 +199,11 @@ def _letters(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> l
 
 
 def _results(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
-    from ..joblog.committed import read_output
-    from .verify import since
-
     return [(r.key.decode() if r.key is not None else None, json.loads(r.value or b"null"))
             for r in since(read_output(t, pipeline.sink_topic, job=job), marks)]
 
 
 def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
-    from .verify import EXAMPLES
-
     setattr(v, what, getattr(v, what) + len(examples))
     if examples and len(v.bad_keys) < 20:
         v.bad_keys.append({"key": key, what: len(examples),
@@ -224,8 +215,6 @@ def judge_windows(t: Any, pipeline: Any, job: str, views: list[dict[str, Any]],
     """Each window's count (exactly-once: every result equal to the oracle's; at-least-once:
     the highest at least it), and the late-by-design views: each counted in ``/late``'s
     window or a dead letter, once (at-least-once: at least once), no other view a letter."""
-    from .verify import Verdict
-
     marks = marks or {}
     exact = guarantee == "exactly-once"
     v = Verdict(guarantee)
@@ -347,8 +336,6 @@ def judge_attribution(t: Any, pipeline: Any, job: str, events: list[dict[str, An
                       guarantee: str, marks: dict[str, dict[int, int]] | None = None) -> Verdict:
     """Dead letters name late-by-design clicks only (they pair with nothing, late or not),
     each once under exactly-once."""
-    from .verify import Verdict
-
     v = Verdict(guarantee)
     late_ids = {e["id"] for e in events if e["user"] == LATE_USER}
     letters = _letters(t, pipeline, job, (marks or {}).get(pipeline.dead_letter_topic or ""))
