@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..runner import start_pipeline
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "EosSystem", "RawSystem", "scratch_dir",
@@ -153,8 +154,6 @@ class EosSystem:
         return None
 
     def start(self, setup: Setup) -> Running:
-        from ..runner import start_pipeline
-
         pipeline = setup.workload.make_pipeline()
         pipeline.rename(setup.name, source=setup.source, sink=setup.sink, sources=setup.tables)
         run = start_pipeline(pipeline, bootstrap_servers=setup.bootstrap,
@@ -249,6 +248,7 @@ class RawSystem:
         return tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
+        # the Kafka client loads when a system starts, not with the lineup
         from .kafka import BenchKafka
         from .raw_dataflow import LOOKS_UP
 
