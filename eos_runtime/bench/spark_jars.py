@@ -34,6 +34,9 @@ TOKEN_PROVIDER_SOURCE_VERSION = "4.0.0"  # the only Spark 4 sources jar in Maven
 TOKEN_PROVIDER_JAR = "spark-token-provider-kafka-0-10-built.jar"
 
 
+# pyspark loads only when the Spark peer is set up, not with the bench
+
+
 def pyspark_jars() -> Path:
     import pyspark
 

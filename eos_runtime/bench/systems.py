@@ -127,7 +127,8 @@ class _EosRun:
 
     def pids(self) -> list[int]:
         # The Spark JVM, and under it the Python workers that run the tasks. The driver
-        # shares the bench's own process and is not counted.
+        # shares the bench's own process and is not counted. (pyspark: the run loaded it;
+        # this module does not.)
         from pyspark import SparkContext
 
         gateway = SparkContext._gateway

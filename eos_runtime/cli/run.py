@@ -436,6 +436,7 @@ class _RunView:
         self.started = time.monotonic()
         self._live: Any = None
         if live:
+            # rich only for the live view on a terminal, not at `eos` start
             from rich.console import Console
             from rich.live import Live
 
@@ -487,6 +488,7 @@ class _RunView:
             click.echo(text, err=True)
 
     def _render(self, p: dict[str, Any] | None) -> Any:
+        # rich, as in __init__
         from rich.console import Group
         from rich.spinner import Spinner
         from rich.table import Table
