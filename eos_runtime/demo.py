@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -122,7 +123,6 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
     pipeline = load_pipeline(WORDCOUNT)
     opts: dict[str, Any]
     if bootstrap_servers:
-        import uuid
         name = f"wordcount-{uuid.uuid4().hex[:8]}"  # one broker, many demo runs
         pipeline.rename(name, source=f"{name}-lines", sink=f"{name}-counts")
         opts = {"bootstrap_servers": bootstrap_servers}

@@ -20,7 +20,7 @@ def parent_death_signal_hook() -> Callable[[], None] | None:
     """A preexec_fn making the child get SIGTERM when its parent dies (Linux), or None."""
     if sys.platform != "linux":
         return None
-    import ctypes
+    import ctypes  # for prctl, on Linux only
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl   # loaded here, not in the child
     except (OSError, AttributeError):

@@ -23,6 +23,9 @@ from typing import Any
 
 __all__ = ["main"]
 
+# faust is in the peer's own venv only: imported when the worker runs, so this module
+# imports anywhere else (the project's venv, mypy)
+
 
 def _app(args: argparse.Namespace) -> Any:
     import faust

@@ -216,6 +216,7 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (files only, no display), for every plot
     of the report."""
+    # matplotlib loads with the report's first plot, not with the bench
     import matplotlib
 
     matplotlib.use("Agg")

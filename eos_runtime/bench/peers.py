@@ -16,12 +16,14 @@ from pathlib import Path
 
 from ..broker.jars import KAFKA_VERSION, find_java
 from ..errors import EosError
+from . import spark_jars
 from .faust_peer import FAUST_VERSION
 from .faust_peer import install as install_faust
 from .kafka_streams import APP_CLASS, APP_JAR, COMMIT_INTERVALS, build
 from .pyflink_peer import FLINK_VERSION, PYFLINK_WORKLOADS, kill_a_python_worker
 from .pyflink_peer import install as install_pyflink
 from .systems import Processes, ProcessGroup, Running, Setup, tables_beyond_one, the_table
+from .windows import GRACE_MS, WINDOW_MS
 from .workloads import BenchWorkload
 
 __all__ = ["QuixSystem", "SparkStructuredStreaming", "KafkaStreamsSystem", "FaustSystem",
@@ -80,8 +82,6 @@ def _window_args(workload: BenchWorkload) -> list[str]:
     """The windows workload's window and grace, for a peer's command line."""
     if workload.name != "windows":
         return []
-    from .windows import GRACE_MS, WINDOW_MS
-
     return ["--window-ms", str(WINDOW_MS), "--grace-ms", str(GRACE_MS)]
 
 
@@ -90,6 +90,7 @@ def _start_group(setup: Setup, python: str, peer: str, count: int,
     """``count`` processes of a Python peer's consumer group, named after the run: each
     runs ``<peer>_app.py`` (beside this file) on ``python``, with ``more_args(i)`` after
     the arguments every such app takes."""
+    # the Kafka client loads when a system starts, not with the lineup
     from .kafka import BenchKafka
 
     procs, logs = [], []
@@ -144,8 +145,6 @@ class SparkStructuredStreaming:
         self.version: str | None = None
 
     def unavailable(self) -> str | None:
-        from ..errors import EosError
-
         try:
             import pandas  # noqa: F401   applyInPandasWithState needs both
             import pyarrow  # noqa: F401
@@ -153,9 +152,7 @@ class SparkStructuredStreaming:
         except ImportError as exc:
             return f"{exc.name} is not installed: pip install -e '.[bench]'"
         try:
-            from .spark_jars import fetch
-
-            self.jars = fetch()
+            self.jars = spark_jars.fetch()
         except EosError as exc:
             return f"Spark's Kafka connector could not be set up: {exc}"
         self.version = pyspark.__version__

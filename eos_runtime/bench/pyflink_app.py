@@ -47,6 +47,9 @@ WORKLOADS = ("wordcount", "aggregate", "pageviews")
 # default (transaction.max.timeout.ms, 15 min): its producers would not start.
 TRANSACTION_TIMEOUT_MS = 600_000
 
+# pyflink is in the peer's own venv only: imported when the job runs, so this module
+# imports anywhere else (the project's venv, mypy)
+
 
 def _functions() -> dict[str, Any]:
     from pyflink.common import Row, Types

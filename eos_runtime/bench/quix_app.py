@@ -78,6 +78,8 @@ def _enriched(click: dict[str, Any], row: dict[str, Any] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # quixstreams is in the peer's own venv only: imported when the app runs, so this module
+    # imports anywhere else (the project's venv, mypy)
     from quixstreams import Application
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -32,6 +32,9 @@ from typing import Any
 
 __all__ = ["main"]
 
+# pyspark and pandas load when the application runs, not when the bench imports its
+# modules
+
 
 def _count(key: tuple[str], batches: Iterator[Any], state: Any) -> Iterator[Any]:
     import pandas as pd

@@ -21,6 +21,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
+from ..broker.jars import cache_root, find_java, find_maven
 from ..errors import SetupError
 
 __all__ = ["CONNECTOR_VERSION", "TOKEN_PROVIDER_SOURCE_VERSION", "pyspark_jars", "cache_dir",
@@ -33,6 +34,9 @@ TOKEN_PROVIDER_SOURCE_VERSION = "4.0.0"  # the only Spark 4 sources jar in Maven
 TOKEN_PROVIDER_JAR = "spark-token-provider-kafka-0-10-built.jar"
 
 
+# pyspark loads only when the Spark peer is set up, not with the bench
+
+
 def pyspark_jars() -> Path:
     import pyspark
 
@@ -41,8 +45,6 @@ def pyspark_jars() -> Path:
 
 def cache_dir() -> Path:
     import pyspark
-
-    from ..broker.jars import cache_root
 
     return cache_root() / f"spark-kafka-{CONNECTOR_VERSION}-pyspark-{pyspark.__version__}"
 
@@ -54,8 +56,6 @@ def _complete(d: Path) -> bool:
 def fetch() -> list[Path]:
     """The jars to add to pyspark's (``spark.jars``), fetching and building them first if
     the cache does not have them. :class:`SetupError` says what failed."""
-    from ..broker.jars import find_java, find_maven
-
     target = cache_dir()
     if not _complete(target):
         java = find_java()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..runner import start_pipeline
 from .workloads import BenchWorkload
 
 __all__ = ["Setup", "Running", "System", "EosSystem", "RawSystem", "scratch_dir",
@@ -126,7 +127,8 @@ class _EosRun:
 
     def pids(self) -> list[int]:
         # The Spark JVM, and under it the Python workers that run the tasks. The driver
-        # shares the bench's own process and is not counted.
+        # shares the bench's own process and is not counted. (pyspark: the run loaded it;
+        # this module does not.)
         from pyspark import SparkContext
 
         gateway = SparkContext._gateway
@@ -153,8 +155,6 @@ class EosSystem:
         return None
 
     def start(self, setup: Setup) -> Running:
-        from ..runner import start_pipeline
-
         pipeline = setup.workload.make_pipeline()
         pipeline.rename(setup.name, source=setup.source, sink=setup.sink, sources=setup.tables)
         run = start_pipeline(pipeline, bootstrap_servers=setup.bootstrap,
@@ -249,6 +249,7 @@ class RawSystem:
         return tables_beyond_one(workload)
 
     def start(self, setup: Setup) -> Running:
+        # the Kafka client loads when a system starts, not with the lineup
         from .kafka import BenchKafka
         from .raw_dataflow import LOOKS_UP
 

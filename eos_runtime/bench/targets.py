@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .kafka_streams import COMMIT_INTERVALS
+
 __all__ = ["judge", "markdown_section"]
 
 EO, ALO = "eos-exactly-once", "eos-at-least-once"
@@ -137,8 +139,6 @@ def _memory(result: dict[str, Any]) -> list[dict[str, Any]]:
 def _kafka_streams(result: dict[str, Any]) -> dict[str, Any]:
     """Issue 26: exactly-once ≥ Kafka Streams exactly-once at the same commit interval: its
     system whose own interval is the bench's (the peer runs at 100 ms and at 1 s)."""
-    from .kafka_streams import COMMIT_INTERVALS
-
     target = "exactly-once ≥ Kafka Streams exactly-once at the same commit interval"
     interval = result["settings"]["commit_interval"]
     same = [name for name, seconds in COMMIT_INTERVALS.items() if seconds == interval]

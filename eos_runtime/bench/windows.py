@@ -153,6 +153,9 @@ def windows_pipeline() -> Pipeline:
 
 
 # --------------------------------------------------------------------------- latency
+# These read the broker: they import the Kafka client (bench.kafka, latency) when called,
+# as bench.workloads, which every system imports, imports this module. latency imports
+# bench.workloads too: at the top it would be a cycle.
 
 def read_source(bootstrap: str, topic: str, partitions: int,
                 timeout: float = 30.0) -> list[Record]:

@@ -367,6 +367,7 @@ def _port_open(port: int) -> bool:
 
 
 def _admin_client(bootstrap: str) -> AdminClient:
+    # `eos kafka` is registered at `eos` start: the Kafka client loads when it is used
     from confluent_kafka.admin import AdminClient
     quiet = logging.getLogger("eos_runtime.broker.librdkafka")
     quiet.propagate = False

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
 import click
 
 from ..broker.cli import kafka as kafka_group
+from ..demo import prepare_demo_dir, run_demo
 from ..errors import EosError
 from ..redact import redact
+from ..transport import open_transport
 
 
 @click.group()
@@ -78,8 +81,7 @@ main.add_command(bench_cmd)
 def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: bool) -> None:
     """Round trip of protocol records through the local log (and Kafka, with a transaction
     check)."""
-    import json
-
+    # the smoke run's progress bar (rich) loads with the command, not at `eos --help`
     from .. import smoke as smoke_run
 
     results = smoke_run.run(data_dir=data_dir, bootstrap_servers=bootstrap_servers,
@@ -117,15 +119,9 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
          keep_topics: bool, as_json: bool) -> None:
     """The main job: word count end to end on Spark, output verified against an oracle."""
-    import json
-
-    from ..demo import prepare_demo_dir, run_demo
-
     client = kafka_client_config(bootstrap_servers)
     # A refused directory or an unreachable broker is the only line the user sees.
     if bootstrap_servers:
-        from ..transport import open_transport
-
         open_transport(bootstrap_servers=bootstrap_servers, **client).close()
     else:
         prepare_demo_dir(data_dir)

@@ -22,8 +22,14 @@ from typing import Any
 
 import click
 
+from ..broker import KafkaBroker, default_run_dir, find_running
 from ..errors import ConfigError
 from ..limits import option as in_range
+from ..runner import check_writable_dir
+from .options import stdout_to_stderr
+
+# `eos bench` imports the bench (bench.*: the Kafka client, the systems, the report) when
+# it runs: `eos --help` and the other commands start without it (0.1 s).
 
 __all__ = ["bench_cmd"]
 
@@ -64,7 +70,6 @@ def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from ..broker import KafkaBroker, default_run_dir, find_running
 
     running = find_running(default_run_dir())
     if running is not None:
@@ -80,8 +85,6 @@ def _broker(bootstrap: str | None, say: Any) -> Iterator[str]:
 
 
 def _out_dir(path: str | None) -> Path:
-    from ..runner import check_writable_dir
-
     d = Path(path or f".eos/bench/{time.strftime('%Y%m%d-%H%M%S')}").absolute()
     if d.exists() and not d.is_dir():
         raise ConfigError(f"--out {str(d)!r} is not a directory")
@@ -193,7 +196,6 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     from ..bench.report import summarize, write_report
     from ..bench.vocabulary import Vocabulary
     from ..bench.workloads import aggregate_keys, with_vocabulary
-    from .options import stdout_to_stderr
 
     words = Vocabulary.of(vocabulary, vocabulary_size)
     bench_workloads = with_vocabulary(words)

@@ -20,10 +20,22 @@ from typing import Any
 
 import click
 
+from ..broker import default_run_dir, find_running
 from ..errors import ConfigError
 from ..limits import option as in_range
-from ..redact import redact
-from .options import kafka_client_config, kafka_settings_options, n_of
+from ..redact import MASK, is_secret, redact
+from ..runner import check_writable_dir
+from ..transport import open_transport
+from .options import (
+    env_default,
+    kafka_client_config,
+    kafka_settings_options,
+    n_of,
+    stdout_to_stderr,
+)
+
+# `eos experiment` imports the experiments (experiments.*: workloads, schedules, runs, the
+# report) when it runs: `eos --help` and the other commands start without them (0.1 s).
 
 #: Change-log offsets before a task's first snapshot in an experiment (recovery C8).
 EXPERIMENT_SNAPSHOT_RECORDS = 4
@@ -33,7 +45,6 @@ __all__ = ["experiment_cmd"]
 
 def _report_dir(path: str | None, workload: str) -> Path:
     from ..experiments.report import REPORT_MARKER
-    from ..runner import check_writable_dir
 
     if path is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -90,8 +101,6 @@ def _kinds(text: str | None, transport: str, guarantee: str) -> list[str]:
 
 def _kafka_args() -> list[str]:
     """The Kafka settings options of this command, for its replay line; secrets masked."""
-    from ..redact import MASK, is_secret
-
     meta = click.get_current_context().meta
     args = []
     if meta.get("eos.kafka_config") is not None:
@@ -105,8 +114,6 @@ def _kafka_args() -> list[str]:
 def _broker_run_dir(given: str | None, bootstrap_servers: str) -> Path:
     """The run dir of the broker that broker faults stop: the project's own broker, the
     one at ``bootstrap_servers`` (never another one on this machine)."""
-    from ..broker import default_run_dir, find_running
-
     run_dir = Path(given).absolute() if given else default_run_dir()
     state = find_running(run_dir)
     if state is None:
@@ -189,7 +196,6 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.schedule import OPERATOR, check_schedule, load_schedule
     from ..experiments.setup import RunInterrupted, Settings, task_roles
     from ..experiments.workloads import check_refused, load_workload
-    from .options import env_default, stdout_to_stderr
 
     if data_dir is not None and bootstrap_servers:
         raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
@@ -239,8 +245,6 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     transport: dict[str, Any]
     client = kafka_client_config(bootstrap_servers)
     if bootstrap_servers:
-        from ..transport import open_transport
-
         # one line if unreachable
         open_transport(bootstrap_servers=bootstrap_servers, **client).close()
         transport = {"bootstrap_servers": bootstrap_servers, **client}
@@ -250,8 +254,6 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
         assert bootstrap_servers   # the local log refused kind broker above
         run_dir = _broker_run_dir(broker_dir, bootstrap_servers)
     if not bootstrap_servers:
-        from ..runner import check_writable_dir
-
         root = Path(data_dir).absolute() if data_dir else report_dir / "data"
         check_writable_dir(root, "data directory", "--data-dir")
         transport = {"data_dir": str(root)}

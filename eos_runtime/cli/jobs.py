@@ -19,7 +19,22 @@ from typing import Any
 
 import click
 
+from .. import reset
 from ..errors import ConfigError, TopicNotFound
+from ..joblog.changelog import last_commit
+from ..joblog.checkpoints import checkpoint_topic
+from ..joblog.control import ControlLog, control_topic, heartbeat_topic, scan_jobs
+from ..joblog.layout import (
+    layout_channels,
+    layout_guarantee,
+    layout_job_id,
+    layout_sinks,
+    layout_sources,
+    layout_stages,
+)
+from ..protocol.runs import run_of
+from ..runner import state_root
+from ..transport import TopicPartition, open_transport
 from .options import (
     absolute_paths,
     check_writable,
@@ -36,12 +51,6 @@ __all__ = ["jobs_cmd", "topics_cmd", "reset_cmd", "job_info", "topic_uses"]
 
 def job_info(transport: Any, job: str, *, commits: bool = True) -> dict[str, Any]:
     """What ``eos jobs --json`` says of one job."""
-    from ..joblog.changelog import last_commit
-    from ..joblog.control import ControlLog
-    from ..joblog.layout import layout_guarantee, layout_sinks, layout_sources, layout_stages
-    from ..protocol.runs import run_of
-    from ..transport import TopicPartition
-
     log = ControlLog(transport, job)
     runs = log.runs()
     status, holder, last_ms = log.lease()
@@ -149,9 +158,6 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
     bounded or unbounded, when it started, whether a stop was asked); and each task's last
     committed version, from its change log.
     """
-    from ..joblog.control import scan_jobs
-    from ..transport import open_transport
-
     opts = resolve_transport(bootstrap_servers, data_dir)
     with reading_local_log(opts), open_transport(**opts) as transport:
         scan = scan_jobs(transport)
@@ -173,16 +179,6 @@ def jobs_cmd(bootstrap_servers: str | None, data_dir: str | None, no_commits: bo
 def topic_uses(transport: Any, topics: list[str]) -> dict[str, list[dict[str, str]]]:
     """Per topic, the jobs that use it and as what: source, sink, channel, changelog,
     control, heartbeats, dead-letters, metadata, checkpoints."""
-    from ..joblog.checkpoints import checkpoint_topic
-    from ..joblog.control import control_topic, heartbeat_topic, scan_jobs
-    from ..joblog.layout import (
-        layout_channels,
-        layout_job_id,
-        layout_sinks,
-        layout_sources,
-        layout_stages,
-    )
-
     uses: dict[str, list[dict[str, str]]] = {t: [] for t in topics}
 
     def use(topic: str, job: str, role: str) -> None:
@@ -235,8 +231,6 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
     uses it as source, sink, channel, change log, control topic, dead letters or checkpoint
     topic (from the jobs' control topics). Kafka's internal topics (__consumer_offsets,
     __transaction_state) are left out; the project's own __eos_* topics are listed."""
-    from ..transport import open_transport
-
     opts = resolve_transport(bootstrap_servers, data_dir)
     with reading_local_log(opts), open_transport(**opts) as transport:
         names = sorted(t for t in transport.list_topics() if shown_topic(t))
@@ -273,11 +267,6 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     letters, or another job's topics; refuses while a driver holds the job's lease or a
     task of the job runs on this machine.
     """
-    from .. import reset
-    from ..joblog.control import ControlLog
-    from ..runner import state_root
-    from ..transport import open_transport
-
     opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
     check_writable(opts)
     with open_transport(**opts) as transport:

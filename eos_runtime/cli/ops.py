@@ -14,7 +14,21 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
+from .. import checkpoint_tool
+from ..errors import ConfigError, WireFormatError
+from ..joblog.checkpoints import ChangeLogCheckpoints
+from ..joblog.control import ControlLog, jobs_on
+from ..joblog.startpoints import (
+    MetadataStore,
+    Startpoint,
+    StartpointKey,
+    clear_startpoints,
+    list_startpoints,
+    set_startpoint,
+)
+from ..runner import state_root
+from ..runtime.source import position_store
+from ..transport import TopicPartition, open_transport
 from .options import (
     absolute_paths,
     check_writable,
@@ -30,14 +44,11 @@ __all__ = ["checkpoint_group", "startpoint_group"]
 
 
 def _job_plan(transport: Any, job: str, opts: dict[str, str]) -> Any:
-    from ..checkpoint_tool import plan_from_layout
-    from ..joblog.control import ControlLog
-
     last = ControlLog(transport, job).last_run()
     if last is None:
         raise ConfigError(f"job {job!r} has never run on {log_named(opts)}: it has no checkpoints "
                           f"(`eos jobs` lists the jobs there)")
-    return plan_from_layout(job, last.start.layout)
+    return checkpoint_tool.plan_from_layout(job, last.start.layout)
 
 
 @click.group("checkpoint")
@@ -59,14 +70,6 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
     checkpoint tool): one editable line per source partition; versions, generations and
     the positions of internal channels as comments. Edit an offset, then `eos checkpoint
     write JOB FILE`. Refused while a run holds the job."""
-    from ..checkpoint_tool import render
-    from ..joblog.checkpoints import ChangeLogCheckpoints
-    from ..joblog.control import ControlLog
-    from ..joblog.startpoints import list_startpoints
-    from ..runner import state_root
-    from ..runtime.source import position_store
-    from ..transport import open_transport
-
     opts = resolve_transport(bootstrap_servers, data_dir)
     with reading_local_log(opts), open_transport(**opts) as t:
         plan = _job_plan(t, job, opts)
@@ -92,7 +95,7 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
                     store.register(task.task_id)
                     kept[task.task_id] = store.read_last_checkpoint(task.task_id)
             store.stop()
-        text = render(plan, t.name, checkpoints, plan.job_id, kept=kept,
+        text = checkpoint_tool.render(plan, t.name, checkpoints, plan.job_id, kept=kept,
                       store=None if store is None else store.describe())
         pending = list_startpoints(job, transport=t)
     notes = []
@@ -115,11 +118,6 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
     one is refused naming it. Refused while a run holds the job. The positions are written
     as Startpoints: each task applies them at its next start and records them with its
     next commit; under exactly-once the job keeps its state."""
-    from ..checkpoint_tool import parse
-    from ..joblog.control import ControlLog
-    from ..joblog.startpoints import MetadataStore, Startpoint, StartpointKey
-    from ..transport import TopicPartition, open_transport
-
     text = file.read()
     opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
     check_writable(opts)
@@ -130,7 +128,7 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
         def bounds(topic: str, partition: int) -> tuple[int, int]:
             return t.watermarks(TopicPartition(topic, partition))
 
-        parsed = parse(text, plan, t.name, bounds)
+        parsed = checkpoint_tool.parse(text, plan, t.name, bounds)
         store = MetadataStore(t, job)
         old = store.startpoints()
         puts = {StartpointKey(topic, p, task): Startpoint.offset(offset)
@@ -169,10 +167,6 @@ def _known_job(t: Any, job: str, where: str, *, new_job: bool | None) -> None:
     """A job that never ran here and has no Startpoints is most likely a typo: a
     Startpoint for it would wait, unused, in a metadata topic of its own. ``new_job``
     (``--new-job``) lets one be set for a job's first run; None: a command without it."""
-    from ..errors import WireFormatError
-    from ..joblog.control import ControlLog, jobs_on
-    from ..joblog.startpoints import list_startpoints
-
     if new_job or list_startpoints(job, transport=t):
         return
     try:
@@ -217,8 +211,6 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
     ahead of the checkpoint (one of --offset, --timestamp, --oldest, --upcoming). It is
     applied at the task's start and deleted after its next commit. Refused while a run
     holds the job, and for internal channels."""
-    from ..joblog.startpoints import Startpoint, set_startpoint
-
     chosen = [name for name, on in (("--offset", offset is not None),
                                     ("--timestamp", timestamp is not None),
                                     ("--oldest", oldest), ("--upcoming", upcoming)) if on]
@@ -233,7 +225,6 @@ def startpoint_set(job: str, stream: str, partition: int, offset: int | None,
         sp = Startpoint.oldest() if oldest else Startpoint.upcoming()
     opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
     check_writable(opts)
-    from ..transport import open_transport
 
     with open_transport(**opts) as t:
         _known_job(t, job, log_named(opts), new_job=new_job)
@@ -251,10 +242,7 @@ def startpoint_list(job: str, bootstrap_servers: str | None, data_dir: str | Non
                     as_json: bool) -> None:
     """List JOB's Startpoints: those set and not yet used up (a task deletes its own after
     the commit that recorded where it led)."""
-    from ..joblog.startpoints import list_startpoints
-
     opts = resolve_transport(bootstrap_servers, data_dir)
-    from ..transport import open_transport
 
     with reading_local_log(opts), open_transport(**opts) as t:
         _known_job(t, job, log_named(opts), new_job=None)
@@ -284,13 +272,10 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
                      bootstrap_servers: str | None, data_dir: str | None) -> None:
     """Delete JOB's Startpoints (all, or those of --stream and --partition) before its next
     run uses them. Refused while a run holds the job."""
-    from ..joblog.startpoints import clear_startpoints
-
     if partition is not None and stream is None:
         raise click.UsageError("--partition goes with --stream")
     opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
     check_writable(opts)
-    from ..transport import open_transport
 
     with open_transport(**opts) as t:
         _known_job(t, job, log_named(opts), new_job=None)

@@ -23,6 +23,9 @@ import click
 from click.core import ParameterSource
 
 from ..errors import ConfigError
+from ..kafka_settings import merge, parse_assignments, read_properties
+from ..redact import redact
+from ..runner import check_writable_dir
 
 DEFAULT_DATA_DIR = ".eos/data"
 
@@ -47,8 +50,6 @@ def json_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 def json_error(message: str, kind: str) -> str:
     """The JSON error object a failed ``--json`` command prints on stdout."""
-    from ..redact import redact
-
     return json.dumps({"ok": False, "error": redact(message), "type": kind})
 
 
@@ -80,8 +81,6 @@ def kafka_settings_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def kafka_settings() -> dict[str, Any] | None:
     """The settings ``--kafka-config`` and ``-X`` gave this command (None: none)."""
-    from ..kafka_settings import merge, parse_assignments, read_properties
-
     meta = click.get_current_context().meta
     path, pairs = meta.get("eos.kafka_config"), meta.get("eos.kafka_setting") or ()
     if path is None and not pairs:
@@ -146,8 +145,6 @@ def kafka_client_config(bootstrap_servers: str | None) -> dict[str, Any]:
 
 def with_pipeline_settings(opts: dict[str, Any], pipeline: Any) -> dict[str, Any]:
     """``opts`` with the pipeline's ``kafka_config`` under the command's own settings."""
-    from ..kafka_settings import merge
-
     if "bootstrap_servers" not in opts or not getattr(pipeline, "kafka_config", None):
         return opts
     return {**opts, "client_config": merge(pipeline.kafka_config, opts.get("client_config"))}
@@ -157,8 +154,6 @@ def check_writable(opts: dict[str, Any]) -> None:
     """A command that writes to the local log fails here, naming the directory, instead
     of over an OSError traceback halfway through."""
     if "data_dir" in opts:
-        from ..runner import check_writable_dir
-
         root = Path(opts["data_dir"])
         for d in (root, root / "topics"):
             check_writable_dir(d, "data directory", "--data-dir")

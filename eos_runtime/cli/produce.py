@@ -17,7 +17,10 @@ import click
 
 from ..demo import generate_words
 from ..errors import ConfigError, DeliveryFailed, TopicNotFound
+from ..joblog.committed import read_output
 from ..runtime.outputs import kafka_partition
+from ..transport import TopicSpec, open_transport
+from .jobs import topic_uses
 from .options import (
     Interrupted,
     check_writable,
@@ -155,8 +158,6 @@ def produce_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     --key-separator splits each line into a key and a value. Prints how many records
     were written.
     """
-    from ..transport import TopicSpec, open_transport
-
     if (lines_from is None) == (generate is None):
         raise click.UsageError("give exactly one of --lines-from FILE and --generate words")
     if lines_from is not None and (count is not None or seed is not None):
@@ -232,9 +233,6 @@ def consume_cmd(topic: str, bootstrap_servers: str | None, data_dir: str | None,
     local log without --job, the one job whose sink is TOPIC is read; with several, pass
     --job (or --all).
     """
-    from ..joblog.committed import read_output
-    from ..transport import open_transport
-
     if job is not None and read_all:
         raise click.UsageError("--job and --all exclude each other")
     if as_json and only_count:
@@ -272,8 +270,6 @@ def _sink_job(transport: Any, topic: str, opts: dict[str, Any]) -> str:
     ``<job>.dead-letters``, as ``eos topics`` attributes them), from the jobs' control
     topics; an error naming them when there are several, or saying what to pass when there
     is none."""
-    from .jobs import topic_uses
-
     jobs = sorted({u["job"] for u in topic_uses(transport, [topic])[topic]
                    if u["role"] in ("sink", "dead-letters")})
     if len(jobs) == 1:

@@ -23,8 +23,15 @@ from typing import Any
 
 import click
 
+from ..dead_letter_limit import parse_limit
 from ..errors import ConfigError, DeadLetterLimitExceeded, EosError, PipelineFileError
+from ..faults import CRASH_POINTS
+from ..joblog.control import ControlLog
 from ..limits import option as in_range
+from ..plan import plan_job
+from ..run_watch import watch_run
+from ..runner import load_pipeline, start_pipeline
+from ..transport import open_transport
 from ..user_code import TRACEBACK_ENV, user_frames
 from .options import (
     Interrupted,
@@ -88,8 +95,6 @@ def _shows_user_frames(command: Callable[..., None]) -> Callable[..., None]:
 
 def parse_crash_at(spec: str) -> tuple[str, int]:
     """``POINT`` or ``POINT@HIT`` -> (point, hit); ``ConfigError`` naming the known points."""
-    from ..faults import CRASH_POINTS
-
     point, sep, hit_text = spec.strip().partition("@")
     known = ", ".join(sorted(CRASH_POINTS))
     if point not in CRASH_POINTS:
@@ -268,10 +273,6 @@ def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | N
     summary of the work (input records, each stage's and each task's counters) goes to
     stdout. docs/cli.md describes every option.
     """
-    from ..dead_letter_limit import parse_limit
-    from ..run_watch import watch_run
-    from ..runner import load_pipeline, start_pipeline
-
     opts = resolve_transport(bootstrap_servers, data_dir)
     limit = parse_limit(max_dead_letters) if max_dead_letters is not None else None
     fault: dict[str, Any] | None = None
@@ -435,6 +436,7 @@ class _RunView:
         self.started = time.monotonic()
         self._live: Any = None
         if live:
+            # rich only for the live view on a terminal, not at `eos` start
             from rich.console import Console
             from rich.live import Live
 
@@ -486,6 +488,7 @@ class _RunView:
             click.echo(text, err=True)
 
     def _render(self, p: dict[str, Any] | None) -> Any:
+        # rich, as in __init__
         from rich.console import Group
         from rich.spinner import Spinner
         from rich.table import Table
@@ -545,14 +548,9 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
     run` prints its summary. The next run continues from there. With no live run,
     says so and exits 1 (nothing is asked).
     """
-    from ..joblog.control import ControlLog
-    from ..transport import open_transport
-
     job = job_or_pipeline
     opts = absolute_paths(resolve_transport(bootstrap_servers, data_dir))
     if job.endswith(".py"):
-        from ..runner import load_pipeline
-
         pipeline = load_pipeline(job)
         apply_overrides(pipeline, name_override, source_override, sink_override)
         job = pipeline.name
@@ -570,9 +568,6 @@ def stop_cmd(job_or_pipeline: str, bootstrap_servers: str | None, data_dir: str 
 def _check_crash_task(pipeline: Any, opts: dict[str, Any], task: int, *,
                       parallelism: int | None, sink_partitions: int | None) -> None:
     """A --crash-task the plan does not have would never fire: fail loudly instead."""
-    from ..plan import plan_job
-    from ..transport import open_transport
-
     with open_transport(**absolute_paths(opts)) as transport:
         plan = plan_job(pipeline, transport, parallelism=parallelism,
                         sink_partitions=sink_partitions)

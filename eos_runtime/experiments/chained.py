@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
+from ..runner import start_pipeline
 from ..transport import open_transport
 from .injector import Injector
 from .schedule import Schedule
@@ -31,8 +32,6 @@ def run_then(settings: Settings, job: str, source: str, values: list[Any], sched
              ) -> tuple[Verdict | None, str | None, dict[str, Any]]:
     """Run job B once over ``source`` (A's sink) and judge its sink; (verdict, error, what
     happened: its job, fault records and attempts)."""
-    from ..runner import start_pipeline
-
     w = settings.workload
     assert w.then is not None and w.then_oracle is not None
     name = f"{job}-b"

@@ -11,13 +11,13 @@ import json
 import sys
 from typing import Any
 
+from ..errors import EosError
+from ..runner import start_pipeline
+from .setup import job_pipeline
+from .workloads import load_workload
+
 
 def main(argv: list[str]) -> int:
-    from ..errors import EosError
-    from ..runner import start_pipeline
-    from .setup import job_pipeline
-    from .workloads import load_workload
-
     spec: dict[str, Any] = json.loads(open(argv[1]).read())
     result: dict[str, Any] = {"run": None, "error": None}
     try:

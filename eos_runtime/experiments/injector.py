@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..broker import KafkaBroker, find_running
+from ..runtime.progress import read_task_progress
 from .schedule import PAUSES, Fault, Schedule
 
 __all__ = ["Injector", "resume", "alive", "broker_may_stop", "BROKER_REST", "ZOMBIE_LINGER"]
@@ -121,8 +123,6 @@ class Injector:
         """Stop the broker (its pid from the run dir's state file), wait until it is gone,
         ``down`` seconds later start it again on the same ports. In a thread: the JVM's
         start takes seconds that the injector's other faults and samples must not wait."""
-        from ..broker import KafkaBroker, find_running
-
         try:
             assert self.broker_dir is not None and f.down is not None
             state = find_running(self.broker_dir)
@@ -170,8 +170,6 @@ class Injector:
         """The generations each attempt took (a restart in place or a rewind takes a new
         one in the same attempt), from the progress file its task writes at each
         generation's start (``runtime/progress.py``)."""
-        from ..runtime.progress import read_task_progress
-
         for task in range(self.tasks):
             got = read_task_progress(self.job_dir / f"task-{task}.progress")
             if got is None or not isinstance(got.get("attempt"), int):

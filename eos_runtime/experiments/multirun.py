@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
+from ..joblog.changelog import last_commit
+from ..joblog.control import ControlLog
+from ..protocol.runs import run_of
+from ..runner import start_pipeline
 from ..transport import TopicPartition, TopicSpec, open_transport
 from .injector import Injector, resume
 from .scenario_input import PlannedInput
@@ -297,8 +301,6 @@ class _Scene:
                 self.model.models[topic].set_startpoint(p, "offset", offset)
 
     def one_run(self, k: int, options: dict[str, Any]) -> dict[str, Any]:
-        from ..runner import start_pipeline
-
         mine = self.schedule.of_run(k)
         log = self.own / f"faults-run-{k}.log"
         for task in range(len(self.roles)):   # an earlier run's attempts must not pass for its
@@ -416,9 +418,6 @@ class _Scene:
     def committed_positions(self, job_run: int) -> dict[str, list[int | None]]:
         """Per input topic and partition, where its task's last commit of job run
         ``job_run`` left it (None: the task committed nothing in that run)."""
-        from ..joblog.changelog import last_commit
-        from ..protocol.runs import run_of
-
         out: dict[str, list[int | None]] = {
             topic: [None] * m.partitions for topic, m in self.model.models.items()}
         with open_transport(**self.opts) as t:
@@ -469,8 +468,6 @@ class _Scene:
                         rec: dict[str, Any]) -> None:
         """A second driver of the job with --take-over, in a process of its own (one Spark
         job per process); returns once it recorded its run."""
-        from ..joblog.control import ControlLog
-
         ends = self.model.ends()
         w = self.s.workload
         spec = {"workload": w.name if w.origin == "built in" else w.origin, "job": self.job,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import EosError
+from ..runner import start_pipeline
 from ..transport import TopicSpec, open_transport
 from .chained import run_then
 from .injector import Injector
@@ -97,8 +98,6 @@ def run_experiment(settings: Settings, seed: int, schedule: Schedule, *,
 
 def _one_run(settings: Settings, seed: int, schedule: Schedule, made: NewJob,
              on_progress: Callable[[dict[str, Any]], None] | None) -> RunResult:
-    from ..runner import start_pipeline
-
     w = settings.workload
     job, pipeline, opts, root, topics = made
     state = root / "state"

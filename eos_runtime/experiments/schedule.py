@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import ConfigError
 from ..faults import CRASH_POINTS
 
@@ -448,8 +449,6 @@ def _refusal(kind: str, transport: str, guarantee: str) -> str | None:
 
 def clock_hook() -> bool:
     """Whether the tasks can step their wall clock (the runtime's ``clock`` action)."""
-    from .. import faults
-
     return "clock" in faults.ACTIONS
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EosError
+from ..plan import plan_job
 from ..scratch_topics import ScratchTopics
 from ..transport import TopicSpec, open_transport
 from .schedule import PAUSES, Schedule, TaskRole
@@ -127,8 +128,6 @@ def task_roles(workload: Workload, guarantee: str, *, then: bool = False) -> lis
     """The job's tasks and what each does, planned on a scratch local log (no run, no
     topic of the real transport), so a schedule is checked before anything starts; with
     ``then``, a chained workload's job B's."""
-    from ..plan import plan_job
-
     pipeline = workload.make_pipeline()
     with tempfile.TemporaryDirectory(prefix="eos-plan-") as scratch:
         with open_transport(data_dir=scratch) as t:

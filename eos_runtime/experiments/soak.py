@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..errors import EosError
+from ..joblog.committed import read_topic
 from ..outage import is_transient
 from ..transport import open_transport
 from .setup import DRAIN_LIMIT
@@ -95,8 +96,6 @@ def source_inputs(transport: Any, topic: str, payloads: list[bytes],
     """The values the source holds, in the order they were fed (partition by partition
     interleaved by offset): the input the soak's oracle is computed over, whatever an
     outage let through."""
-    from ..joblog.committed import read_topic
-
     index = {payload: i for i, payload in reversed(list(enumerate(payloads)))}
     records = sorted(read_topic(transport, topic, read_committed=False),
                      key=lambda r: (r.offset, r.partition))
@@ -115,8 +114,6 @@ def graph_inputs(transport: Any, batches: list[Batch], values: list[Any],
     """The values whose records all reached their topics, in the order fed: a graph
     soak's input, which its sinks' oracles are computed over. Each record is known by its
     stamp (stamp0 + the value's index)."""
-    from ..joblog.committed import read_topic
-
     arrived: dict[int, int] = {}
     for topic in dict.fromkeys(topic for batch in batches for topic, *_ in batch):
         for r in read_topic(transport, topic, read_committed=False):

@@ -50,7 +50,9 @@ def mark_of(kind: str) -> Mark:
 def timeline_png(r: RunResult, path: Path) -> None:
     """Sink records per second over the run, task attempts and their generations below
     it, faults marked by kind."""
-    from matplotlib.figure import Figure  # a Figure of its own: no pyplot, no GUI backend
+    # matplotlib loads when a picture is drawn, not with the experiments; a Figure of its
+    # own: no pyplot, no GUI backend
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4.2), dpi=80, layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1.4])
@@ -148,7 +150,7 @@ def recovery_png(results: Sequence[RunResult], path: Path) -> bool:
     times = [f["restarted_after"] for r in results for f in r.faults if "restarted_after" in f]
     if not times:
         return False
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # as in timeline_png
     from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(6, 2.8), dpi=80, layout="constrained")

@@ -34,56 +34,20 @@ otherwise be believed (``tests/test_experiments.py`` feeds it one).
 from __future__ import annotations
 
 import bisect
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..api import FORMATS
 from ..errors import EosError
+from ..joblog import committed as committed_log
 from ..transport import Record, Transport
+from .verdict import EXAMPLES, Verdict, since
 from .workloads import Expected, hashable
 
 __all__ = ["Verdict", "compare", "verify_output", "verify_sinks", "merge", "since",
            "check_dead_letters"]
-
-EXAMPLES = 5   # values shown per key and category in a report
-
-
-@dataclass
-class Verdict:
-    guarantee: str
-    passed: bool = False
-    keys: int = 0                  # the oracle's
-    expected: int = 0              # results the oracle expects
-    committed: int = 0             # results the reader sees
-    lost: int = 0
-    duplicated: int = 0
-    unexpected: int = 0
-    out_of_order: int = 0
-    unexpected_keys: int = 0
-    bad_keys: list[dict[str, Any]] = field(default_factory=list)   # the first few, with examples
-    raw: dict[str, Any] | None = None    # the cross-check against every record written
-    # a workload with bad records: {"expected": letters, "committed": letters read}
-    dead_letters: dict[str, int] | None = None
-
-    def counts(self) -> dict[str, int]:
-        return {"lost": self.lost, "duplicated": self.duplicated,
-                "unexpected": self.unexpected, "out_of_order": self.out_of_order}
-
-    def reasons(self) -> list[str]:
-        """Why it failed, in words ([] when it passed)."""
-        if self.passed:
-            return []
-        out = [f"{n:,} {what.replace('_', '-')}" for what, n in self.counts().items() if n]
-        if self.unexpected_keys:
-            out.append(f"{self.unexpected_keys} unexpected keys")
-        if self.raw and self.raw.get("phantom"):
-            out.append(f"{self.raw['phantom']} committed records not in the topic")
-        return out or ["failed"]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _longest_increasing(seq: list[int]) -> int:
     tails: list[int] = []
@@ -198,13 +162,6 @@ def _note(v: Verdict, key: Any, entry: dict[str, Any]) -> None:
         v.bad_keys.append({"key": key, **entry})
 
 
-def since(records: list[Record], marks: dict[int, int] | None) -> list[Record]:
-    """The records at or past ``marks`` (partition -> offset; None: all of them)."""
-    if not marks:
-        return records
-    return [r for r in records if r.offset >= marks.get(r.partition, 0)]
-
-
 def verify_output(transport: Transport, topic: str, job: str, expected: Expected,
                   guarantee: str, *, key_decode: Callable[[bytes], Any] | None,
                   value_decode: Callable[[bytes], Any],
@@ -212,12 +169,11 @@ def verify_output(transport: Transport, topic: str, job: str, expected: Expected
     """The verdict on ``topic`` as ``job``'s readers see it, cross-checked against every
     record the topic holds; with ``marks`` only the records at or past them (the output
     after an ``eos reset``)."""
-    from ..joblog.committed import read_output
-
-    committed = since(read_output(transport, topic, job=job), marks)
+    # read through the module, per call: tests/test_experiments.py swaps in a reader
+    committed = since(committed_log.read_output(transport, topic, job=job), marks)
     verdict = compare(expected, committed, guarantee, key_decode=key_decode,
                       value_decode=value_decode)
-    raw = since(read_output(transport, topic, committed=False), marks)
+    raw = since(committed_log.read_output(transport, topic, committed=False), marks)
     by_place = {(r.partition, r.offset): r for r in raw}
     phantom = 0
     for r in committed:
@@ -240,12 +196,8 @@ def check_dead_letters(v: Verdict, transport: Transport, topic: str, job: str, s
     every bad source record processed (``expected``: (partition, offset) -> times) must
     have exactly one letter naming it per time; a missing one is lost, one more is a
     duplicate (fails exactly-once only), a letter for any other record is unexpected."""
-    import json
-
-    from ..joblog.committed import read_output
-
     try:
-        letters = since(read_output(transport, topic, job=job), marks)
+        letters = since(committed_log.read_output(transport, topic, job=job), marks)
     except EosError:   # no topic: no letter was ever written
         letters = []
     got: Counter[tuple[int, int]] = Counter()
@@ -289,8 +241,6 @@ def verify_sinks(transport: Transport, pipeline: Any, expected: dict[str, Expect
                  marks: dict[str, dict[int, int]] | None = None) -> Verdict:
     """A graph workload's verdict: every sink against its oracle (``expected`` by the
     workload's sink names), from its own ``marks`` when given, one verdict of them."""
-    from ..api import FORMATS
-
     prefix = "" if transport_name == "local" else f"{job}-"
     verdicts = []
     for sink in pipeline.sinks:

@@ -48,14 +48,14 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..api import Pipeline
+from ..errors import EosError
+from ..joblog.committed import read_output
 from ..windows import tumbling
+from .verdict import EXAMPLES, Verdict, since
 from .workloads import Expected, Feed, Workload
-
-if TYPE_CHECKING:   # verify imports workloads, which registers these: imported when used
-    from .verify import Verdict
 
 __all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
            "windows_expected", "judge_windows", "window_verdict", "recent_epoch", "shop_events",
@@ -188,10 +188,6 @@ def windows_expected(views: list[dict[str, Any]]) -> Expected:
 
 def _letters(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
     """The values the committed dead letters name (a channel record's, as Python shows it)."""
-    from ..errors import EosError
-    from ..joblog.committed import read_output
-    from .verify import since
-
     try:
         letters = since(read_output(t, pipeline.dead_letter_topic, job=job), marks)
     except EosError:   # no topic: no letter was written
@@ -207,16 +203,11 @@ def _letters(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> l
 
 
 def _results(t: Any, pipeline: Any, job: str, marks: dict[int, int] | None) -> list[Any]:
-    from ..joblog.committed import read_output
-    from .verify import since
-
     return [(r.key.decode() if r.key is not None else None, json.loads(r.value or b"null"))
             for r in since(read_output(t, pipeline.sink_topic, job=job), marks)]
 
 
 def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
-    from .verify import EXAMPLES
-
     setattr(v, what, getattr(v, what) + len(examples))
     if examples and len(v.bad_keys) < 20:
         v.bad_keys.append({"key": key, what: len(examples),
@@ -274,8 +265,6 @@ def window_verdict(views: list[dict[str, Any]], results: list[tuple[str, int, in
     views is the times they were read, exactly under exactly-once, at least under
     at-least-once. Dead letters as ``_judge_letters`` says (W6: a view within the grace of
     its partition's latest is never late)."""
-    from .verify import Verdict
-
     exact = guarantee == "exactly-once"
     v = Verdict(guarantee)
     want = window_counts(views)
@@ -444,11 +433,8 @@ def attribution_verdict(events: list[dict[str, Any]], pair_keys: list[Any],
                         letters: list[Any], guarantee: str) -> Verdict:
     """The pairs of records read again or out of course, each within its range
     (``attribution_pairs``; the verifier judges the others against the oracle); dead
-    letters: when every record was read once and in course, only late-by-design clicks
-    (they pair with nothing, late or not), once under exactly-once; otherwise any record
-    read, at most as often as it was read."""
-    from .verify import Verdict
-
+    letters as ``_judge_letters`` says (a late-by-design click pairs with nothing, late
+    or not)."""
     exact_once = guarantee == "exactly-once"
     v = Verdict(guarantee)
     _, ranges = attribution_pairs(events)

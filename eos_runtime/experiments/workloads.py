@@ -35,6 +35,8 @@ from typing import Any
 
 from ..api import FORMATS, Pipeline
 from ..errors import ConfigError, PipelineFileError
+from ..runner import load_pipeline
+from ..runtime.outputs import kafka_partition
 
 __all__ = ["Expected", "Workload", "BUILTIN", "load_workload", "wordcount_pipeline",
            "pageviews_pipeline", "word_lines", "page_views", "wordcount_expected",
@@ -417,8 +419,6 @@ def clickstream_feed(events: list[dict[str, Any]]) -> Feed:
     """The table's rows keyed by user, in the partition Kafka's default partitioner gives
     the user (a key's rows in order); each user's clicks all in one partition, so the
     order of a user's clicks is the order they were made."""
-    from ..runtime.outputs import kafka_partition
-
     feed: Feed = {"users": [], "clicks": []}
     for e in events:
         if "table" in e:
@@ -512,7 +512,6 @@ def load_workload(name_or_path: str) -> Workload:
         raise ConfigError(f"unknown workload {name_or_path!r}: use one of "
                           f"{', '.join(sorted(BUILTIN))}, or a pipeline file (.py) that "
                           f"defines generate(seed, n) and oracle(records)")
-    from ..runner import load_pipeline
 
     load_pipeline(path)   # the file's own errors, named as `eos run` names them
     try:

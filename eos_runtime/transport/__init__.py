@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConfigError
 from .base import (
     OLDEST,
     UPCOMING,
@@ -31,8 +32,8 @@ __all__ = [
 def open_transport(*, bootstrap_servers: str | None = None, data_dir: str | None = None,
                    **options: Any) -> Transport:
     """Kafka when ``bootstrap_servers`` is given, else the embedded local log in ``data_dir``."""
-    from ..errors import ConfigError
-
+    # Each transport is imported when asked for: the local log does not load the Kafka
+    # client (confluent_kafka).
     if bootstrap_servers and data_dir:
         raise ConfigError("give either bootstrap_servers (Kafka) or data_dir (local log), not both")
     if bootstrap_servers:

@@ -190,6 +190,7 @@ _FALLOC_PUNCH_HOLE = 0x02 | 0x01    # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 def _punch_hole(fd: int, length: int) -> None:
     """Free the first ``length`` bytes of ``fd``'s file, keeping its size and every later
     byte where it is. Best effort: where the system cannot, the bytes stay."""
+    # ctypes and libc's lookup only when a segment's head is freed
     import ctypes
     import ctypes.util
 
