@@ -253,7 +253,8 @@ class Stream:
         return self._pipeline._stream("lookup", Lookup(table, how, join, table.topic),
                                       (node,), node.keyed, node.roots)
 
-    def window(self, spec: Tumbling | Hopping | Session, *, grace: int = 0) -> Windowed:
+    def window(self, spec: Tumbling | Hopping | Session, *, grace: int = 0
+               ) -> Windowed[Stream]:
         """Cut this keyed stream into event-time windows (``eos_runtime.windows``:
         ``tumbling``, ``hopping``, ``session``); ``grace`` ms after a window's end its
         result is final and later records of it are late. Then an aggregation (``count``, ``sum``,

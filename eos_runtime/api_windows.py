@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from .errors import ConfigError
 from .windows import Hopping, Session, Tumbling
 
-if TYPE_CHECKING:
-    from .api import Stream
-
-__all__ = ["WindowOp", "JoinOp", "Windowed", "WindowAggregate", "EMITS", "join_streams"]
+__all__ = ["WindowOp", "JoinOp", "Windowed", "WindowAggregate", "EMITS", "join_streams",
+           "Windowable"]
 
 EMITS = ("final", "current")
 
@@ -81,9 +79,26 @@ class _JoinKey:
         return self.left(value) if side == "L" else self.right(value)
 
 
-def join_streams(left: Stream, right: Stream, *, within: int, on: object, how: str,
+class Windowable(Protocol):
+    """What windows and joins need of a stream (``api.Stream`` is one): typed by this,
+    not by ``Stream``, so that the API's windows import nothing of the API above them."""
+
+    def map(self, fn: Callable[..., Any]) -> Self: ...
+
+    def merge(self, *others: Self) -> Self: ...
+
+    def key_by(self, key_fn: Callable[[Any], Any], *, parallelism: int | None = None) -> Self:
+        ...
+
+    def _window(self, op: WindowOp | JoinOp) -> Self: ...
+
+
+S = TypeVar("S", bound=Windowable)
+
+
+def join_streams(left: S, right: S, *, within: int, on: object, how: str,
                  join: Callable[[Any, Any], Any] | None, grace: int,
-                 parallelism: int | None) -> Stream:
+                 parallelism: int | None) -> S:
     """``left.join(right, ...)``: both sides tagged, merged and shuffled by their join key
     into one stage, where the join op pairs them."""
     if isinstance(within, bool) or not isinstance(within, int) or within < 0:
@@ -105,18 +120,18 @@ def join_streams(left: Stream, right: Stream, *, within: int, on: object, how: s
     return keyed._window(JoinOp(within, grace, how, join, name))
 
 
-class Windowed:
+class Windowed(Generic[S]):
     """A keyed stream cut into windows; an aggregation makes it a ``WindowAggregate``."""
 
-    def __init__(self, stream: Stream, spec: Tumbling | Hopping | Session, grace: int) -> None:
+    def __init__(self, stream: S, spec: Tumbling | Hopping | Session, grace: int) -> None:
         self._stream, self._spec, self._grace = stream, spec, grace
 
-    def count(self) -> WindowAggregate:
+    def count(self) -> WindowAggregate[S]:
         """How many values each window holds."""
         return WindowAggregate(self, lambda v: 1, lambda acc, v: acc + 1, "count",
                                lambda a, b: a + b)
 
-    def sum(self, fn: Callable[[Any], Any] | None = None) -> WindowAggregate:
+    def sum(self, fn: Callable[[Any], Any] | None = None) -> WindowAggregate[S]:
         """The sum of each window's values, or of ``fn(value)``."""
         if fn is None:
             return WindowAggregate(self, lambda v: v, lambda acc, v: acc + v, "sum",
@@ -125,14 +140,14 @@ class Windowed:
         return WindowAggregate(self, fn, lambda acc, v: acc + fn(v), f"sum({_name(fn)})",
                                lambda a, b: a + b)
 
-    def reduce(self, fn: Callable[[Any, Any], Any]) -> WindowAggregate:
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> WindowAggregate[S]:
         """``fn(acc, value)`` over each window's values; the first value starts it. Two
         sessions merge as ``fn(earlier, later)``."""
         _callable(fn, "reduce")
         return WindowAggregate(self, lambda v: v, fn, f"reduce({_name(fn)})", fn)
 
     def aggregate(self, initial: Callable[[], Any], add: Callable[[Any, Any], Any],
-                  merge: Callable[[Any, Any], Any] | None = None) -> WindowAggregate:
+                  merge: Callable[[Any, Any], Any] | None = None) -> WindowAggregate[S]:
         """``add(acc, value)`` over each window's values, from ``initial()``; session
         windows need ``merge(earlier, later)``, which makes two sessions' aggregates one
         when a record bridges them."""
@@ -148,24 +163,24 @@ class Windowed:
                                f"aggregate({_name(add)})", merge)
 
 
-class WindowAggregate:
+class WindowAggregate(Generic[S]):
     """An aggregation over windows, to be emitted ``final()`` or ``current()``."""
 
-    def __init__(self, windowed: Windowed, first: Callable[[Any], Any],
+    def __init__(self, windowed: Windowed[S], first: Callable[[Any], Any],
                  add: Callable[[Any, Any], Any], name: str,
                  merge: Callable[[Any, Any], Any] | None) -> None:
         self._windowed, self._first, self._add, self._name = windowed, first, add, name
         self._merge = merge
 
-    def final(self) -> Stream:
+    def final(self) -> S:
         """Each window's result once, when the watermark passes its end plus the grace."""
         return self._emit("final")
 
-    def current(self) -> Stream:
+    def current(self) -> S:
         """Each window's result on every update (a record added to it)."""
         return self._emit("current")
 
-    def _emit(self, emit: str) -> Stream:
+    def _emit(self, emit: str) -> S:
         w = self._windowed
         op = WindowOp(w._spec, w._grace, self._first, self._add, emit, self._name,
                       self._merge if isinstance(w._spec, Session) else None)

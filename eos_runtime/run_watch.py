@@ -12,21 +12,42 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from .errors import EosError, OutageBudgetExceeded
+from .outage import OutageClock
 
-if TYPE_CHECKING:
-    from .runner import PipelineRun, RunSummary
+__all__ = ["watch_run", "WatchedRun"]
 
-__all__ = ["watch_run"]
+Summary = TypeVar("Summary", covariant=True)
 
 
-def watch_run(run: PipelineRun, *,
+class WatchedRun(Protocol[Summary]):
+    """What the watch needs of a started run (``runner.PipelineRun`` is one; typed by
+    this so that the watch imports nothing of the runner that calls it). The underscored
+    three are the run's own, used by its watch alone."""
+
+    outage: OutageClock
+
+    def progress(self) -> dict[str, Any]: ...
+    def stop(self, reason: str = ...) -> None: ...
+    def cancel(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def close(self) -> None: ...
+    def summary(self) -> Summary: ...
+    def _stop_at_dead_letter_limit(self, progress: Mapping[str, Any]) -> str | None: ...
+    def _end(self, outcome: str, error: BaseException | None = None) -> None: ...
+    def _outage_error(self) -> OutageBudgetExceeded: ...
+
+
+S = TypeVar("S")
+
+
+def watch_run(run: WatchedRun[S], *,
               on_progress: Callable[[dict[str, Any]], None] | None = None,
               on_interrupt: Callable[[str, str], None] | None = None,
-              progress_interval: float = 0.5) -> RunSummary:
+              progress_interval: float = 0.5) -> S:
     """Wait for a started run to end and return its summary (``close()``-ing it).
 
     ``on_progress(run.progress())`` every ``progress_interval`` seconds; the progress is

@@ -18,12 +18,12 @@ kill, is reported beside it).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from ..transport import Record
 from .kafka import readable_at
+from .percentiles import percentiles
 from .workloads import BenchWorkload, InputRecord
 
 __all__ = ["RECOVERY_WINDOW_MS", "SteadyInput", "steady_input", "probe_latencies", "percentiles",
@@ -78,21 +78,6 @@ def probe_latencies(probes: dict[InputRecord, bytes], appended: dict[InputRecord
         out.append({"in_ms": in_ms, "append_ms": out_ms - in_ms,
                     "visible_ms": (seen if seen is not None else out_ms) - in_ms})
     return sorted(out, key=lambda p: p["in_ms"])
-
-
-def percentiles(values: list[int]) -> dict[str, Any]:
-    """count, p50, p90, p99, max (nearest rank) and the sorted values, at most 200 kept
-    evenly for a CDF."""
-    xs = sorted(values)
-    if not xs:
-        return {"count": 0}
-
-    def rank(q: float) -> int:
-        return xs[min(len(xs) - 1, max(0, int(q * len(xs) + 0.999999) - 1))]
-
-    keep = xs if len(xs) <= 200 else [xs[int(i * (len(xs) - 1) / 199)] for i in range(200)]
-    return {"count": len(xs), "p50": rank(0.5), "p90": rank(0.9), "p99": rank(0.99),
-            "max": xs[-1], "mean": round(statistics.fmean(xs), 1), "cdf": keep}
 
 
 #: Probes appended this long after the kill (or two commit intervals, if longer) are the

@@ -45,8 +45,9 @@ import msgpack
 from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch
-from .latency import SteadyInput, percentiles, probe_latencies, recovery
+from .latency import SteadyInput, probe_latencies, recovery
 from .memory import CpuSampler, RssSampler
+from .percentiles import percentiles
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .visibility import VisibilityClock
 from .workloads import BenchWorkload, InputRecord, expected_pairs

@@ -52,6 +52,7 @@ from ..experiments.workloads import Expected
 from ..runtime.outputs import kafka_partition
 from ..transport import Record
 from ..windows import tumbling
+from .percentiles import percentiles
 
 __all__ = ["WINDOW_MS", "GRACE_MS", "STEP_MS", "JITTER_MS", "FAR_MS", "TAIL", "PAGES", "T0_MS",
            "views", "view_partition", "windows_oracle", "windows_pipeline", "window_part",
@@ -153,9 +154,8 @@ def windows_pipeline() -> Pipeline:
 
 
 # --------------------------------------------------------------------------- latency
-# These read the broker: they import the Kafka client (bench.kafka, latency) when called,
-# as bench.workloads, which every system imports, imports this module. latency imports
-# bench.workloads too: at the top it would be a cycle.
+# These read the broker: they import the Kafka client (bench.kafka) when called, as
+# bench.workloads, which every system imports, imports this module.
 
 def read_source(bootstrap: str, topic: str, partitions: int,
                 timeout: float = 30.0) -> list[Record]:
@@ -235,9 +235,7 @@ def close_latency(bootstrap: str, source_topic: str, partitions: int, output: li
                   samples: list[tuple[int, list[int]]]) -> dict[str, Any]:
     """The run's window-close latencies (``close_latencies``, the module's docstring), from
     its source topic as the broker holds it: ``close_latency_ms``, their percentiles
-    (latency.percentiles), and the results left out, counted."""
-    from .latency import percentiles
-
+    (``percentiles``), and the results left out, counted."""
     source = read_source(bootstrap, source_topic, partitions)
     latencies, unclosed, unseen = close_latencies(source, output, partitions, samples)
     return {"close_latency_ms": percentiles(latencies),

@@ -55,7 +55,7 @@ from ..errors import EosError
 from ..joblog.committed import read_output
 from ..windows import tumbling
 from .verdict import EXAMPLES, Verdict, since
-from .workloads import Expected, Feed, Workload
+from .workload_types import Expected, Feed, Workload
 
 __all__ = ["WINDOW_WORKLOADS", "SIZE", "GRACE", "WITHIN", "LATE_PAGE", "view_events",
            "windows_expected", "judge_windows", "window_verdict", "recent_epoch", "shop_events",
