@@ -18,7 +18,7 @@ def test_reset_offset_reads_everything_again_and_the_job_keeps_its_state(tmp_pat
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     ok("produce", "lines", "--generate", "words", "--count", "200", *d)
-    ok("run", WORDCOUNT, *d)
+    run_here(WORDCOUNT, data_dir=str(data))   # the scene: the flags below are the test
     assert error_line(eos("run", WORDCOUNT, "--reset-offset", "counts", *d)) == (
         "error: --reset-offset counts: job 'wordcount' reads 'lines' (its only source "
         "stream); give that")
