@@ -244,3 +244,19 @@ def test_the_pyflink_target_asks_for_twice_its_throughput():
     assert got["met"] is False and got["value"] == 1.8   # the median of 1.8, 2.25 and 1.6
     result = _bench_result({"eos-exactly-once": [90.0, 45.0]})
     assert {r["target"]: r for r in judge(result)}[target]["met"] is None
+
+
+def test_the_faust_target_asks_for_twice_its_throughput():
+    """Issue 26: exactly-once ≥ 2 × faust-streaming exactly-once, judged like PyFlink's
+    (the report had no faust row: the ratio was not even computed)."""
+    from eos_runtime.bench.targets import judge
+
+    from test_bench import _bench_result
+
+    target = "exactly-once ≥ 2 × faust-streaming exactly-once"
+    faust = "faust-exactly-once"
+    result = _bench_result({"eos-exactly-once": [90.0, 45.0, 80.0], faust: [40.0, 20.0, 50.0]})
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is True and got["value"] == 2.25   # the median of 2.25, 2.25 and 1.6
+    result = _bench_result({"eos-exactly-once": [90.0, 45.0]})
+    assert {r["target"]: r for r in judge(result)}[target]["met"] is None

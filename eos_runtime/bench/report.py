@@ -29,6 +29,7 @@ RATIOS = [
     ("eos-exactly-once", "kafka-streams-exactly-once-100ms"),
     ("eos-exactly-once", "kafka-streams-exactly-once-1s"),
     ("eos-exactly-once", "pyflink-exactly-once"),
+    ("eos-exactly-once", "faust-exactly-once"),
 ]
 
 

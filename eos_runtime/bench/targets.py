@@ -166,6 +166,8 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("throughput", _kafka_streams(result)),
         ("throughput", _throughput(result, "exactly-once ≥ 2 × PyFlink exactly-once", EO,
                                    "pyflink-exactly-once", 2.0)),
+        ("throughput", _throughput(result, "exactly-once ≥ 2 × faust-streaming exactly-once",
+                                   EO, "faust-exactly-once", 2.0)),
         ("latency", _eo_latency(result)),
         ("latency", _alo_latency(result)),
         *(("recovery", r) for r in _recovery(result)),
