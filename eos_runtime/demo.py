@@ -130,7 +130,7 @@ def run_demo(*, data_dir: str | None = ".eos/demo", bootstrap_servers: str | Non
             opts["client_config"] = client_config
     else:
         opts = {"data_dir": str(prepare_demo_dir(data_dir or ".eos/demo"))}
-    topics = ScratchTopics(opts, pipeline.name, pipeline.job_id)   # before it makes any
+    topics = ScratchTopics(opts, pipeline.name)   # before it makes any
     try:
         result = _run_and_verify(pipeline, opts, lines, guarantee, on_progress, run_options)
     except BaseException:

@@ -33,12 +33,10 @@ def named_after(job: str, topics: Iterable[str]) -> list[str]:
 class ScratchTopics:
     """Made when the job is, before anything of it exists: ``made()`` and ``remove()``
     then answer for what appeared since. On the local log both are empty: the caller
-    removes the run's directory, which holds every topic.
+    removes the run's directory, which holds every topic. A job's checkpoint topic, of
+    whatever job id, is named after the job too (``named_after``)."""
 
-    ``job_id``: the pipeline's (its checkpoint topic's name holds it; every job id's is
-    named after the job, so the id is not needed to find it)."""
-
-    def __init__(self, transport_opts: dict[str, Any], job: str, job_id: str = "1") -> None:
+    def __init__(self, transport_opts: dict[str, Any], job: str) -> None:
         self.job = job
         self.opts = transport_opts if "bootstrap_servers" in transport_opts else None
         self.before: set[str] = set()

@@ -232,7 +232,7 @@ def new_job(settings: Settings, seed: int) -> NewJob:
     else:
         root = Path(settings.report_dir).absolute() / "state" / job
         opts = dict(settings.transport)
-    topics = ScratchTopics(opts, job, pipeline.job_id)   # before anything of the job exists
+    topics = ScratchTopics(opts, job)   # before anything of the job exists
     (root / "state" / job).mkdir(parents=True, exist_ok=True)
     return job, pipeline, opts, root, topics
 
