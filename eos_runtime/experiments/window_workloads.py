@@ -214,6 +214,27 @@ def _add(v: Verdict, what: str, key: Any, examples: list[str]) -> None:
                            "examples": {what: examples[:EXAMPLES]}})
 
 
+def _in_course(values: list[dict[str, Any]]) -> set[int]:
+    """The records whose first read was in course: every record of their topic's partition
+    read before them (in the epoch) came before them in the input (a lower id). Such a
+    record is within the grace of any watermark it meets (the input's disorder is within
+    it), so it is not late (W6): a view is counted in its window, a click or purchase meets
+    every partner within WITHIN that is in course too (the partner waits until the
+    watermark passes its time + WITHIN + GRACE). A record read after a Startpoint moved its
+    partition back, or forward past it and back, may be late: timing decides."""
+    high: dict[tuple[Any, int], int] = {}
+    seen: set[int] = set()
+    out: set[int] = set()
+    for v in values:
+        where, i = (v.get("side"), _partition(v)), v["id"]
+        if i not in seen:
+            seen.add(i)
+            if i > high.get(where, -1):
+                out.add(i)
+        high[where] = max(high.get(where, -1), i)
+    return out
+
+
 def _letters_allowed(values: list[dict[str, Any]], late_ids: set[int]) -> Counter[int]:
     """How many dead letters may name each record read: one per read that may have been
     late. A record first read in course (``_in_course``) that is not late by design was
@@ -358,27 +379,6 @@ def attribution_feed(events: list[dict[str, Any]]) -> Feed:
         feed["clicks" if e["side"] == "click" else "purchases"].append(
             (_partition(e), None, json.dumps(e).encode()))
     return feed
-
-
-def _in_course(values: list[dict[str, Any]]) -> set[int]:
-    """The records whose first read was in course: every record of their topic's partition
-    read before them (in the epoch) came before them in the input (a lower id). Such a
-    record is within the grace of any watermark it meets (the input's disorder is within
-    it), so it is not late and meets every partner within WITHIN that is in course too
-    (the partner waits until the watermark passes its time + WITHIN + GRACE). A record
-    read after a Startpoint moved its partition back, or forward past it and back, may be
-    late: it pairs with what its join task still holds, which timing decides."""
-    high: dict[tuple[Any, int], int] = {}
-    seen: set[int] = set()
-    out: set[int] = set()
-    for v in values:
-        where, i = (v.get("side"), _partition(v)), v["id"]
-        if i not in seen:
-            seen.add(i)
-            if i > high.get(where, -1):
-                out.add(i)
-        high[where] = max(high.get(where, -1), i)
-    return out
 
 
 def attribution_pairs(events: list[dict[str, Any]]
