@@ -128,6 +128,30 @@ def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interva
     assert got["met"] is None and "neither of the Kafka Streams peer's" in got["measured"]
 
 
+def test_the_kafka_streams_latency_target_compares_the_peer_at_the_benchs_commit_interval():
+    from eos_runtime.bench.targets import judge
+
+    from test_bench import _bench_result
+
+    target = "exactly-once p99 latency ≤ Kafka Streams exactly-once's at the same commit " \
+             "interval and load"
+    base = {"workload": "wordcount", "round": 1, "error": None, "verified": True,
+            "measure": "latency", "rate": 4_000}
+    lat = [{**base, "system": s, "guarantee": "exactly-once",
+            "latency_ms": {"p50": p99 / 2, "p99": p99, "cdf": []}}
+           for s, p99 in (("eos-exactly-once", 180), ("kafka-streams-exactly-once-100ms", 200),
+                          ("kafka-streams-exactly-once-1s", 150))]
+    result = _bench_result({}, runs=lat)
+    result["settings"]["commit_interval"] = 0.1
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is True and got["value"] == 0.9 and "4,000" in got["note"]
+    result["settings"]["commit_interval"] = 1.0   # against the 1 s peer: 180 > 150
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is False and got["value"] == 1.2
+    result["settings"]["commit_interval"] = 0.5
+    assert {r["target"]: r for r in judge(result)}[target]["met"] is None
+
+
 # ------------------------------------------------------------------ Python peers
 
 def _without_pypi(monkeypatch, tmp_path: Path, system: str) -> str:

@@ -133,7 +133,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         # reads record by record and may lag behind a fast system.
         clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
         killed: list[int] = []
-        cpu = CpuSampler(running.pids) if load.measure == "throughput" else None
+        # a burst's CPU per result: the throughput runs', and the memory runs' as state grows
+        cpu = CpuSampler(running.pids) if load.steady is None else None
         try:
             burst.go()
             went = time.monotonic()

@@ -76,26 +76,46 @@ def summarize_recovery(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize_memory(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per system, a point per state size: the median peak memory, throughput and CPU per
+    result over its rounds; ``growth`` the peak memory of the most keys over the fewest,
+    ``throughput_kept`` their throughputs' ratio."""
     rows = []
     for (workload, system), mine in _groups(runs, "memory").items():
         status, errors = _status(mine)
-        sizes: dict[int, list[int]] = {}
+        sizes: dict[int, list[dict[str, Any]]] = {}
         for r in mine:
             if r.get("peak_rss_bytes"):
-                sizes.setdefault(int(r["state_keys"]), []).append(int(r["peak_rss_bytes"]))
+                sizes.setdefault(int(r["state_keys"]), []).append(r)
         row: dict[str, Any] = {"workload": workload, "system": system,
                                "guarantee": mine[0]["guarantee"], "rounds": len(mine),
                                "status": status, "errors": errors}
         if status == "ok" and sizes:
-            points: list[dict[str, Any]] = [
-                {"state_keys": k, "peak_rss_mb": round(statistics.median(v) / 2**20, 1),
-                 "per_round_mb": [round(x / 2**20, 1) for x in v]}
-                for k, v in sorted(sizes.items())]
+            points = [_memory_point(k, got) for k, got in sorted(sizes.items())]
             row["points"] = points
-            if len(points) > 1 and points[0]["peak_rss_mb"]:
-                row["growth"] = round(points[-1]["peak_rss_mb"] / points[0]["peak_rss_mb"], 3)
+            first, last = points[0], points[-1]
+            if len(points) > 1 and first["peak_rss_mb"]:
+                row["growth"] = round(last["peak_rss_mb"] / first["peak_rss_mb"], 3)
+            if len(points) > 1 and first.get("throughput") and last.get("throughput"):
+                row["throughput_kept"] = round(last["throughput"] / first["throughput"], 3)
         rows.append(row)
     return rows
+
+
+def _memory_point(keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    mb = [r["peak_rss_bytes"] / 2**20 for r in runs]
+    point: dict[str, Any] = {"state_keys": keys, "peak_rss_mb": round(statistics.median(mb), 1),
+                             "per_round_mb": [round(x, 1) for x in mb]}
+    for name in ("key_space", "input_records"):
+        if runs[0].get(name):
+            point[name] = runs[0][name]
+    speed = [r["throughput"] for r in runs if r.get("throughput")]
+    if speed:
+        point["throughput"] = _median(speed)
+    cpu = [r["cpu_seconds"] / r["results_expected"] * 1e6 for r in runs
+           if r.get("cpu_seconds") is not None and r.get("results_expected")]
+    if cpu:
+        point["cpu_us_per_result"] = _median(cpu)
+    return point
 
 
 _METRICS = ("duration_ms", "commit_ms", "alignment_ms", "start_delay_ms", "buffered_bytes",
@@ -185,19 +205,23 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
     if mem:
         rows = []
         for r in mem:
-            pts = ", ".join(f"{p['state_keys']:,} keys: {p['peak_rss_mb']:,.0f} MB"
-                            for p in r.get("points", [])) or "–"
-            growth = f"{r['growth']:.2f}" if r.get("growth") else "–"
-            rows.append(f"| {r['system']} | {r['guarantee']} | {pts} | {growth} | "
-                        f"{_mark(r)} |")
+            for i, p in enumerate(r.get("points") or [{}]):
+                first = i == 0
+                rows.append(
+                    f"| {r['system'] if first else ''} | {r['guarantee'] if first else ''} | "
+                    f"{_fmt_int(p.get('state_keys'))} | {_fmt_int(p.get('input_records'))} | "
+                    f"{_fmt_int(p.get('peak_rss_mb'))} | {_fmt_int(p.get('throughput'))} | "
+                    f"{_fmt_1(p.get('cpu_us_per_result'))} | {_mark(r) if first else ''} |")
         lines += _section(
-            "Memory",
-            "Peak resident memory of every process of a system (eos_runtime: the Spark "
-            "JVM and its Python workers; the driver shares the bench's process) on "
-            "the aggregate workload, at two state sizes 10× apart.",
+            "Memory as state grows",
+            "The aggregate workload (a count per key) at each state size: peak resident "
+            "memory of every process of a system (eos_runtime: the Spark JVM and its Python "
+            "workers; the driver shares the bench's process), its throughput and its CPU "
+            "per result over the same burst. Each burst has two records a key of its key "
+            "space, at least --records; the keys column counts the distinct keys drawn.",
             "![memory](memory.png)",
-            ["system", "guarantee", "peak RSS by state keys", "largest / smallest", "status"],
-            rows)
+            ["system", "guarantee", "keys in state", "input records", "peak RSS, MiB",
+             "events/s", "CPU µs per result", "status"], rows)
     cps = result.get("checkpoints") or []
     if cps:
         rows = [f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
@@ -211,6 +235,14 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
             None,
             ["workload", "system", "metric", "checkpoints", "mean", "p50", "p99", "max"], rows)
     return lines
+
+
+def _fmt_int(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f}"
+
+
+def _fmt_1(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.1f}"
 
 
 def pyplot() -> Any:
@@ -265,15 +297,21 @@ def plot_recovery(rows: list[dict[str, Any]], path: Path) -> None:
 
 def plot_memory(rows: list[dict[str, Any]], path: Path) -> None:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for r in rows:
-        if r.get("points"):
-            ax.plot([p["state_keys"] for p in r["points"]],
-                    [p["peak_rss_mb"] for p in r["points"]], marker="o", label=r["system"])
-    ax.set_xscale("log")
-    ax.set_xlabel("keys in state")
-    ax.set_ylabel("peak RSS, MB")
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, (field, label) in zip(axes, (("peak_rss_mb", "peak RSS, MiB"),
+                                         ("throughput", "events/s"),
+                                         ("cpu_us_per_result", "CPU µs per result")),
+                                  strict=True):
+        for r in rows:
+            got = [p for p in r.get("points") or [] if p.get(field) is not None]
+            if got:
+                ax.plot([p["state_keys"] for p in got], [p[field] for p in got], marker="o",
+                        label=r["system"])
+        ax.set_xscale("log")
+        ax.set_xlabel("keys in state")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -34,8 +34,8 @@ from . import windows
 from .vocabulary import Vocabulary
 
 __all__ = ["BenchWorkload", "WORKLOADS", "InputRecord", "expected_pairs", "Probe",
-           "aggregate_keys", "aggregate_pipeline", "enrich_pipeline", "ENRICH_USERS",
-           "ENRICH_ROWS", "NO_ROW", "wordcount", "with_vocabulary"]
+           "aggregate_input", "aggregate_keys", "aggregate_pipeline", "enrich_pipeline",
+           "ENRICH_USERS", "ENRICH_ROWS", "NO_ROW", "wordcount", "with_vocabulary"]
 
 InputRecord = tuple[bytes | None, bytes]     # (key, value) as the source topic holds it
 #: A probe: its input record, and the key of the one output record it makes.
@@ -153,12 +153,18 @@ def aggregate_keys(records: int) -> int:
     return max(records // 2, 1)
 
 
+def aggregate_input(records: int, keys: int, seed: int) -> list[InputRecord]:
+    """``records`` events, each of a key drawn uniformly from a space of ``keys``: the
+    state the aggregate keeps is as many counts as distinct keys drawn (at two records a
+    key, 86 % of the space)."""
+    draw = random.Random(seed).randrange
+    return [(None, b"k%09d" % draw(keys)) for _ in range(records)]
+
+
 def _accounts(n: int, seed: int) -> list[InputRecord]:
     # Every key about twice: state grows with the input, to millions of keys for a few
     # million records.
-    rng = random.Random(seed)
-    keys = aggregate_keys(n)
-    return [(None, f"k{rng.randrange(keys):09d}".encode()) for _ in range(n)]
+    return aggregate_input(n, aggregate_keys(n), seed)
 
 
 def _account(value: str) -> str:

@@ -24,6 +24,7 @@ import click
 
 from ..broker import KafkaBroker, default_run_dir, find_running
 from ..errors import ConfigError
+from ..limits import LIMITS
 from ..limits import option as in_range
 from ..runner import check_writable_dir
 from .options import stdout_to_stderr
@@ -61,6 +62,24 @@ def parse_rounds(text: str, measures: list[str]) -> dict[str, int]:
         else:
             default = n
     return {m: given.get(m, default) for m in measures}
+
+
+def parse_state_keys(text: str) -> list[int]:
+    """``--state-keys``: the key spaces of the memory runs, smallest first. One number N
+    means N and 10×N (the memory measure's first form: state grown 10×)."""
+    sizes = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            n = int(part.replace("_", ""))
+        except ValueError:
+            n = 0
+        if not LIMITS["state_keys"].accepts(n):
+            raise ConfigError(f"--state-keys: {part!r} is not a key count "
+                              f"({LIMITS['state_keys'].text()})")
+        sizes.append(n)
+    if len(sizes) == 1:
+        sizes.append(10 * sizes[0])
+    return sorted(set(sizes))
 
 
 @contextlib.contextmanager
@@ -138,9 +157,11 @@ WARM_UP_RECORDS = 20_000
               show_default=True, metavar="S",
               help="Latency and recovery runs: seconds of steady input (recovery kills a "
                    "task a third into it).")
-@click.option("--state-keys", type=in_range("state_keys"), default=100_000, show_default=True,
-              metavar="N", help="Memory runs: the aggregate workload with N keys in state, "
-                                "then 10×N (two input records per key).")
+@click.option("--state-keys", default="100000", show_default=True, metavar="N|N1,N2,...",
+              help="Memory runs: the aggregate workload with a key space of each size given "
+                   "(one number N: N, then 10×N), each run's burst two records a key, at "
+                   "least --records. The state-growth curve: --state-keys "
+                   "1000,100000,1000000,10000000 --records 2000000.")
 @click.option("--vocabulary", type=click.Choice(["zipf", "small"]), default="zipf",
               show_default=True,
               help="Wordcount's text: zipf, 8 words a line from a Zipf vocabulary of "
@@ -174,7 +195,7 @@ WARM_UP_RECORDS = 20_000
               help="Print results.json on stdout, and nothing else there.")
 def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
-              steady_seconds: float, state_keys: int, vocabulary: str,
+              steady_seconds: float, state_keys: str, vocabulary: str,
               vocabulary_size: int | None, seed: int, idle_timeout: float,
               bootstrap_servers: str | None, quix_python: str | None, out: str | None,
               no_warm_up: bool, as_json: bool) -> None:
@@ -195,7 +216,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     from ..bench.measure import Load, Settings, measure
     from ..bench.report import summarize, write_report
     from ..bench.vocabulary import Vocabulary
-    from ..bench.workloads import aggregate_keys, with_vocabulary
+    from ..bench.workloads import aggregate_input, with_vocabulary
 
     words = Vocabulary.of(vocabulary, vocabulary_size)
     bench_workloads = with_vocabulary(words)
@@ -203,6 +224,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     chosen_w = _names(workloads, list(bench_workloads), "workloads")
     chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
     rounds_of = parse_rounds(rounds, chosen_m)
+    key_spaces = parse_state_keys(state_keys)
     by_name = all_systems(quix_python=_quix_python(quix_python))
     out_dir = _out_dir(out)
 
@@ -234,8 +256,8 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                          "records": records, "rounds": rounds_of, "partitions": partitions,
                          "commit_interval": commit_interval, "rate": rate,
                          "probe_every_ms": probe_every, "steady_seconds": steady_seconds,
-                         "state_keys": [state_keys, 10 * state_keys] if "memory" in chosen_m
-                         else [], "seed": seed, "bootstrap_servers": bootstrap,
+                         "state_keys": key_spaces if "memory" in chosen_m else [],
+                         "seed": seed, "bootstrap_servers": bootstrap,
                          "vocabulary": {"kind": words.kind, "size": words.size,
                                         "text": words.describe()}},
             "versions": versions, "skipped": skipped, "warm_up": warm_ups,
@@ -268,12 +290,11 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                     plan.append((m, w, steady.records, bench_workloads[w].oracle(steady.records),
                                  load, {}))
             else:
-                for keys in (state_keys, 10 * state_keys):
-                    got = bench_workloads["aggregate"].generate(2 * keys, seed)
+                for keys in key_spaces:
+                    got = aggregate_input(max(2 * keys, records), keys, seed)
                     plan.append((m, "aggregate", got, bench_workloads["aggregate"].oracle(got),
                                  Load(m, memory=True),
-                                 {"state_keys": len({v for _, v in got}),
-                                  "key_space": aggregate_keys(2 * keys)}))
+                                 {"state_keys": len({v for _, v in got}), "key_space": keys}))
         if not no_warm_up and plan:
             w = plan[0][1]
             got = bench_workloads[w].generate(min(records, WARM_UP_RECORDS), seed)
