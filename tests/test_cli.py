@@ -4,9 +4,11 @@ local log, real Spark (two ``eos run`` invocations in all, ~12 s each)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -33,9 +35,56 @@ def eos(*args: str, cwd: Path | None = None, stdin: str | bytes | None = None,
 
 
 def ok(*args: str, **kw) -> subprocess.CompletedProcess:
-    p = eos(*args, **kw)
+    return _succeeded(eos(*args, **kw), args)
+
+
+def _succeeded(p: subprocess.CompletedProcess, args: tuple[str, ...]
+               ) -> subprocess.CompletedProcess:
     assert p.returncode == 0, f"eos {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
     return p
+
+
+def here(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+         stdin: str | None = None, timeout: float = 0) -> subprocess.CompletedProcess:
+    """``eos ARGS`` in this process, returned as ``eos`` returns it: the console entry
+    point (its error lines and exit codes) in click's test isolation. For a test whose
+    subject is what the command did, not its process: the JVM of this worker's first Spark
+    run serves it, where a child ``eos`` starts a Python and a JVM of its own (7-10 s
+    each time). Like ``eos``, it sees no EOS_BOOTSTRAP_SERVERS unless ``env`` gives it.
+    ``timeout`` is the child's only (pytest's own timeout covers this process)."""
+    from click.testing import CliRunner
+
+    from eos_runtime.cli import run
+
+    before, argv = Path.cwd(), sys.argv
+    root = logging.getLogger()
+    handlers = root.handlers[:]
+    code, stderr = 0, ""
+    with CliRunner().isolation(input=stdin, env={"EOS_BOOTSTRAP_SERVERS": None,
+                                                **(env or {})}) as (out, err, _):
+        sys.stdin.buffer.name = "<stdin>"   # as a real stdin is named (``--lines-from -``)
+        os.chdir(cwd or before)
+        sys.argv = ["eos", *args]
+        # no handler of pytest's: the entry point then adds its own, as in a child, and
+        # the project's warnings come out as ``warning: ...`` lines on stderr
+        root.handlers = []
+        try:
+            run()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except Exception as exc:   # a crash: its traceback, as a child's stderr shows it
+            code, stderr = 1, "".join(traceback.format_exception(exc))
+        finally:
+            root.handlers = handlers
+            sys.argv = argv
+            os.chdir(before)
+        return subprocess.CompletedProcess(["eos", *args], code, out.getvalue().decode(),
+                                           err.getvalue().decode(errors="replace") + stderr)
+
+
+def ok_here(*args: str, **kw) -> subprocess.CompletedProcess:
+    """``ok`` in this process (``here``)."""
+    return _succeeded(here(*args, **kw), args)
 
 
 def run_here(pipeline_file: str | Path, *, name: str | None = None,

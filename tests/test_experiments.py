@@ -595,11 +595,11 @@ max_bytes = 1
 
 def test_a_short_experiment_passes_and_reports(tmp_path):
     """Two seeds under a schedule of four faults, on the local log, through the CLI."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "faults.toml").write_text(SCHEDULE)
-    p = ok("experiment", "wordcount", "--schedule", "faults.toml", "--seed", "21",
-           "--runs", "2", "--lines", "1200", "--report", "report", cwd=tmp_path, timeout=400)
+    p = ok_here("experiment", "wordcount", "--schedule", "faults.toml", "--seed", "21",
+                "--runs", "2", "--lines", "1200", "--report", "report", cwd=tmp_path, timeout=400)
     table = [line.split() for line in p.stdout.splitlines()]
     assert table[0][:3] == ["seed", "verdict", "faults"]
     assert [row[:3] for row in table[1:3]] == [["21", "pass", "4/4"], ["22", "pass", "4/4"]]
@@ -661,11 +661,11 @@ def test_a_short_experiment_on_kafka(kafka_bootstrap, tmp_path):
     """A random schedule on Kafka whose faults all fire, whatever the machine's speed:
     crash points at hits every attempt reaches (no kill, whose moment may come after its
     attempt ended; no task.aligning, which a task may never need)."""
-    from test_cli import ok
+    from test_cli import ok_here
 
-    p = ok("experiment", "pageviews", "--kinds", "crash,lose-state", "--faults", "3",
-           "--seed", "5", "--lines", "2000", "--bootstrap-servers", kafka_bootstrap,
-           "--report", "report", "--json", cwd=tmp_path, timeout=400)
+    p = ok_here("experiment", "pageviews", "--kinds", "crash,lose-state", "--faults", "3",
+                "--seed", "5", "--lines", "2000", "--bootstrap-servers", kafka_bootstrap,
+                "--report", "report", "--json", cwd=tmp_path, timeout=400)
     summary = json.loads(p.stdout)
     [result] = summary["results"]
     assert summary["passed"] == 1 and result["seed"] == 5
@@ -714,12 +714,12 @@ def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_
     """A source and a sink task each split into a zombie that goes on beside its
     successor: the zombies write late (channel records, sink records in a transaction),
     and end; the committed output is exactly the oracle's."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "zombies.toml").write_text(ZOMBIES)
-    ok("experiment", "wordcount", "--schedule", "zombies.toml", "--seed", "1", "--lines",
-       "3000", "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-       timeout=400)
+    ok_here("experiment", "wordcount", "--schedule", "zombies.toml", "--seed", "1", "--lines",
+            "3000", "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
+            timeout=400)
     run = json.loads((tmp_path / "report" / "seed-1" / "run.json").read_text())
     assert run["transport"] == "kafka" and run["passed"]
     assert run["verdict"]["lost"] == run["verdict"]["duplicated"] == 0
@@ -825,12 +825,12 @@ def test_a_short_soak_is_fed_all_along_stopped_and_verified(tmp_path):
     """A 20 s soak on the local log: an unbounded run fed at 150 records a second while
     faults fire at their moments, then a graceful stop; every record the source holds is
     in the oracle, and the committed output matches it exactly."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "soak.toml").write_text(SOAK_SCHEDULE)
-    p = ok("experiment", "wordcount", "--duration", "20s", "--rate", "150", "--schedule",
-           "soak.toml", "--seed", "4", "--report", "report", "--json", cwd=tmp_path,
-           timeout=400)
+    p = ok_here("experiment", "wordcount", "--duration", "20s", "--rate", "150", "--schedule",
+                "soak.toml", "--seed", "4", "--report", "report", "--json", cwd=tmp_path,
+                timeout=400)
     summary = json.loads(p.stdout)
     assert summary["passed"] == 1 and summary["settings"]["soak"] == {"duration": 20.0,
                                                                       "rate": 150.0}
@@ -1337,11 +1337,11 @@ point = "task.checkpoint.after_commit"
 def test_an_experiment_of_several_runs_carries_out_an_operator_s_actions(tmp_path):
     """The multi-run mechanism end to end, on the local log: a Startpoint set with `eos
     startpoint set` between runs, its input read twice as the oracle expects."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "ops.toml").write_text(OPERATOR_SCHEDULE)
-    ok("experiment", "wordcount", "--schedule", "ops.toml", "--seed", "3", "--lines", "600",
-       "--report", "report", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "wordcount", "--schedule", "ops.toml", "--seed", "3", "--lines", "600",
+            "--report", "report", cwd=tmp_path, timeout=600)
     run = json.loads((tmp_path / "report" / "seed-3" / "run.json").read_text())
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     runs = [r for r in run["runs"] if "run" in r]

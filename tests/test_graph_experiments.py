@@ -53,11 +53,11 @@ def test_clickstream_takes_every_operator_action_on_the_local_log(tmp_path):
     every line it shows (clicks[0] at its committed offset, replacing the Startpoint set
     just before), this schedule failed with 90 results lost: the model expected clicks[0]
     read again from 20."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "g.toml").write_text(EVERY_ACTION)
-    ok("experiment", "clickstream", "--schedule", "g.toml", "--seed", "5", "--lines", "600",
-       "--report", "report", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "clickstream", "--schedule", "g.toml", "--seed", "5", "--lines", "600",
+            "--report", "report", cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 5)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     runs = [r for r in run["runs"] if "run" in r]
@@ -82,12 +82,12 @@ def test_clickstream_takes_every_operator_action_on_the_local_log(tmp_path):
 def test_clickstream_under_random_operator_actions_on_kafka(kafka_bootstrap, tmp_path):
     """Seed 113 draws 91 rows appended to the users table while its task 1 is held, then
     a reset, then a crash of a clicks task before its first commit after it."""
-    from test_cli import ok
+    from test_cli import ok_here
 
-    ok("experiment", "clickstream", "--seed", "113", "--faults", "2", "--kinds",
-       "startpoint,checkpoint,reset,start,stop,cancel,take-over,append", "--lines", "600",
-       "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-       timeout=600)
+    ok_here("experiment", "clickstream", "--seed", "113", "--faults", "2", "--kinds",
+            "startpoint,checkpoint,reset,start,stop,cancel,take-over,append", "--lines", "600",
+            "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
+            timeout=600)
     run = _run_json(tmp_path / "report", 113)
     assert run["passed"], run["verdict"]
     kinds = [f["kind"] for f in run["faults"] if f["fired"]]
@@ -105,13 +105,13 @@ def test_a_sink_judged_without_its_mark_fails(kafka_bootstrap, tmp_path):
     from eos_runtime.experiments.verify import verify_sinks
     from eos_runtime.transport import open_transport
 
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "r.toml").write_text('[[fault]]\nkind = "reset"\nrun = 2\n')
     # --keep-data: a passing run's topics are judged again below (else removed with it)
-    ok("experiment", "clickstream", "--schedule", "r.toml", "--seed", "8", "--lines", "400",
-       "--bootstrap-servers", kafka_bootstrap, "--report", "report", "--keep-data",
-       cwd=tmp_path, timeout=600)
+    ok_here("experiment", "clickstream", "--schedule", "r.toml", "--seed", "8", "--lines", "400",
+            "--bootstrap-servers", kafka_bootstrap, "--report", "report", "--keep-data",
+            cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 8)
     assert run["passed"], run["verdict"]
     [reset] = [f for f in run["faults"] if f["kind"] == "reset"]
@@ -174,11 +174,11 @@ def test_a_graph_soak_s_input_is_known_again_by_its_stamps(tmp_path):
 
 
 def test_a_soak_of_the_graph_passes_under_faults(tmp_path):
-    from test_cli import ok
+    from test_cli import ok_here
 
-    ok("experiment", "clickstream", "--duration", "15s", "--rate", "100", "--faults", "2",
-       "--kinds", "crash,lose-state", "--seed", "4", "--report", "report", cwd=tmp_path,
-       timeout=600)
+    ok_here("experiment", "clickstream", "--duration", "15s", "--rate", "100", "--faults", "2",
+            "--kinds", "crash,lose-state", "--seed", "4", "--report", "report", cwd=tmp_path,
+            timeout=600)
     run = _run_json(tmp_path / "report", 4)
     # a loaded machine may feed less than 15 s x 100 or reach a fault's moment too late:
     # the verdict on what was fed is the point

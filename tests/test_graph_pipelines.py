@@ -236,7 +236,7 @@ def test_an_operators_tools_cover_every_source_of_a_graph(kind, guarantee, store
     two sources, with each checkpoint store, on both transports."""
     import json
 
-    from test_cli import error_line, ok, run_here
+    from test_cli import error_line, here, ok_here, run_here
 
     opts = transport_opts(kind, tmp_path, request)
     s = "" if kind == "local" else f"-{uuid.uuid4().hex[:6]}"
@@ -247,39 +247,33 @@ def test_an_operators_tools_cover_every_source_of_a_graph(kind, guarantee, store
                                                           store=store))
     (tmp_path / "eu.txt").write_text("a b\nb\n")
     (tmp_path / "us.txt").write_text("x\ny a\nz\n")
-    ok("produce", f"eu{s}", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
-    ok("produce", f"us{s}", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
+    ok_here("produce", f"eu{s}", "--lines-from", str(tmp_path / "eu.txt"), "--partitions", "1", *d)
+    ok_here("produce", f"us{s}", "--lines-from", str(tmp_path / "us.txt"), "--partitions", "1", *d)
     run = {**opts, "state_dir": str(tmp_path / "state")}
     run_here(tmp_path / "two.py", **run)   # the tools are tested
-    show = ok("checkpoint", "show", f"two{s}", *d, *state).stdout
+    show = ok_here("checkpoint", "show", f"two{s}", *d, *state).stdout
     assert f"streams.eu{s}.partitions.0=2" in show and f"streams.us{s}.partitions.0=3" in show
-    info = json.loads(ok("jobs", "--json", *d).stdout)
+    info = json.loads(ok_here("jobs", "--json", *d).stdout)
     [job] = [j for j in info if j["job"] == f"two{s}"]
     assert job["sources"] == [f"eu{s}", f"us{s}"]
     assert sorted(job["sinks"]) == [f"counts{s}", f"us-upper{s}"]
     # a Startpoint on the second source: its partition is read again from offset 1
-    assert error_line(eos_of("startpoint", "set", f"two{s}", "nope", "0", "--offset", "0",
-                             *d)).startswith(f"error: job 'two{s}' reads 'eu{s}' and 'us{s}', "
-                                             f"not 'nope'")
-    ok("startpoint", "set", f"two{s}", f"us{s}", "0", "--offset", "1", *d)
+    assert error_line(here("startpoint", "set", f"two{s}", "nope", "0", "--offset", "0",
+                           *d)).startswith(f"error: job 'two{s}' reads 'eu{s}' and 'us{s}', "
+                                           f"not 'nope'")
+    ok_here("startpoint", "set", f"two{s}", f"us{s}", "0", "--offset", "1", *d)
     run_here(tmp_path / "two.py", **run)
-    upper = ok("consume", f"us-upper{s}", "--job", f"two{s}", *d).stdout.split()
+    upper = ok_here("consume", f"us-upper{s}", "--job", f"two{s}", *d).stdout.split()
     assert upper == ["X", "Y", "A", "Z", "Y", "A", "Z"]
-    counts = [line.split() for line in ok("consume", f"counts{s}", "--job", f"two{s}", *d)
+    counts = [line.split() for line in ok_here("consume", f"counts{s}", "--job", f"two{s}", *d)
               .stdout.splitlines()]
     assert [v for k, v in counts if k == "a"] == ["1", "2", "3"]   # y a read again: a 3rd a
     kept = list((tmp_path / "state").glob("checkpoints/**/*.json"))
     assert len(kept) == (2 if store == "filesystem" else 0), kept   # one per source task
-    assert (f"__eos_checkpoint_two{s}_1" in ok("topics", *d).stdout) == (store == "kafka")
-    ok("reset", f"two{s}", "--yes", *d, *state)
-    topics = ok("topics", *d).stdout
+    assert (f"__eos_checkpoint_two{s}_1" in ok_here("topics", *d).stdout) == (store == "kafka")
+    ok_here("reset", f"two{s}", "--yes", *d, *state)
+    topics = ok_here("topics", *d).stdout
     assert f"two{s}.shuffle-2" not in topics and f"two{s}.changelog" not in topics
     assert f"__eos_checkpoint_two{s}_" not in topics
     assert all(t in topics for t in (f"eu{s} ", f"us{s} ", f"counts{s}", f"us-upper{s}"))
     assert not list((tmp_path / "state").glob("checkpoints/**/*.json"))   # filesystem store
-
-
-def eos_of(*args):
-    from test_cli import eos
-
-    return eos(*args)

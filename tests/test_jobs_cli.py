@@ -1,7 +1,8 @@
 """Jobs and topics as a user manages them (issue 11, item 7): ``eos consume`` finds the job
 that wrote a topic, ``eos jobs``, ``eos topics``, and the ``--name``/``--source``/``--sink``
-overrides of ``eos run`` and ``eos stop``. Real processes, the real local log, one real
-Spark run of word count (~12 s); other jobs' control topics are written directly."""
+overrides of ``eos run`` and ``eos stop``. The console entry point in this process
+(``here``), the real local log, one real Spark run of word count; other jobs' control
+topics are written directly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from eos_runtime.joblog.layout import layout_stages
 from eos_runtime.protocol import wire
 from eos_runtime.transport import open_transport
 
-from test_cli import WORDCOUNT, eos, error_line, ok
+from test_cli import WORDCOUNT, error_line, here, ok_here
 
 COUNT = 500
 
@@ -25,8 +26,9 @@ COUNT = 500
 def wordcount(tmp_path_factory):
     """A local log where word count ran once, bounded, exactly-once."""
     data = tmp_path_factory.mktemp("jobs") / "data"
-    ok("produce", "lines", "--generate", "words", "--count", str(COUNT), "--data-dir", str(data))
-    ok("run", WORDCOUNT, "--data-dir", str(data), "--json")
+    ok_here("produce", "lines", "--generate", "words", "--count", str(COUNT),
+            "--data-dir", str(data))
+    ok_here("run", WORDCOUNT, "--data-dir", str(data), "--json")
     return data
 
 
@@ -58,25 +60,25 @@ def wordcount_layout(data: Path) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- eos consume
 
 def test_consume_without_job_reads_the_one_job_whose_sink_the_topic_is(wordcount):
-    with_job = ok("consume", "counts", "--job", "wordcount", "--data-dir", str(wordcount))
-    without = ok("consume", "counts", "--data-dir", str(wordcount))
+    with_job = ok_here("consume", "counts", "--job", "wordcount", "--data-dir", str(wordcount))
+    without = ok_here("consume", "counts", "--data-dir", str(wordcount))
     assert without.stdout == with_job.stdout and with_job.stdout
     assert "wordcount" in without.stderr
-    counted = ok("consume", "counts", "--count", "--data-dir", str(wordcount)).stdout
+    counted = ok_here("consume", "counts", "--count", "--data-dir", str(wordcount)).stdout
     assert int(counted) == len(with_job.stdout.splitlines())
 
 
 def test_consume_without_job_names_the_jobs_when_several_wrote_the_topic(wordcount, tmp_path):
     data = copy_log(wordcount, tmp_path / "data")
     fake_job(data, "wordcount-b", wordcount_layout(data))
-    line = error_line(eos("consume", "counts", "--data-dir", str(data)))
+    line = error_line(here("consume", "counts", "--data-dir", str(data)))
     assert "'wordcount'" in line and "'wordcount-b'" in line and "--job" in line
-    picked = ok("consume", "counts", "--job", "wordcount", "--data-dir", str(data))
+    picked = ok_here("consume", "counts", "--job", "wordcount", "--data-dir", str(data))
     assert picked.stdout
 
 
 def test_consume_without_job_of_a_topic_no_job_wrote_asks_for_all(wordcount):
-    line = error_line(eos("consume", "lines", "--data-dir", str(wordcount)))
+    line = error_line(here("consume", "lines", "--data-dir", str(wordcount)))
     assert "--all" in line and "lines" in line
 
 
@@ -94,7 +96,7 @@ def test_jobs_lists_each_job_its_runs_and_last_commits(wordcount, tmp_path):
     fake_job(data, "wordcount", layout, bounded=False, stop=True)     # run 1, stopped
     fake_job(data, "other", tuple(line.replace("wordcount.", "other.").replace("counts", "c2")
                                   for line in layout))
-    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    jobs = json.loads(ok_here("jobs", "--json", "--data-dir", str(data)).stdout)
     assert [j["job"] for j in jobs] == ["other", "wordcount"]
     other, wc = jobs
     assert wc["guarantee"] == "exactly-once" and (wc["source"], wc["sink"]) == ("lines", "counts")
@@ -105,24 +107,25 @@ def test_jobs_lists_each_job_its_runs_and_last_commits(wordcount, tmp_path):
     assert all(t["committed_version"] is not None and t["committed_run"] == 0
                for t in wc["tasks"])
     assert other["sink"] == "c2" and all(t["committed_version"] is None for t in other["tasks"])
-    text = ok("jobs", "--data-dir", str(data)).stdout
+    text = ok_here("jobs", "--data-dir", str(data)).stdout
     assert "wordcount (exactly-once): lines -> counts, 2 stages" in text
     assert "run 1: unbounded" in text and "stop asked (test)" in text
     assert "last commits: task 0 version" in text
     assert "task 0 none" in text   # other never committed
-    fast = json.loads(ok("jobs", "--json", "--no-commits", "--data-dir", str(data)).stdout)
+    fast = json.loads(ok_here("jobs", "--json", "--no-commits", "--data-dir", str(data)).stdout)
     assert all(j["tasks"] == [] for j in fast)
 
 
 def test_jobs_on_an_empty_log(tmp_path):
-    assert ok("jobs", "--data-dir", str(tmp_path)).stdout.startswith("no jobs on the local log")
-    assert json.loads(ok("jobs", "--json", "--data-dir", str(tmp_path)).stdout) == []
+    assert ok_here("jobs", "--data-dir", str(tmp_path)).stdout.startswith(
+        "no jobs on the local log")
+    assert json.loads(ok_here("jobs", "--json", "--data-dir", str(tmp_path)).stdout) == []
 
 
 # --------------------------------------------------------------------------- eos topics
 
 def test_topics_says_which_job_uses_each_topic_as_what(wordcount):
-    topics = json.loads(ok("topics", "--json", "--data-dir", str(wordcount)).stdout)
+    topics = json.loads(ok_here("topics", "--json", "--data-dir", str(wordcount)).stdout)
     by = {t["topic"]: t for t in topics}
     assert by["lines"]["partitions"] == 2
     assert by["lines"]["uses"] == [{"job": "wordcount", "role": "source"}]
@@ -131,14 +134,14 @@ def test_topics_says_which_job_uses_each_topic_as_what(wordcount):
     assert by["wordcount.changelog"]["uses"] == [{"job": "wordcount", "role": "changelog"}]
     assert by["wordcount.control"]["uses"] == [{"job": "wordcount", "role": "control"}]
     assert by["wordcount.heartbeats"]["uses"] == [{"job": "wordcount", "role": "heartbeats"}]
-    text = ok("topics", "--data-dir", str(wordcount)).stdout
+    text = ok_here("topics", "--data-dir", str(wordcount)).stdout
     assert any(line.startswith("lines ") and line.endswith("source of wordcount")
                for line in text.splitlines()), text
     assert "change log of wordcount" in text and "control topic of wordcount" in text
 
 
 def test_topics_of_a_missing_kafka_broker_is_one_line(tmp_path):
-    line = error_line(eos("topics", "--bootstrap-servers", "not a host"))
+    line = error_line(here("topics", "--bootstrap-servers", "not a host"))
     assert "not a host" in line
 
 
@@ -146,22 +149,22 @@ def test_topics_of_a_missing_kafka_broker_is_one_line(tmp_path):
 
 def test_run_and_stop_under_another_name_source_and_sink(wordcount, tmp_path):
     data = copy_log(wordcount, tmp_path / "data")
-    ok("produce", "lines2", "--generate", "words", "--count", "200", "--data-dir", str(data))
-    summary = json.loads(ok("run", WORDCOUNT, "--name", "wc2", "--source", "lines2",
-                            "--sink", "counts2", "--data-dir", str(data), "--json").stdout)
+    ok_here("produce", "lines2", "--generate", "words", "--count", "200", "--data-dir", str(data))
+    summary = json.loads(ok_here("run", WORDCOUNT, "--name", "wc2", "--source", "lines2",
+                                 "--sink", "counts2", "--data-dir", str(data), "--json").stdout)
     assert summary["job"] == "wc2"
-    jobs = {j["job"]: j for j in json.loads(ok("jobs", "--json", "--no-commits",
+    jobs = {j["job"]: j for j in json.loads(ok_here("jobs", "--json", "--no-commits",
                                                 "--data-dir", str(data)).stdout)}
     assert (jobs["wc2"]["source"], jobs["wc2"]["sink"]) == ("lines2", "counts2")
     assert (jobs["wordcount"]["source"], jobs["wordcount"]["sink"]) == ("lines", "counts")
-    counts = ok("consume", "counts2", "--data-dir", str(data))   # found: wc2's sink
+    counts = ok_here("consume", "counts2", "--data-dir", str(data))   # found: wc2's sink
     assert "'wc2'" in counts.stderr and counts.stdout
     # eos stop with the same overrides asks the renamed job (a driver of it holds its lease)
     from test_lease_cli import other_driver
 
     other_driver({"data_dir": str(data)}, "wc2")
-    stop = ok("stop", WORDCOUNT, "--name", "wc2", "--source", "lines2", "--sink", "counts2",
-              "--data-dir", str(data))
+    stop = ok_here("stop", WORDCOUNT, "--name", "wc2", "--source", "lines2", "--sink", "counts2",
+                   "--data-dir", str(data))
     assert "job 'wc2'" in stop.stdout
     with open_transport(data_dir=str(data)) as t:
         assert ControlLog(t, "wc2").last_run().stopped is not None
@@ -169,11 +172,11 @@ def test_run_and_stop_under_another_name_source_and_sink(wordcount, tmp_path):
 
 
 def test_override_errors_are_one_line(tmp_path):
-    line = error_line(eos("run", WORDCOUNT, "--name", "bad name!", "--data-dir", str(tmp_path)))
+    line = error_line(here("run", WORDCOUNT, "--name", "bad name!", "--data-dir", str(tmp_path)))
     assert "bad name!" in line
-    line = error_line(eos("stop", WORDCOUNT, "--name", "never-ran", "--data-dir", str(tmp_path)))
+    line = error_line(here("stop", WORDCOUNT, "--name", "never-ran", "--data-dir", str(tmp_path)))
     assert "never-ran" in line
-    p = eos("stop", "wordcount", "--sink", "x", "--data-dir", str(tmp_path))
+    p = here("stop", "wordcount", "--sink", "x", "--data-dir", str(tmp_path))
     assert p.returncode == 2 and "PIPELINE.py" in p.stderr
 
 
@@ -184,25 +187,25 @@ def test_a_user_topic_named_like_a_control_topic_is_not_a_job(wordcount, tmp_pat
     ``orders.control`` (lines of text) and an empty ``idle.control`` are no jobs: eos jobs,
     topics and consume skip them (jobs says so on stderr) instead of failing on them."""
     data = copy_log(wordcount, tmp_path / "data")
-    ok("produce", "orders.control", "--lines-from", "-", "--data-dir", str(data),
-       stdin="open\nclosed\n")
+    ok_here("produce", "orders.control", "--lines-from", "-", "--data-dir", str(data),
+            stdin="open\nclosed\n")
     with open_transport(data_dir=str(data)) as t:
         from eos_runtime.transport import TopicSpec
 
         t.create_topics([TopicSpec("idle.control", 1)])
-    jobs = ok("jobs", "--json", "--data-dir", str(data))
+    jobs = ok_here("jobs", "--json", "--data-dir", str(data))
     assert [j["job"] for j in json.loads(jobs.stdout)] == ["wordcount"]
-    text = ok("jobs", "--data-dir", str(data))
+    text = ok_here("jobs", "--data-dir", str(data))
     assert text.stdout.startswith("wordcount (exactly-once)"), text.stdout
     assert "note: topic 'orders.control' is not a job's control topic" in text.stderr
     assert "note: topic 'idle.control' is not a job's control topic" in text.stderr
-    by = {t["topic"]: t for t in json.loads(ok("topics", "--json", "--data-dir",
+    by = {t["topic"]: t for t in json.loads(ok_here("topics", "--json", "--data-dir",
                                                 str(data)).stdout)}
     assert by["orders.control"]["uses"] == [] and by["idle.control"]["uses"] == []
     assert by["counts"]["uses"] == [{"job": "wordcount", "role": "sink"}]
-    counts = ok("consume", "counts", "--data-dir", str(data))
+    counts = ok_here("consume", "counts", "--data-dir", str(data))
     assert "'wordcount'" in counts.stderr and counts.stdout
-    assert ok("consume", "orders.control", "--all", "--data-dir", str(data)).stdout == \
+    assert ok_here("consume", "orders.control", "--all", "--data-dir", str(data)).stdout == \
         "\topen\n\tclosed\n"
 
 
@@ -219,12 +222,12 @@ def test_topics_shows_the_checkpoint_topic_and_hides_kafka_s_internal_ones(wordc
         t.create_topics([TopicSpec("__eos_checkpoint_wordcount_1", 2),
                          TopicSpec("__consumer_offsets", 1),
                          TopicSpec("__transaction_state", 1)])
-    by = {t["topic"]: t for t in json.loads(ok("topics", "--json", "--data-dir",
+    by = {t["topic"]: t for t in json.loads(ok_here("topics", "--json", "--data-dir",
                                                 str(data)).stdout)}
     assert "__consumer_offsets" not in by and "__transaction_state" not in by
     assert by["__eos_checkpoint_wordcount_1"]["uses"] == [{"job": "wordcount",
                                                            "role": "checkpoints"}]
-    text = ok("topics", "--data-dir", str(data)).stdout
+    text = ok_here("topics", "--data-dir", str(data)).stdout
     assert any(line.startswith("__eos_checkpoint_wordcount_1 ")
                and line.endswith("checkpoint topic of wordcount") for line in text.splitlines())
 
@@ -237,5 +240,5 @@ def test_consume_of_a_job_s_dead_letters_without_job_reads_that_job_s(wordcount,
     data = copy_log(wordcount, tmp_path / "data")
     with open_transport(data_dir=str(data)) as t:
         t.create_topics([TopicSpec("wordcount.dead-letters", 1)])
-    got = ok("consume", "wordcount.dead-letters", "--data-dir", str(data))
+    got = ok_here("consume", "wordcount.dead-letters", "--data-dir", str(data))
     assert "committed output of job 'wordcount'" in got.stderr and got.stdout == ""

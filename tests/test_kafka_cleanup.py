@@ -111,17 +111,17 @@ def test_keep_data_keeps_a_passing_runs_topics(kafka_bootstrap, tmp_path, monkey
 
 def test_eos_demo_on_kafka_removes_its_topics_unless_asked_to_keep_them(kafka_bootstrap,
                                                                         tmp_path):
-    from test_cli import ok
+    from test_cli import ok_here
 
-    gone = json.loads(ok("demo", "--bootstrap-servers", kafka_bootstrap, "--lines", "200",
-                         "--json", cwd=tmp_path, timeout=300).stdout)
+    gone = json.loads(ok_here("demo", "--bootstrap-servers", kafka_bootstrap, "--lines", "200",
+                              "--json", cwd=tmp_path, timeout=300).stdout)
     job = gone["run"]["job"]
     assert _named_after(job, _topics(kafka_bootstrap)) == []
     assert gone["kept_topics"] == []
     assert not (tmp_path / ".eos" / "state" / job).exists()
 
-    kept = json.loads(ok("demo", "--bootstrap-servers", kafka_bootstrap, "--lines", "200",
-                         "--keep-topics", "--json", cwd=tmp_path, timeout=300).stdout)
+    kept = json.loads(ok_here("demo", "--bootstrap-servers", kafka_bootstrap, "--lines", "200",
+                              "--keep-topics", "--json", cwd=tmp_path, timeout=300).stdout)
     job = kept["run"]["job"]
     topics = _named_after(job, _topics(kafka_bootstrap))
     assert {f"{job}-lines", f"{job}-counts", f"{job}.control", f"{job}.changelog"} <= set(topics)

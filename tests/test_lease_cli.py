@@ -19,7 +19,7 @@ from eos_runtime.protocol import wire
 from eos_runtime.protocol.lease import FREE
 from eos_runtime.transport import open_transport
 
-from test_cli import WORDCOUNT, eos, error_line, ok
+from test_cli import WORDCOUNT, error_line, here, ok_here
 
 HOUR_MS = 3_600_000
 
@@ -53,14 +53,14 @@ def refusal_re(job: str, run: int) -> str:
 @pytest.fixture
 def data(tmp_path) -> Path:
     d = tmp_path / "data"
-    ok("produce", "lines", "--generate", "words", "--count", "300", "--data-dir", str(d))
+    ok_here("produce", "lines", "--generate", "words", "--count", "300", "--data-dir", str(d))
     return d
 
 
 def test_a_second_run_is_refused_while_a_live_driver_holds_the_lease(data):
     opts = {"data_dir": str(data)}
     other_driver(opts, "wordcount")
-    p = eos("run", WORDCOUNT, "--data-dir", str(data))
+    p = here("run", WORDCOUNT, "--data-dir", str(data))
     assert re.match(refusal_re("wordcount", 0), error_line(p)), p.stderr
     records, status = control(opts, "wordcount")
     assert not any(isinstance(r, wire.RunStart) for r in records), "a run was recorded"
@@ -70,7 +70,7 @@ def test_a_second_run_is_refused_while_a_live_driver_holds_the_lease(data):
 def test_take_over_runs_asks_the_holder_to_stop_and_releases_at_the_end(data):
     opts = {"data_dir": str(data)}
     held = other_driver(opts, "wordcount", run=0)
-    p = ok("run", WORDCOUNT, "--data-dir", str(data), "--take-over")
+    p = ok_here("run", WORDCOUNT, "--data-dir", str(data), "--take-over")
     assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
     assert "warning: took job 'wordcount' over from run 0 (pid" in p.stderr, p.stderr
     records, status = control(opts, "wordcount")
@@ -83,7 +83,7 @@ def test_take_over_runs_asks_the_holder_to_stop_and_releases_at_the_end(data):
 def test_an_expired_lease_is_taken_with_a_warning(data):
     opts = {"data_dir": str(data)}
     other_driver(opts, "wordcount", age_ms=2 * HOUR_MS, timeout_ms=60_000)
-    p = ok("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "30")
+    p = ok_here("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "30")
     assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
     assert re.search(r"warning: job 'wordcount': run 0's driver \(pid \d+ on host .*\) was "
                      r"last heard from \d+ s ago, longer than its lease timeout; this run "
@@ -121,16 +121,16 @@ def test_a_lease_of_a_dead_driver_on_this_host_is_no_run_and_the_next_run_takes_
 
     opts = {"data_dir": str(data)}
     dead = dead_driver(opts, "wordcount")
-    text = ok("jobs", "--data-dir", str(data)).stdout
+    text = ok_here("jobs", "--data-dir", str(data)).stdout
     assert "running:" not in text, text
     assert re.search(rf"^  driver gone: run 0, pid {dead.pid} on this host \(.*\) is no longer "
                      rf"running; the next run takes the job over$", text, re.M), text
-    lease = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)[0]["lease"]
+    lease = json.loads(ok_here("jobs", "--json", "--data-dir", str(data)).stdout)[0]["lease"]
     assert (lease["status"], lease["pid"]) == ("dead", dead.pid)
-    assert error_line(eos("stop", "wordcount", "--data-dir", str(data))) == (
+    assert error_line(here("stop", "wordcount", "--data-dir", str(data))) == (
         f"error: job 'wordcount' has no live run (run 0's driver, pid {dead.pid} on this "
         f"host, is gone without releasing its lease): nothing to stop")
-    p = ok("run", WORDCOUNT, "--data-dir", str(data))
+    p = ok_here("run", WORDCOUNT, "--data-dir", str(data))
     assert p.stdout.startswith("wordcount run 0 (bounded): 300 input records"), p.stdout
     assert (f"warning: job 'wordcount': run 0's driver (pid {dead.pid} on this host) is gone "
             f"without releasing its lease; this run takes the job over") in p.stderr, p.stderr
@@ -140,7 +140,7 @@ def test_a_lease_of_a_dead_driver_on_this_host_is_no_run_and_the_next_run_takes_
 
 
 def test_a_bad_lease_timeout_is_a_usage_error(data):
-    p = eos("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "0")
+    p = here("run", WORDCOUNT, "--data-dir", str(data), "--lease-timeout", "0")
     assert p.returncode == 2 and "--lease-timeout" in p.stderr
 
 
@@ -149,10 +149,10 @@ def test_a_second_run_is_refused_on_kafka(kafka_bootstrap):
     tag = uuid.uuid4().hex[:8]
     job, source = f"lease-{tag}", f"lease-in-{tag}"
     kafka = ("--bootstrap-servers", kafka_bootstrap)
-    ok("produce", source, "--generate", "words", "--count", "10", *kafka)
+    ok_here("produce", source, "--generate", "words", "--count", "10", *kafka)
     other_driver({"bootstrap_servers": kafka_bootstrap}, job, run=0)
-    p = eos("run", WORDCOUNT, "--name", job, "--source", source, "--sink", f"lease-out-{tag}",
-            *kafka)
+    p = here("run", WORDCOUNT, "--name", job, "--source", source, "--sink", f"lease-out-{tag}",
+             *kafka)
     assert re.match(refusal_re(job, 0), error_line(p)), p.stderr
 
 
@@ -171,10 +171,10 @@ def test_on_kafka_a_lapsed_lease_is_taken_a_live_one_refuses_the_tools_and_take_
     k = ("--bootstrap-servers", kafka_bootstrap)
     named = ("--name", job, "--source", source, "--sink", sink)
     opts = {"bootstrap_servers": kafka_bootstrap}
-    ok("produce", source, "--generate", "words", "--count", "10", *k)
+    ok_here("produce", source, "--generate", "words", "--count", "10", *k)
 
     other_driver(opts, job, age_ms=2 * HOUR_MS, timeout_ms=60_000)
-    p = ok("run", WORDCOUNT, *named, "--lease-timeout", "30", *k)
+    p = ok_here("run", WORDCOUNT, *named, "--lease-timeout", "30", *k)
     assert p.stdout.startswith(f"{job} run 0 (bounded): 10 input records"), p.stdout
     assert re.search(rf"warning: job '{job}': run 0's driver \(pid \d+ on host .*\) was last "
                      rf"heard from \d+ s ago, longer than its lease timeout; this run takes "
@@ -194,15 +194,15 @@ def test_on_kafka_a_lapsed_lease_is_taken_a_live_one_refuses_the_tools_and_take_
                        (("startpoint", "set", job, source, "0", "--oldest"),
                         "Startpoints can be set"),
                        (("startpoint", "clear", job), "Startpoints can be cleared")):
-        line = error_line(eos(*args, *k))
+        line = error_line(here(*args, *k))
         assert re.match(running + what + stopped, line), (args, line)
     with pytest.raises(JobRunning, match="Startpoints can be set only while"):
         set_startpoint(job, source, 0, Startpoint.oldest(), **opts)
     with pytest.raises(JobRunning, match="Startpoints can be cleared only while"):
         clear_startpoints(job, **opts)
-    assert ok("startpoint", "list", job, *k).stdout.startswith("no startpoints")
+    assert ok_here("startpoint", "list", job, *k).stdout.startswith("no startpoints")
 
-    p = ok("run", WORDCOUNT, *named, "--take-over", *k)
+    p = ok_here("run", WORDCOUNT, *named, "--take-over", *k)
     assert p.stdout.startswith(f"{job} run 1 (bounded): no new input records"), p.stdout
     assert f"warning: took job '{job}' over from run 5 (pid" in p.stderr, p.stderr
     records, status = control(opts, job)
@@ -234,10 +234,10 @@ def test_eos_jobs_shows_who_holds_the_lease(tmp_path):
 
     data = tmp_path / "data"
     other_driver({"data_dir": str(data)}, "wordcount", run=4)
-    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    jobs = json.loads(ok_here("jobs", "--json", "--data-dir", str(data)).stdout)
     lease = jobs[0]["lease"]
     assert (lease["status"], lease["run"], lease["pid"]) == ("held", 4, os.getpid())
-    text = ok("jobs", "--data-dir", str(data)).stdout
+    text = ok_here("jobs", "--data-dir", str(data)).stdout
     assert re.search(rf"^  running: run 4, driver pid {os.getpid()} on host .*, last heard from "
                      rf"\d+ s ago$", text, re.M), text
 
@@ -390,7 +390,7 @@ def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_ru
     with open_transport(**opts) as t:
         ControlLog(t, "st").start_run(plan, bounded=True)          # run 0, over
         before = ControlLog(t, "st").records()
-    line = error_line(eos("stop", "st", "--data-dir", str(data)))
+    line = error_line(here("stop", "st", "--data-dir", str(data)))
     assert line.startswith("error: job 'st' has no live run"), line
     with open_transport(**opts) as t:
         assert ControlLog(t, "st").records() == before              # nothing appended
@@ -400,7 +400,7 @@ def test_a_stop_before_a_runs_start_record_stops_that_run_and_none_is_no_live_ru
     class Racing(ControlLog):
         def _acquire(self, lease, run):
             acquired = super()._acquire(lease, run)
-            said.append(ok("stop", "st", "--data-dir", str(data)).stdout)   # lands here
+            said.append(ok_here("stop", "st", "--data-dir", str(data)).stdout)   # lands here
             return acquired
 
     with open_transport(**opts) as t:

@@ -216,17 +216,17 @@ def test_an_outage_longer_than_the_budget_fails_the_run_naming_the_broker(broker
 def test_an_experiment_stops_and_restarts_the_broker_and_the_run_passes(broker, tmp_path):
     import json
 
-    from test_cli import eos
+    from test_cli import here
 
     b: KafkaBroker = broker["broker"]
     schedule = tmp_path / "broker.toml"
     schedule.write_text('[[fault]]\nkind = "broker"\nafter = 0.5\ndown = 2.0\n'
                         'signal = "kill"\n')
     report = tmp_path / "report"
-    p = eos("experiment", "wordcount", "--schedule", str(schedule), "--seed", "4",
-            "--lines", "3000", "--bootstrap-servers", b.bootstrap_servers,
-            "--broker-dir", str(b.run_dir), "--report", str(report), "--json",
-            cwd=tmp_path, timeout=900)
+    p = here("experiment", "wordcount", "--schedule", str(schedule), "--seed", "4",
+             "--lines", "3000", "--bootstrap-servers", b.bootstrap_servers,
+             "--broker-dir", str(b.run_dir), "--report", str(report), "--json",
+             cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     run = json.loads((report / "seed-4" / "run.json").read_text())
     assert run["passed"], run["verdict"]

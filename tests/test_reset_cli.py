@@ -1,7 +1,8 @@
-"""``eos reset JOB`` as a user runs it (issue 11, item 7): real processes, the real local
-log, real Spark runs of word count. A reset deletes the job's change log, control topic,
-channels and state, keeps its input, output and other jobs' topics and the local log's
-fences, asks before it deletes, and refuses while the job runs."""
+"""``eos reset JOB`` as a user runs it (issue 11, item 7): the console entry point in this
+process (``here``), the real local log, real Spark runs of word count. A reset deletes the
+job's change log, control topic, channels and state, keeps its input, output and other
+jobs' topics and the local log's fences, asks before it deletes, and refuses while the
+job runs."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from eos_runtime.transport import open_transport
 from test_cli import (
     WORDCOUNT,
     assert_exactly_once,
-    eos,
     error_line,
-    ok,
+    here,
+    ok_here,
     run_here,
     start_eos,
     wait_for_counts,
@@ -31,14 +32,15 @@ JOB_TOPICS = ["wordcount.changelog", "wordcount.control", "wordcount.heartbeats"
 
 
 def topics(data) -> list[str]:
-    return [t["topic"] for t in json.loads(ok("topics", "--json", "--data-dir", str(data)).stdout)]
+    shown = ok_here("topics", "--json", "--data-dir", str(data)).stdout
+    return [t["topic"] for t in json.loads(shown)]
 
 
 @pytest.mark.slow
 def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scratch(tmp_path):
     data = tmp_path / "data"
-    ok("produce", "lines", "--generate", "words", "--count", "400", "--seed", "7",
-       "--data-dir", str(data))
+    ok_here("produce", "lines", "--generate", "words", "--count", "400", "--seed", "7",
+            "--data-dir", str(data))
     run_here(WORDCOUNT, data_dir=str(data))       # the runs in this process: eos reset is tested
     fake_job(data, "other", wordcount_layout(data))          # another job, same topics
     before = topics(data)
@@ -47,11 +49,11 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert state.is_dir()
 
     # Without a terminal and without --yes: one line, nothing deleted.
-    line = error_line(eos("reset", "wordcount", "--data-dir", str(data)))
+    line = error_line(here("reset", "wordcount", "--data-dir", str(data)))
     assert "--yes" in line and "wordcount.changelog" in line
     assert topics(data) == before and state.is_dir()
 
-    done = ok("reset", "wordcount", "--yes", "--data-dir", str(data))
+    done = ok_here("reset", "wordcount", "--yes", "--data-dir", str(data))
     assert ("deleted wordcount.heartbeats, wordcount.changelog, wordcount.shuffle-1, "
             "wordcount.control and state directory") in done.stdout, done.stdout
     after = topics(data)
@@ -60,7 +62,7 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert not state.exists()
     assert sorted(p.name for p in (data / "fences").iterdir()) == [
         f"wordcount.task-{i}" for i in range(4)]                 # kept against zombies
-    jobs = json.loads(ok("jobs", "--json", "--data-dir", str(data)).stdout)
+    jobs = json.loads(ok_here("jobs", "--json", "--data-dir", str(data)).stdout)
     assert [j["job"] for j in jobs] == ["other"]
 
     # The next run is run 0 again, reads all the input, and counts from empty state.
@@ -68,17 +70,17 @@ def test_reset_deletes_only_what_the_job_made_and_the_next_run_starts_from_scrat
     assert again.run == 0 and again.input_records == 400
     assert_exactly_once(data, word_counts(data))
 
-    line = error_line(eos("reset", "nosuchjob", "--yes", "--data-dir", str(data)))
+    line = error_line(here("reset", "nosuchjob", "--yes", "--data-dir", str(data)))
     assert "nothing to reset" in line
 
 
 def test_reset_refuses_a_state_directory_with_what_no_task_made(tmp_path):
     data = tmp_path / "data"
-    ok("produce", "lines", "--generate", "words", "--count", "10", "--data-dir", str(data))
+    ok_here("produce", "lines", "--generate", "words", "--count", "10", "--data-dir", str(data))
     mine = data / "state" / "wordcount" / "notes.txt"
     mine.parent.mkdir(parents=True)
     mine.write_text("mine")
-    line = error_line(eos("reset", "wordcount", "--yes", "--data-dir", str(data)))
+    line = error_line(here("reset", "wordcount", "--yes", "--data-dir", str(data)))
     assert "'notes.txt'" in line and "no task" in line
     assert mine.read_text() == "mine"
 
@@ -86,23 +88,23 @@ def test_reset_refuses_a_state_directory_with_what_no_task_made(tmp_path):
 @pytest.mark.slow
 def test_reset_refuses_while_the_job_runs(tmp_path):
     data = tmp_path / "data"
-    ok("produce", "lines", "--generate", "words", "--count", "200", "--seed", "8",
-       "--data-dir", str(data))
+    ok_here("produce", "lines", "--generate", "words", "--count", "200", "--seed", "8",
+            "--data-dir", str(data))
     proc = start_eos("run", WORDCOUNT, "--unbounded", "--commit-interval", "0.3",
                      "--data-dir", str(data))
     try:
         wait_for_counts(data, sum(word_counts(data).values()), proc)
-        line = error_line(eos("reset", "wordcount", "--yes", "--data-dir", str(data)))
+        line = error_line(here("reset", "wordcount", "--yes", "--data-dir", str(data)))
         assert "is running" in line and "eos stop wordcount" in line
         assert set(JOB_TOPICS) <= set(topics(data))
-        ok("stop", "wordcount", "--data-dir", str(data))
+        ok_here("stop", "wordcount", "--data-dir", str(data))
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     finally:
         proc.kill()
     deadline = time.monotonic() + 60     # the stores' locks go with the worker processes
     while True:
-        p = eos("reset", "wordcount", "--yes", "--data-dir", str(data))
+        p = here("reset", "wordcount", "--yes", "--data-dir", str(data))
         if p.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -117,18 +119,18 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     source, sink = f"{job}-lines", f"{job}-counts"
     kafka = ["--bootstrap-servers", kafka_bootstrap]
     state = tmp_path / "state"
-    ok("produce", source, "--generate", "words", "--count", "200", *kafka)
+    ok_here("produce", source, "--generate", "words", "--count", "200", *kafka)
     # the runs in this process: eos reset is tested
     run = dict(name=job, source=source, sink=sink, state_dir=str(state),
                bootstrap_servers=kafka_bootstrap)
     run_here(WORDCOUNT, **run)
     mine = [f"{job}.changelog", f"{job}.control", f"{job}.heartbeats", f"{job}.shuffle-1"]
-    before = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    before = [t["topic"] for t in json.loads(ok_here("topics", "--json", *kafka).stdout)]
     assert set(mine) <= set(before)
-    committed = int(ok("consume", sink, "--count", *kafka).stdout)
+    committed = int(ok_here("consume", sink, "--count", *kafka).stdout)
 
-    ok("reset", job, "--yes", "--state-dir", str(state), *kafka)
-    after = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    ok_here("reset", job, "--yes", "--state-dir", str(state), *kafka)
+    after = [t["topic"] for t in json.loads(ok_here("topics", "--json", *kafka).stdout)]
     assert not set(mine) & set(after)
     assert set(before) - set(mine) <= set(after)            # input, output, other jobs'
     assert not (state / job).exists()
@@ -136,7 +138,7 @@ def test_reset_on_kafka_keeps_input_output_and_other_topics(kafka_bootstrap, tmp
     again = run_here(WORDCOUNT, **run)
     assert again.run == 0 and again.input_records == 200
     # Kafka keeps the old run's committed output; the new run counted again from zero.
-    assert int(ok("consume", sink, "--count", *kafka).stdout) == 2 * committed
+    assert int(ok_here("consume", sink, "--count", *kafka).stdout) == 2 * committed
 
 
 def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(tmp_path):
@@ -145,7 +147,7 @@ def test_reset_of_a_run_that_did_not_end_warns_that_it_may_still_run_elsewhere(t
               "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
               "guarantee exactly-once")
     fake_job(data, "half", layout)           # a run recorded, no task ever committed
-    p = ok("reset", "half", "--yes", "--data-dir", str(data))
+    p = ok_here("reset", "half", "--yes", "--data-dir", str(data))
     assert p.stderr.startswith("warning: run 0 of job 'half' did not end with final "
                                "checkpoints"), p.stderr
     assert "deleted half.heartbeats, half.control;" in p.stdout
@@ -162,7 +164,7 @@ def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
               "guarantee exactly-once")
     fake_job(data, "half", layout)
     other_driver({"data_dir": str(data)}, "half")
-    p = eos("reset", "half", "--yes", "--data-dir", str(data))
+    p = here("reset", "half", "--yes", "--data-dir", str(data))
     line = error_line(p)
     assert line.startswith("error: job 'half' is running (run 0, started ") and \
         "eos reset only while the job is stopped" in line, line
@@ -193,15 +195,15 @@ def test_reset_clears_every_startpoint_and_the_metadata_topic(tmp_path):
         MetadataStore(t, "sp").write({                # used up; no topic lines: written here
             StartpointKey("lines", 0): Startpoint("offset", 5990),
             StartpointKey("lines", 1, 1): Startpoint("offset", 7, run=3)})
-    assert "lines[1] task 1: offset 7 (given to run 3)" in ok(
+    assert "lines[1] task 1: offset 7 (given to run 3)" in ok_here(
         "startpoint", "list", "sp", "--data-dir", str(data)).stdout
 
-    done = ok("reset", "sp", "--yes", "--data-dir", str(data))
+    done = ok_here("reset", "sp", "--yes", "--data-dir", str(data))
     assert "sp.metadata" in done.stdout, done.stdout
     assert ("2 Startpoints (lines[0]: offset 5990; lines[1] task 1: offset 7, given to "
             "run 3)") in done.stdout, done.stdout
     assert "sp.metadata" not in topics(data)
-    assert error_line(eos("startpoint", "list", "sp", "--data-dir", str(data))).startswith(
+    assert error_line(here("startpoint", "list", "sp", "--data-dir", str(data))).startswith(
         "error: job 'sp' has no run on the local log in ")   # nor Startpoints: all gone
     fake_job(data, "sp", small_layout("sp"))               # the next run is run 0 again
     with open_transport(data_dir=str(data)) as t:
@@ -219,7 +221,7 @@ def test_reset_keeps_a_metadata_topic_with_other_records_and_deletes_its_startpo
         with t.producer() as p:                       # a record no Startpoint's
             p.produce("mix.metadata", 0, b"mine", key=b"note/1")
             p.flush()
-    done = ok("reset", "mix", "--yes", "--data-dir", str(data))
+    done = ok_here("reset", "mix", "--yes", "--data-dir", str(data))
     assert "cleared 1 Startpoint (lines[0]: offset 5)" in done.stdout, done.stdout
     assert "mix.metadata" in topics(data)
     with open_transport(data_dir=str(data)) as t:
@@ -241,14 +243,14 @@ def test_reset_of_a_job_that_never_ran_deletes_nothing_of_topics_named_like_its(
             names = sorted(names + ["orders.control"])
         for name in names:
             if control is None or name == "orders.control" and control:
-                ok("produce", name, "--lines-from", "-", "--data-dir", str(data),
-                   stdin="mine\n")
-        line = error_line(eos("reset", "orders", "--yes", "--data-dir", str(data)))
+                ok_here("produce", name, "--lines-from", "-", "--data-dir", str(data),
+                        stdin="mine\n")
+        line = error_line(here("reset", "orders", "--yes", "--data-dir", str(data)))
         assert line.startswith("error: job 'orders' has nothing to reset"), line
         assert "left alone: " + ", ".join(names) in line, line
         assert set(names) <= set(topics(data))
         for name in names:
-            assert ok("consume", name, "--all", "--data-dir", str(data)).stdout == \
+            assert ok_here("consume", name, "--all", "--data-dir", str(data)).stdout == \
                 ("\tmine\n" if name != "orders.control" or control else "")
 
 
@@ -259,8 +261,8 @@ def test_reset_deletes_only_the_topics_whose_records_are_the_jobs(tmp_path):
     again."""
     data = tmp_path / "data"
     fake_job(data, "adopted", small_layout("adopted"))
-    ok("produce", "adopted.changelog", "--lines-from", "-", "--data-dir", str(data),
-       stdin="mine\n")
+    ok_here("produce", "adopted.changelog", "--lines-from", "-", "--data-dir", str(data),
+            stdin="mine\n")
     with open_transport(data_dir=str(data)) as t:
         from eos_runtime.protocol import wire
         from eos_runtime.transport import TopicSpec
@@ -269,7 +271,7 @@ def test_reset_deletes_only_the_topics_whose_records_are_the_jobs(tmp_path):
         with t.producer() as p:
             p.produce("adopted.shuffle-1", 1, wire.encode(wire.Restore(0, 1, 5)))
             p.flush()
-    done = ok("reset", "adopted", "--yes", "--data-dir", str(data))
+    done = ok_here("reset", "adopted", "--yes", "--data-dir", str(data))
     assert "deleted adopted.heartbeats, adopted.shuffle-1, adopted.control" in done.stdout, \
         done.stdout
     assert "kept adopted.changelog (adopted.changelog[0]@0 is no change-log record" in \
@@ -290,15 +292,15 @@ def test_reset_on_kafka_deletes_the_jobs_checkpoint_topic(kafka_bootstrap, tmp_p
         f"pipeline = Pipeline({job!r}, processing_guarantee='at-least-once', "
         "checkpoints='kafka')\n"
         f"pipeline.source({source!r}).map(str.upper).sink({sink!r})\n")
-    ok("produce", source, "--generate", "words", "--count", "20", *kafka)
+    ok_here("produce", source, "--generate", "words", "--count", "20", *kafka)
     first = run_here(tmp_path / "p.py", state_dir=str(tmp_path / "state"),
                      bootstrap_servers=kafka_bootstrap)
     assert first.input_records == 20
     topic = f"__eos_checkpoint_{job}_1"
-    listed = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    listed = [t["topic"] for t in json.loads(ok_here("topics", "--json", *kafka).stdout)]
     assert topic in listed and "__consumer_offsets" not in listed
-    ok("reset", job, "--yes", "--state-dir", str(tmp_path / "state"), *kafka)
-    listed = [t["topic"] for t in json.loads(ok("topics", "--json", *kafka).stdout)]
+    ok_here("reset", job, "--yes", "--state-dir", str(tmp_path / "state"), *kafka)
+    listed = [t["topic"] for t in json.loads(ok_here("topics", "--json", *kafka).stdout)]
     assert topic not in listed
     again = run_here(tmp_path / "p.py", state_dir=str(tmp_path / "state"),
                      bootstrap_servers=kafka_bootstrap)

@@ -1,5 +1,6 @@
 """``eos run --reset-offset``, ``--offset-default`` and ``--checkpoints`` through the CLI:
-real processes, the real local log, real Spark."""
+its entry point in this process (``here``: the worker's JVM serves every run), the real
+local log, real Spark."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from collections import Counter
 
 from test_checkpoint_cli import lines_by_partition, words_in
-from test_cli import WORDCOUNT, assert_exactly_once, eos, error_line, ok, run_here
+from test_cli import WORDCOUNT, assert_exactly_once, error_line, here, ok_here, run_here
 
 
 def summary(p) -> dict:
@@ -17,16 +18,16 @@ def summary(p) -> dict:
 def test_reset_offset_reads_everything_again_and_the_job_keeps_its_state(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
-    ok("produce", "lines", "--generate", "words", "--count", "200", *d)
+    ok_here("produce", "lines", "--generate", "words", "--count", "200", *d)
     run_here(WORDCOUNT, data_dir=str(data))   # the scene: the flags below are the test
-    assert error_line(eos("run", WORDCOUNT, "--reset-offset", "counts", *d)) == (
+    assert error_line(here("run", WORDCOUNT, "--reset-offset", "counts", *d)) == (
         "error: --reset-offset counts: job 'wordcount' reads 'lines' (its only source "
         "stream); give that")
     # upcoming after a reset: a bounded run then reads nothing
-    nothing = summary(ok("run", WORDCOUNT, "--reset-offset", "lines", "--offset-default",
-                         "upcoming", "--json", *d))
+    nothing = summary(ok_here("run", WORDCOUNT, "--reset-offset", "lines", "--offset-default",
+                              "upcoming", "--json", *d))
     assert nothing["stages"][0]["processed"] == 0
-    again = summary(ok("run", WORDCOUNT, "--reset-offset", "lines", "--json", *d))
+    again = summary(ok_here("run", WORDCOUNT, "--reset-offset", "lines", "--json", *d))
     assert again["stages"][0]["processed"] == 200
     parts = lines_by_partition(data)
     everything = parts[0] + parts[1]
@@ -37,26 +38,26 @@ def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
     alo = ("--guarantee", "at-least-once", "--checkpoints", "filesystem")
-    ok("produce", "lines", "--generate", "words", "--count", "100", *d)
+    ok_here("produce", "lines", "--generate", "words", "--count", "100", *d)
     for store in ("kafka", "filesystem"):
-        line = error_line(eos("run", WORDCOUNT, "--checkpoints", store, *d))
+        line = error_line(here("run", WORDCOUNT, "--checkpoints", store, *d))
         assert line == (f"error: checkpoints '{store}' is for at-least-once jobs: an "
                         f"exactly-once job's checkpoint is its change-log commit, atomic with "
                         f"its state and output; use --guarantee at-least-once or the change "
                         f"log")
-    first = summary(ok("run", WORDCOUNT, *alo, "--json", *d))
+    first = summary(ok_here("run", WORDCOUNT, *alo, "--json", *d))
     assert first["stages"][0]["processed"] == 100
     store = data / "state" / "checkpoints" / "wordcount" / "1"
     task0 = json.loads((store / "task-0.json").read_text())
     assert task0 == {"offsets": [["lines", 0, 50]]}
     # The files are the sources' positions: moving task 0's back makes it read again.
     (store / "task-0.json").write_text(json.dumps({"offsets": [["lines", 0, 10]]}))
-    ok("produce", "lines", "--generate", "words", "--count", "20", "--seed", "1", *d)
-    second = summary(ok("run", WORDCOUNT, *alo, "--json", *d))
+    ok_here("produce", "lines", "--generate", "words", "--count", "20", "--seed", "1", *d)
+    second = summary(ok_here("run", WORDCOUNT, *alo, "--json", *d))
     assert second["stages"][0]["processed"] == 40 + 20
     assert json.loads((store / "task-0.json").read_text()) == {"offsets": [["lines", 0, 60]]}
     # at-least-once: no count lost (duplicates allowed)
-    out = ok("consume", "counts", "--job", "wordcount", *d).stdout
+    out = ok_here("consume", "counts", "--job", "wordcount", *d).stdout
     highest: Counter = Counter()
     for row in out.splitlines():
         word, _, value = row.partition("\t")
@@ -65,19 +66,19 @@ def test_checkpoints_in_files_for_at_least_once_are_where_sources_start(tmp_path
     for word, n in words_in(parts[0] + parts[1]).items():
         assert highest[word] >= n, word
     # the store is part of the job's layout: a run that drops it is refused
-    assert "ran before (run 1) with another layout" in eos(
+    assert "ran before (run 1) with another layout" in here(
         "run", WORDCOUNT, "--guarantee", "at-least-once", *d).stderr
 
 
 def test_checkpoints_in_the_checkpoint_topic_of_the_job_id(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
-    ok("produce", "lines", "--generate", "words", "--count", "60", *d)
+    ok_here("produce", "lines", "--generate", "words", "--count", "60", *d)
     run = ("run", WORDCOUNT, "--name", "wct", "--sink", "counts-t", "--guarantee",
            "at-least-once", "--checkpoints", "kafka", "--json", *d)
-    assert summary(ok(*run, "--job-id", "5"))["stages"][0]["processed"] == 60
-    assert "__eos_checkpoint_wct_1" not in ok("topics", *d).stdout
-    records = json.loads(ok("consume", "__eos_checkpoint_wct_5", "--all", "--json", *d).stdout)
+    assert summary(ok_here(*run, "--job-id", "5"))["stages"][0]["processed"] == 60
+    assert "__eos_checkpoint_wct_1" not in ok_here("topics", *d).stdout
+    records = json.loads(ok_here("consume", "__eos_checkpoint_wct_5", "--all", "--json", *d).stdout)
     last = {}
     for r in records:                        # one partition per task, keyed by the task
         assert r["key"] == str(r["partition"])
@@ -85,19 +86,19 @@ def test_checkpoints_in_the_checkpoint_topic_of_the_job_id(tmp_path):
     assert last[0] == {"offsets": [["lines", 0, 30]]}
     assert last[1] == {"offsets": [["lines", 1, 30]]}
     assert sorted(last) == [0, 1]            # the tasks after the shuffle keep the change log
-    ok("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
-    assert summary(ok(*run, "--job-id", "5"))["stages"][0]["processed"] == 10
+    ok_here("produce", "lines", "--generate", "words", "--count", "10", "--seed", "2", *d)
+    assert summary(ok_here(*run, "--job-id", "5"))["stages"][0]["processed"] == 10
     # the job id selects where the positions are: another one (the default "1" here) is
     # another layout, refused before the run is recorded
-    refused = eos(*run)
+    refused = here(*run)
     assert refused.returncode != 0 and "job id 5" in refused.stdout + refused.stderr
 
 
 def test_offset_default_none_refuses_a_partition_without_checkpoint_or_startpoint(tmp_path):
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
-    ok("produce", "lines", "--generate", "words", "--count", "10", *d)
-    assert error_line(eos("run", WORDCOUNT, "--offset-default", "none", *d)) == (
+    ok_here("produce", "lines", "--generate", "words", "--count", "10", *d)
+    assert error_line(here("run", WORDCOUNT, "--offset-default", "none", *d)) == (
         "error: source lines[0]: it has no checkpoint and no Startpoint, and offset_default "
         "is 'none' (no fallback): give the source offset_default='oldest' or 'upcoming' (eos "
         "run --offset-default oldest|upcoming), or the partition a Startpoint (eos startpoint "
@@ -109,13 +110,13 @@ def test_a_reset_forgets_the_positions_of_the_checkpoint_topic_and_the_files(tmp
     # delete them too, or its "start from scratch" run resumes where the old job stood.
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
-    ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    ok_here("produce", "lines", "--generate", "words", "--count", "40", *d)
     # the runs in this process (the --checkpoints option through the CLI: the tests above)
     for store, name in (("filesystem", "wcf"), ("kafka", "wck")):
         run = dict(name=name, sink=f"counts-{name}", guarantee="at-least-once",
                    checkpoints=store, data_dir=str(data))
         assert run_here(WORDCOUNT, **run).stages[0]["processed"] == 40
-        done = ok("reset", name, "--yes", *d).stdout
+        done = ok_here("reset", name, "--yes", *d).stdout
         where = (f"__eos_checkpoint_{name}_1" if store == "kafka"
                  else str(data / "state" / "checkpoints" / name / "1"))
         assert where in done, done
@@ -132,7 +133,7 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
 
     data = tmp_path / "data"
     d = ("--data-dir", str(data))
-    ok("produce", "lines", "--generate", "words", "--count", "40", *d)
+    ok_here("produce", "lines", "--generate", "words", "--count", "40", *d)
     key = "tasknames.task-0.systems.local.streams.lines.partitions.0"
     # The stores are where the sources start: moved behind the change log's commit, the
     # tool must show the store's position, not the commit's.
@@ -141,12 +142,12 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
              checkpoints="filesystem", data_dir=str(data))
     (data / "state" / "checkpoints" / "wcf" / "1" / "task-0.json").write_text(
         json.dumps({"offsets": [["lines", 0, 7]]}))
-    shown = ok("checkpoint", "show", "wcf", *d).stdout
+    shown = ok_here("checkpoint", "show", "wcf", *d).stdout
     assert f"\n{key}=7\n" in shown, shown
     assert "file-system checkpoints in " in shown
     elsewhere = tmp_path / "elsewhere"
-    assert f"\n{key}=\n" in ok("checkpoint", "show", "wcf", *d, "--state-dir",
-                               str(elsewhere)).stdout   # no files there: no position
+    assert f"\n{key}=\n" in ok_here("checkpoint", "show", "wcf", *d, "--state-dir",
+                                    str(elsewhere)).stdout   # no files there: no position
 
     run_here(WORDCOUNT, name="wck", sink="counts-k", guarantee="at-least-once",
              checkpoints="kafka", job_id="3", data_dir=str(data))
@@ -155,12 +156,12 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
         store.start()
         store.register(0)
         store.write_checkpoint(0, Checkpoint({("lines", 0): 5}))
-    shown = ok("checkpoint", "show", "wck", *d).stdout
+    shown = ok_here("checkpoint", "show", "wck", *d).stdout
     assert f"\n{key}=5\n" in shown, shown
     assert "checkpoint topic __eos_checkpoint_wck_3" in shown
     # Only reads: a checkpoint topic that is gone is shown as no positions, not made.
     with open_transport(data_dir=str(data)) as t:
         t.delete_topics(["__eos_checkpoint_wck_3"])
-    assert f"\n{key}=\n" in ok("checkpoint", "show", "wck", *d).stdout
+    assert f"\n{key}=\n" in ok_here("checkpoint", "show", "wck", *d).stdout
     with open_transport(data_dir=str(data)) as t:
         assert "__eos_checkpoint_wck_3" not in t.list_topics()

@@ -16,7 +16,7 @@ from eos_runtime.runner import run_pipeline
 from eos_runtime.transport import open_transport
 
 from pipeline_oracles import produce
-from test_cli import ok
+from test_cli import ok_here
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -62,9 +62,9 @@ def test_eos_run_says_what_it_read_committed_and_wrote(kafka_bootstrap, tmp_path
     with open_transport(bootstrap_servers=kafka_bootstrap) as t:
         produce(t, f"in-{tag}", [f"line {i}".encode() for i in range(COUNT)])
     env = {"EOS_BOOTSTRAP_SERVERS": kafka_bootstrap}
-    summary = json.loads(ok("run", str(path), "--commit-every", "500", "--json",
-                            "--state-dir", str(tmp_path / "state"), env=env).stdout)
+    summary = json.loads(ok_here("run", str(path), "--commit-every", "500", "--json",
+                                 "--state-dir", str(tmp_path / "state"), env=env).stdout)
     assert (summary["input_records"], summary["input_read"], summary["sink_records"]) == \
         (COUNT, COUNT, COUNT)
-    text = ok("run", str(path), "--state-dir", str(tmp_path / "state"), env=env).stdout
+    text = ok_here("run", str(path), "--state-dir", str(tmp_path / "state"), env=env).stdout
     assert "input 0 read, 0 committed; sink 0 records committed" in text, text

@@ -174,11 +174,11 @@ def test_windows_under_faults_on_the_local_log_and_the_checker_can_fail(tmp_path
     from eos_runtime.joblog.committed import read_topic
     from eos_runtime.transport import open_transport
 
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "w.toml").write_text(WINDOWS_SCHEDULE)
-    ok("experiment", "windows", "--schedule", "w.toml", "--seed", "3", "--lines", "1500",
-       "--report", "report", "--keep-data", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "windows", "--schedule", "w.toml", "--seed", "3", "--lines", "1500",
+            "--report", "report", "--keep-data", cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 3)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     v = run["verdict"]
@@ -205,11 +205,11 @@ def test_windows_under_faults_on_the_local_log_and_the_checker_can_fail(tmp_path
 def test_attribution_under_faults_on_the_local_log(tmp_path):
     """The join task crashing between a firing and its commit, the other one a zombie, a
     purchases task crashing mid-version: every pair once."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "a.toml").write_text(ATTRIBUTION_SCHEDULE)
-    ok("experiment", "attribution", "--schedule", "a.toml", "--seed", "4", "--lines", "1500",
-       "--report", "report", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "attribution", "--schedule", "a.toml", "--seed", "4", "--lines", "1500",
+            "--report", "report", cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 4)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     assert run["verdict"]["expected"] == run["verdict"]["committed"] > 300
@@ -218,13 +218,13 @@ def test_attribution_under_faults_on_the_local_log(tmp_path):
 @pytest.mark.kafka
 @pytest.mark.parametrize("workload", ["windows", "attribution"])
 def test_the_event_time_workloads_on_kafka(workload, kafka_bootstrap, tmp_path):
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "s.toml").write_text(WINDOWS_SCHEDULE if workload == "windows"
                                      else ATTRIBUTION_SCHEDULE)
-    ok("experiment", workload, "--schedule", "s.toml", "--seed", "5", "--lines", "1200",
-       "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-       timeout=600)
+    ok_here("experiment", workload, "--schedule", "s.toml", "--seed", "5", "--lines", "1200",
+            "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
+            timeout=600)
     run = _run_json(tmp_path / "report", 5)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
 
@@ -281,11 +281,11 @@ def test_windows_under_an_operator_s_startpoint_back_and_a_reset(tmp_path):
     read again land in closed windows as dead letters, or in open ones as counts), a
     window task crashes between a firing and its commit in that run, then a reset starts
     an epoch over. Each epoch judged over the views it read."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "ops.toml").write_text(OPERATOR_SCHEDULE)
-    ok("experiment", "windows", "--schedule", "ops.toml", "--seed", "5", "--lines", "1500",
-       "--report", "report", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "windows", "--schedule", "ops.toml", "--seed", "5", "--lines", "1500",
+            "--report", "report", cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 5)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     runs = [r for r in run["runs"] if "run" in r]
@@ -353,11 +353,11 @@ def test_attribution_under_an_operator_s_startpoint_back(tmp_path):
     pairs of records read once, in course, exactly once; a click read again pairs again
     with what its join task still holds, within its range; letters only for reads that
     could be late."""
-    from test_cli import ok
+    from test_cli import ok_here
 
     (tmp_path / "ops.toml").write_text(ATTRIBUTION_OPERATOR_SCHEDULE)
-    ok("experiment", "attribution", "--schedule", "ops.toml", "--seed", "6", "--lines",
-       "1500", "--report", "report", cwd=tmp_path, timeout=600)
+    ok_here("experiment", "attribution", "--schedule", "ops.toml", "--seed", "6", "--lines",
+            "1500", "--report", "report", cwd=tmp_path, timeout=600)
     run = _run_json(tmp_path / "report", 6)
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     runs = [r for r in run["runs"] if "run" in r]

@@ -122,8 +122,8 @@ WARM_UP_RECORDS = 20_000
 @click.command("bench")
 @click.option("--measures", default=",".join(MEASURES), show_default=True, metavar="M1,M2",
               help="What to measure: throughput (a burst), latency (a steady rate with "
-                   "probes), recovery (the same, one task SIGKILLed), memory (peak RSS on "
-                   "the aggregate workload as its state grows 10×).")
+                   "probes), recovery (the same, one task SIGKILLed), memory (peak RSS, "
+                   "throughput and CPU on the aggregate workload as its state grows).")
 @click.option("--workloads", default="wordcount,pageviews,passthrough,enrich",
               show_default=True, metavar="W1,W2",
               help="Workloads of the throughput, latency and recovery runs: wordcount, "
