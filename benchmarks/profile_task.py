@@ -12,6 +12,11 @@ for the real cost, since cProfile multiplies a call-heavy path's time.
     .venv/bin/python benchmarks/profile_task.py --bootstrap-servers HOST:PORT     # Kafka
     .venv/bin/python benchmarks/profile_task.py --guarantee at-least-once --top 30
     .venv/bin/python benchmarks/profile_task.py --no-profile                      # CPU µs only
+    .venv/bin/python benchmarks/profile_task.py --keys 1000000 --lines 2000000     # big state
+
+``--keys N`` makes the input the bench's aggregate workload instead: one word a line, drawn
+uniformly from N keys, so the counting stage's state grows to N keys (``eos bench
+--measures memory`` measures that curve; this says where its time goes).
 
 Prints, per stage: wall and CPU seconds, messages in and out, CPU µs per word and the top
 functions by own time and by cumulative time. ``--dump DIR`` keeps the ``.prof`` files
@@ -31,6 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from eos_runtime.bench.workloads import aggregate_input
 from eos_runtime.experiments.workloads import word_lines
 from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
@@ -55,6 +61,8 @@ def main() -> int:
     ap.add_argument("--staged", action="store_true",
                     help="run the sources first, then the channel tasks (default: all at once)")
     ap.add_argument("--dump", default=None, help="directory to keep the .prof files in")
+    ap.add_argument("--keys", type=int, default=None,
+                    help="one word a line from this many keys (the aggregate workload)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="eos-profile-"))
@@ -64,7 +72,8 @@ def main() -> int:
     pipeline = load_pipeline(EXAMPLE)
     pipeline.rename(f"prof-{suffix}", source=f"prof-lines-{suffix}",
                     sink=f"prof-counts-{suffix}")
-    lines = [line.encode() for line in word_lines(args.lines, seed=1)]
+    lines = ([value for _, value in aggregate_input(args.lines, args.keys, seed=1)]
+             if args.keys else [line.encode() for line in word_lines(args.lines, seed=1)])
     words = sum(len(line.split()) for line in lines)
     with open_transport(**opts) as t:
         t.create_topics([TopicSpec(pipeline.source_topic, args.partitions)])
@@ -80,7 +89,8 @@ def main() -> int:
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset)
     print(f"# {args.guarantee}, {'Kafka' if args.bootstrap_servers else 'local log'}, "
-          f"{len(lines)} lines, {words} words, {args.partitions} partitions, "
+          f"{len(lines)} lines, {words} words"
+          f"{f' from {args.keys:,} keys' if args.keys else ''}, {args.partitions} partitions, "
           f"{'all tasks at once' if not args.staged else 'one stage after the other'}")
     dump = Path(args.dump) if args.dump else work / "prof"
     dump.mkdir(parents=True, exist_ok=True)
