@@ -1,5 +1,5 @@
-"""Issue 10's targets, judged from one bench run's summaries: what each asks, what the
-run measured, and whether it is met. Pure: it reads ``results.json``'s summaries and
+"""The targets of issues 10 and 26, judged from one bench run's summaries: what each asks,
+what the run measured, and whether it is met. Pure: it reads ``results.json``'s summaries and
 settings, and measures nothing itself.
 
 Throughput targets are judged on wordcount, by the median of the per-round ratios (both
@@ -266,8 +266,8 @@ def _verdict(row: dict[str, Any]) -> str:
 
 def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["## Targets", "",
-             "Issue 10's targets, judged on this run (throughput on wordcount: the median "
-             "of the per-round ratios).", ""]
+             "The targets of issues 10 and 26, judged on this run (throughput on wordcount: "
+             "the median of the per-round ratios).", ""]
     if any(r.get("too_few_rounds") for r in rows):
         lines += [f"A target measured in fewer than {MIN_ROUNDS} rounds is not judged: a "
                   f"round or two on a shared machine is too small a sample (give "
