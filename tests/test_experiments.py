@@ -714,12 +714,16 @@ def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_
     """A source and a sink task each split into a zombie that goes on beside its
     successor: the zombies write late (channel records, sink records in a transaction),
     and end; the committed output is exactly the oracle's."""
-    from test_cli import ok_here
+    from test_cli import ok
 
     (tmp_path / "zombies.toml").write_text(ZOMBIES)
-    ok_here("experiment", "wordcount", "--schedule", "zombies.toml", "--seed", "1", "--lines",
-            "3000", "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-            timeout=400)
+    # A child process with a JVM of its own, not the worker's (``here``): in one suite run
+    # on the worker's JVM, Spark started task 0's successor 30 s after the split (1.3 s
+    # for task 2's), and its zombie, released then, had not ended when the linger after
+    # the run ran out (the output was exact). Not explained yet (the session's note).
+    ok("experiment", "wordcount", "--schedule", "zombies.toml", "--seed", "1", "--lines",
+       "3000", "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
+       timeout=400)
     run = json.loads((tmp_path / "report" / "seed-1" / "run.json").read_text())
     assert run["transport"] == "kafka" and run["passed"]
     assert run["verdict"]["lost"] == run["verdict"]["duplicated"] == 0
