@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError
@@ -26,6 +28,13 @@ JAVA_MURMUR2 = {b"21": -973932308, b"foobar": -790332482, b"abc": 479470107,
 def test_murmur2_is_the_java_clients():
     for data, expected in JAVA_MURMUR2.items():
         assert murmur2(data) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64))
+def test_the_c_murmur2_partitions_as_the_java_clients_murmur2(data):
+    for partitions in (1, 7, 12):
+        assert kafka_partition(data, partitions) == (murmur2(data) & 0x7FFFFFFF) % partitions
 
 
 @pytest.mark.kafka
