@@ -18,6 +18,7 @@ from eos_runtime.protocol.recovery import (
 from eos_runtime.protocol.wire import (
     ChangeLogAbort,
     ChangeLogBase,
+    ChangeLogBatch,
     ChangeLogCommit,
     ChangeLogData,
     OutputRange,
@@ -90,6 +91,9 @@ def test_carried_ranges_cover_exactly_what_the_ranges_covered():
 EVENTS = st.lists(st.one_of(
     st.tuples(st.just("put"), st.sampled_from([b"a", b"b", b"c", b"d"]),
               st.sampled_from([b"1", b"2", None])),
+    st.tuples(st.just("put_batch"),
+              st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d"]),
+                                 st.sampled_from([b"1", b"2", None])), min_size=1, max_size=4)),
     st.just(("commit",)), st.just(("snapshot",)), st.just(("crash",)),
     st.just(("crash_mid_snapshot",))), max_size=40)
 
@@ -102,18 +106,26 @@ def life(events):
     staged: dict[bytes, bytes | None] = {}
 
     def image():
-        state = {**committed, **staged}
-        return [ChangeLogData(gen, version + 1, "s", k, v) for k, v in sorted(state.items())
-                if v is not None]
+        """The snapshot's records: its first change alone, the rest in batches of two."""
+        state = sorted((k, v) for k, v in {**committed, **staged}.items() if v is not None)
+        head = [ChangeLogData(gen, version + 1, "s", k, v) for k, v in state[:1]]
+        return head + [ChangeLogBatch(gen, version + 1, "s", tuple(k for k, _ in pair),
+                                      tuple(v for _, v in pair))
+                       for pair in (state[i:i + 2] for i in range(1, len(state), 2))]
 
     for event in events:
         kind = event[0]
         if kind == "put":
             staged[event[1]] = event[2]
             log.append(ChangeLogData(gen, version + 1, "s", event[1], event[2]))
+        elif kind == "put_batch":   # a key twice in a batch: the later change wins
+            staged.update(event[1])
+            log.append(ChangeLogBatch(gen, version + 1, "s", tuple(k for k, _ in event[1]),
+                                      tuple(v for _, v in event[1])))
         elif kind in ("commit", "snapshot"):
             if kind == "snapshot":   # a snapshot writes the image instead of the changes
-                while log and isinstance(log[-1], ChangeLogData) and log[-1].generation == gen \
+                while log and isinstance(log[-1], (ChangeLogData, ChangeLogBatch)) \
+                        and log[-1].generation == gen \
                         and log[-1].version == version + 1:
                     log.pop()
                 log.append(ChangeLogBase(gen, version + 1))
@@ -239,3 +251,62 @@ def test_the_committed_view_shows_an_offset_any_commit_covers_when_snapshots_rep
                 p.produce("j.changelog", 0, encode(rec))
             p.flush()
         assert committed_ranges(t, "j.changelog", "o") == {0: [(0, 5), (9, 9)]}
+
+
+def test_changes_are_batched_by_store_count_and_bytes_in_order():
+    from eos_runtime.joblog import changelog
+
+    changes = ([("a", b"k%d" % i, b"v") for i in range(5)] + [("b", b"x", None)]
+               + [("a", b"big", b"v" * 300), ("a", b"z", b"1")])
+    old = changelog.CHANGES_PER_RECORD, changelog.CHANGE_BYTES_PER_RECORD
+    changelog.CHANGES_PER_RECORD, changelog.CHANGE_BYTES_PER_RECORD = 3, 100
+    try:
+        batches = list(changelog._batches(changes))
+    finally:
+        changelog.CHANGES_PER_RECORD, changelog.CHANGE_BYTES_PER_RECORD = old
+    assert [(s, len(k)) for s, k, _ in batches] == [("a", 3), ("a", 2), ("b", 1), ("a", 1),
+                                                    ("a", 1)]
+    assert [(s, k, v) for s, keys, values in batches
+            for k, v in zip(keys, values, strict=True)] == changes
+
+
+def test_a_busy_tasks_log_stays_within_the_bound_counted_in_changes(scripted_job, tmp_path):
+    """C8 counts a batch record as the changes it holds: a task that rewrites its 40 keys
+    every checkpoint writes one record a version, and its log is still cut to
+    ``min_records`` plus three times its state plus a version, in changes (counting
+    offsets alone, it would hold 40 versions of 40 keys before its first snapshot)."""
+    from eos_runtime.joblog.changelog import _read, fold_log
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.runs import guarantee_named
+    from eos_runtime.runtime.checkpoint import Committer
+    from eos_runtime.runtime.outputs import SinkWriter
+    from eos_runtime.runtime.task import TaskStats
+    from eos_runtime.state import TaskStore
+    from eos_runtime.transport import TopicPartition
+
+    job, _ = scripted_job
+    stage = job.plan.stage_of(job.task_id)
+    store = TaskStore(tmp_path / "busy", ["s"])
+    c = Committer(job.t, job.plan, stage, job.task_id, 0, store, None,
+                  [SinkWriter(stage.sink, stage.output_partitions)], None,
+                  TaskStats(job.task_id), guarantee=guarantee_named(job.plan.guarantee),
+                  snapshot_min_records=12)
+    tp = TopicPartition(job.plan.changelog_topic, job.task_id)
+    try:
+        c.recover()
+        for v in range(1, 41):
+            for k in range(40):
+                store.put("s", b"k%d" % k, b"%d" % v)
+            c.checkpoint(v, ())
+        low, high = job.t.watermarks(tp)
+        size = high - low   # an offset counts one (Kafka's transaction markers too) ...
+        for r in _read(job.t, tp, low, high):
+            rec = wire.decode_changelog(r.value)
+            if isinstance(rec, wire.ChangeLogBatch):   # ... a batch as its changes
+                size += len(rec.keys) - 1
+        assert 5 <= c.stats.changelog_cuts <= 20   # a snapshot every other version or so
+        assert size <= 12 + 3 * 40 + 2 * (40 + 3)
+        assert fold_log(job.t, tp).version == 40
+    finally:
+        c.close()
+        store.close()

@@ -13,6 +13,7 @@ from eos_runtime.protocol import wire
 from eos_runtime.protocol.wire import (
     ChangeLogAbort,
     ChangeLogCommit,
+    ChangeLogBatch,
     ChangeLogData,
     CheckpointData,
     DataBatch,
@@ -53,6 +54,18 @@ batches = data_batches()
 markers = st.builds(Marker, i32, i32, i64, i64, st.none() | i64)
 restores = st.builds(Restore, i32, i32, i64)
 cl_data = st.builds(ChangeLogData, i32, i64, text, st.binary(max_size=64), opt_bytes)
+
+
+@st.composite
+def cl_batches(draw):
+    """A change-log batch of 1 to 20 changes."""
+    n = draw(st.integers(1, 20))
+    return ChangeLogBatch(draw(i32), draw(i64), draw(text),
+                          tuple(draw(st.lists(st.binary(max_size=64), min_size=n, max_size=n))),
+                          tuple(draw(st.lists(opt_bytes, min_size=n, max_size=n))))
+
+
+cl_batch = cl_batches()
 parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64, st.none() | i64)
 inputs = st.builds(InputPosition, text, i32, i64, st.lists(parents, max_size=3).map(tuple))
 outputs = st.builds(OutputSeq, text, i32, i64)
@@ -73,7 +86,7 @@ run_ends = st.builds(RunEnd, i32, i64, st.sampled_from(wire.RUN_OUTCOMES), text)
 control_records = run_starts | stops | leases | run_ends
 
 channel_records = envelopes | batches | markers | restores
-changelog_records = cl_data | commits | aborts
+changelog_records = cl_data | cl_batch | commits | aborts
 any_record = channel_records | changelog_records | checkpoint_data | control_records
 
 
@@ -163,6 +176,47 @@ def test_malformed_data_batches_are_named(fields, error):
 def test_encoding_a_bad_data_batch_is_refused(args):
     with pytest.raises(ValueError):
         wire.encode_batch(*args)
+
+
+@given(cl_batch)
+def test_encode_changes_is_the_change_log_batch_encoding(b):
+    assert wire.encode_changes(b.generation, b.version, b.store, list(b.keys),
+                               list(b.values)) == wire.encode(b)
+    assert wire.decode_changelog(wire.encode(b)).changes() == [
+        (b.store, k, v) for k, v in zip(b.keys, b.values, strict=True)]
+
+
+@pytest.mark.parametrize(("fields", "error"), [
+    ([1, 2, "s", [], []], "at least one"),
+    ([1, 2, "s", [b"k"], [b"v", b"w"]], "1 keys and 2 values"),
+    ([1, 2, "s", [None], [b"v"]], "key is not bytes"),
+    ([1, 2, "s", ["k"], [b"v"]], "key is not bytes"),
+    ([1, 2, "s", [b"k"], [7]], "value is not bytes"),
+    ([1, 2, 3, [b"k"], [b"v"]], "store"),
+    ([1, 2, "s", [b"k"]], "array of 5"),
+    ([1, 2, "s", b"k", [b"v"]], "batch keys"),
+])
+def test_malformed_change_log_batches_are_named(fields, error):
+    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.CL_BATCH)) + msgpack.packb(
+        fields, use_bin_type=True)
+    with pytest.raises(WireFormatError, match=error) as info:
+        wire.decode_changelog(raw, topic="t", partition=1, offset=9)
+    assert "offset=9" in str(info.value)
+
+
+@pytest.mark.parametrize("args", [
+    (0, 0, "s", [], []),
+    (0, 0, "s", [b"k"], []),
+    (0, 0, "s", [None], [b"v"]),
+    (0, 0, "s", ["k"], [b"v"]),
+    (0, 0, "s", [b"k"], ["v"]),
+    (0, 0, b"s", [b"k"], [b"v"]),
+    (2**31, 0, "s", [b"k"], [b"v"]),
+    (0, 2**63, "s", [b"k"], [b"v"]),
+])
+def test_encoding_a_bad_change_log_batch_is_refused(args):
+    with pytest.raises(ValueError):
+        wire.encode_changes(*args)
 
 
 @settings(max_examples=500)
@@ -259,6 +313,7 @@ def test_record_type_values_are_pinned():
     rt = wire.RecordType
     assert (rt.DATA, rt.MARKER, rt.RESTORE, rt.DATA_BATCH) == (1, 2, 3, 4)
     assert (rt.CL_DATA, rt.CL_COMMIT, rt.CL_ABORT, rt.CHECKPOINT_DATA) == (16, 17, 18, 32)
+    assert (rt.CL_BASE, rt.CL_BATCH) == (19, 20)
     assert (rt.RUN_START, rt.STOP, rt.LEASE) == (48, 49, 50)
     assert wire.encode(Marker(1, 2, 3, 4)) == bytes((1, 2)) + msgpack.packb([1, 2, 3, 4])
 

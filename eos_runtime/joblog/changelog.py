@@ -17,7 +17,7 @@ reads the log and applies what the fold hands back.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import OffsetOutOfRange, RecoveryError
@@ -29,6 +29,12 @@ from ..transport import Producer, Record, TopicPartition, Transport
 __all__ = ["Recovered", "recover", "catch_up", "fold_log", "last_commit", "fence_id",
            "ChangeLogWriter", "own_ranges", "cut_below_snapshot"]
 
+
+#: A change-log batch record holds at most this many changes, or this many bytes of keys
+#: and values, whichever comes first (far below Kafka's default 1 MB record limit; a
+#: larger change is a record of its own, as before batches).
+CHANGES_PER_RECORD = 4096
+CHANGE_BYTES_PER_RECORD = 256 << 10
 
 #: Seconds a change-log read waits per empty poll (recovery's path to output resuming).
 _MARKER_WAIT = 0.05
@@ -256,31 +262,29 @@ class ChangeLogWriter:
                               wire.encode(wire.ChangeLogAbort(self.generation, restored_version)))
         return self._seal()[self.tp]
 
-    def changes(self, version: int, staged: list[tuple[str, bytes, bytes | None]]) -> int:
-        """Write the staged state changes of ``version``; returns the bytes written."""
+    def changes(self, version: int, staged: Iterable[tuple[str, bytes, bytes | None]]
+                ) -> tuple[int, int, int]:
+        """Write state changes of ``version`` as batch records (``CL_BATCH``); returns
+        (records, changes, bytes) written."""
         topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
-        gen = self.generation
-        written = 0
-        for store, key, value in staged:
-            raw = wire.encode(wire.ChangeLogData(gen, version, store, key, value))
+        gen, encode = self.generation, wire.encode_changes
+        records = changes = written = 0
+        for store, keys, values in _batches(staged):
+            raw = encode(gen, version, store, keys, values)
             produce(topic, partition, raw)
+            records += 1
+            changes += len(keys)
             written += len(raw)
-        return written
+        return records, changes, written
 
-    def snapshot(self, version: int, store: TaskStore) -> tuple[int, int]:
+    def snapshot(self, version: int, store: TaskStore) -> tuple[int, int, int]:
         """Write a snapshot of ``version`` (C7): a base record, then every live key of
-        every store with the staged changes applied. Returns (data records, bytes)."""
-        topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
-        gen = self.generation
-        produce(topic, partition, wire.encode(wire.ChangeLogBase(gen, version)))
-        records = written = 0
-        for name in store.stores:
-            for key, value in store.items(name):
-                raw = wire.encode(wire.ChangeLogData(gen, version, name, key, value))
-                produce(topic, partition, raw)
-                records += 1
-                written += len(raw)
-        return records, written
+        every store with the staged changes applied. Returns (data records, changes,
+        bytes), the base record not counted."""
+        self.producer.produce(self.tp.topic, self.tp.partition,
+                              wire.encode(wire.ChangeLogBase(self.generation, version)))
+        return self.changes(version, ((name, key, value) for name in store.stores
+                                      for key, value in store.items(name)))
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""
@@ -298,3 +302,24 @@ class ChangeLogWriter:
         # The producer's close aborts an open transaction, waiting a few seconds at most:
         # in a broker outage nothing answers, and the next generation's fence aborts it.
         self.producer.close()
+
+
+def _batches(changes: Iterable[tuple[str, bytes, bytes | None]]
+             ) -> Iterator[tuple[str, list[bytes], list[bytes | None]]]:
+    """Consecutive changes of one store, cut at ``CHANGES_PER_RECORD`` changes or
+    ``CHANGE_BYTES_PER_RECORD`` bytes: the batch records that hold them, in order."""
+    store: str | None = None
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    size = 0
+    for name, key, value in changes:
+        if keys and (name != store or len(keys) >= CHANGES_PER_RECORD
+                     or size >= CHANGE_BYTES_PER_RECORD):
+            yield store, keys, values  # type: ignore[misc]  # set with the first change
+            keys, values, size = [], [], 0
+        store = name
+        keys.append(key)
+        values.append(value)
+        size += len(key) + (len(value) if value is not None else 0)
+    if keys:
+        yield store, keys, values  # type: ignore[misc]

@@ -36,9 +36,12 @@ C7  (snapshots) A base record starts a snapshot: the data records after it, up t
     of the whole log does. An abort before the commit voids the snapshot like any
     version (C2), and a zombie's base is ignored like its other records (C3).
 C8  (the change log's bound) A task writes a snapshot at a checkpoint once its log holds
-    ``min_records`` plus twice its last snapshot's size: the log stays within a constant
-    factor of the live state plus ``min_records`` however long the job runs or idles,
-    and a snapshot costs at most half of what was written since the last one. Only a
+    ``min_records`` plus twice its last snapshot's size, both in changes (a batch record
+    counts as the changes it holds, any other offset as one): the log stays within a
+    constant factor of the live state plus ``min_records`` however long the job runs or
+    idles, and a snapshot costs at most half of what was written since the last one. A
+    restarted task counts the log it inherited by offsets, and snapshots after
+    ``min_records`` (its last snapshot's size unknown). Only a
     fenced writer snapshots (G3): a zombie's snapshot would be ignored (C3), but its
     deletion below it would take its successor's records with it.
 C9  Once a snapshot's commit is sealed, the log below its base record may be deleted. The
@@ -56,6 +59,7 @@ from dataclasses import dataclass, field
 from .wire import (
     ChangeLogAbort,
     ChangeLogBase,
+    ChangeLogBatch,
     ChangeLogCommit,
     ChangeLogData,
     ChangeLogRecord,
@@ -118,6 +122,9 @@ class RecoveryFold:
             self.ignored += 1
             return None
         self.generation = max(self.generation, record.generation)
+        if isinstance(record, ChangeLogBatch):
+            self._pending += record.changes()
+            return None
         if isinstance(record, ChangeLogData):
             self._pending.append((record.store, record.key, record.value))
             return None
@@ -161,8 +168,8 @@ def next_generation(log_generation: int, registered: int) -> int:
 
 def snapshot_due(log_records: int, last_snapshot: int, min_records: int = SNAPSHOT_MIN_RECORDS
                  ) -> bool:
-    """C8: ``log_records`` offsets are in the task's change log now; its last snapshot
-    wrote ``last_snapshot`` data records (0 before the first)."""
+    """C8: the task's change log holds ``log_records`` now, in changes; its last snapshot
+    wrote ``last_snapshot`` changes (0 before the first)."""
     return log_records >= min_records + 2 * last_snapshot
 
 

@@ -127,7 +127,12 @@ class Committer:
         self.snapshot_min_records = snapshot_min_records
         self._log_low = 0                  # the change log's first offset, as last known
         self._log_end = 0                  # and its end after this task's last write
-        self._last_snapshot = 0            # data records of this task's last snapshot
+        self._last_snapshot = 0            # changes in this task's last snapshot
+        # C8 sizes the log in changes: a batch record counts as many as it holds. What
+        # this generation's batches hold beyond one a record, since the last cut (the log
+        # it inherited counts a record as one: its first snapshot comes after
+        # ``min_records``, its last snapshot's size being unknown).
+        self._batched = 0
         # The event-time watermark of the last commit (W2, W4): what a restart's marker
         # repeats, and the floor a rewind goes back to.
         self.watermark: int | None = None
@@ -226,12 +231,11 @@ class Committer:
         # 2. change-log records of the staged state, or a snapshot (C7-C9)
         snapshot = self._snapshot_ranges(ranges)
         if snapshot is None:
-            staged = self.store.staged()
-            changelog_bytes = log.changes(version, staged)
-            written = len(staged)
+            written, changes, changelog_bytes = log.changes(version, self.store.staged())
         else:
             ranges = snapshot
-            written, changelog_bytes = log.snapshot(version, self.store)
+            written, changes, changelog_bytes = log.snapshot(version, self.store)
+        self._batched += changes - written
         produced = sum(w.produced for w in self._sinks)
         sink_records = self.stats.sink_records + produced - self._sink_base
         lettered = sum(w.produced for w in self._dead)
@@ -259,7 +263,7 @@ class Committer:
         if self.step_markers is not None:
             self.step_markers.markers(self.generation, version, watermark)
         if snapshot is not None:
-            self._cut(offset - written - 1, version, written)
+            self._cut(offset - written - 1, version, written, changes)
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
@@ -274,7 +278,7 @@ class Committer:
                          ) -> tuple[wire.OutputRange, ...] | None:
         """Whether this checkpoint writes a snapshot (C8), and if so the output ranges
         its commit record carries (C9); None: not now."""
-        if not self.snapshots or not snapshot_due(self._log_end - self._log_low,
+        if not self.snapshots or not snapshot_due(self._log_end - self._log_low + self._batched,
                                                   self._last_snapshot,
                                                   self.snapshot_min_records):
             return None
@@ -286,12 +290,13 @@ class Committer:
             self.snapshots = False
         return carried
 
-    def _cut(self, base: int, version: int, written: int) -> None:
+    def _cut(self, base: int, version: int, written: int, changes: int) -> None:
         """C9: the snapshot's commit is sealed; the log below its base goes."""
-        self._last_snapshot = written
+        self._last_snapshot = changes
         expected = wire.ChangeLogBase(self.generation, version)
         if cut_below_snapshot(self.transport, self.changelog_tp, base, expected):
             self._log_low = base
+            self._batched = changes - written
             self.stats.changelog_cuts += 1
         faults.crash_point("task.checkpoint.after_cut")
 

@@ -31,13 +31,14 @@ from .decoding import (
     decode_checkpoint_data,
     decode_control,
 )
-from .encoding import encode, encode_batch, encode_data
+from .encoding import encode, encode_batch, encode_changes, encode_data
 from .records import (
     FORMAT_VERSION,
     LEASE_ACTIONS,
     RUN_OUTCOMES,
     ChangeLogAbort,
     ChangeLogBase,
+    ChangeLogBatch,
     ChangeLogCommit,
     ChangeLogData,
     ChangeLogRecord,
@@ -68,6 +69,7 @@ __all__ = [
     "Marker",
     "Restore",
     "ChangeLogData",
+    "ChangeLogBatch",
     "ParentCheckpoint",
     "InputPosition",
     "OutputSeq",
@@ -89,6 +91,7 @@ __all__ = [
     "encode",
     "encode_data",
     "encode_batch",
+    "encode_changes",
     "decode",
     "decode_channel",
     "decode_changelog",

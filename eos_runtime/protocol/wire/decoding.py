@@ -21,6 +21,7 @@ from .records import (
     AnyRecord,
     ChangeLogAbort,
     ChangeLogBase,
+    ChangeLogBatch,
     ChangeLogCommit,
     ChangeLogData,
     ChangeLogRecord,
@@ -141,6 +142,21 @@ def _read_cl_data(f: list[Any]) -> ChangeLogData:
                          _bin(f[4], "value", optional=True))
 
 
+def _read_cl_batch(f: list[Any]) -> ChangeLogBatch:
+    _array(f, 5, "change-log batch")
+    keys = _array(f[3], None, "change-log batch keys")
+    values = _array(f[4], None, "change-log batch values")
+    if not keys or len(values) != len(keys):
+        raise _Malformed(f"change-log batch holds {len(keys)} keys and {len(values)} values, "
+                         f"expected as many of each, at least one")
+    if {type(k) for k in keys} != {bytes}:
+        raise _Malformed("a change-log batch key is not bytes")
+    if not {type(v) for v in values} <= OPTIONAL_BYTES:
+        raise _Malformed("a change-log batch value is not bytes or nil")
+    return ChangeLogBatch(_int(f[0], INT32, "generation"), _int(f[1], INT64, "version"),
+                          _str(f[2], "store"), tuple(keys), tuple(values))
+
+
 def _read_parent(p: list[Any]) -> ParentCheckpoint:
     watermark = _optional_tail(p, 5, "parent")
     return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
@@ -230,6 +246,7 @@ READERS: dict[int, Callable[[list[Any]], AnyRecord]] = {
     RecordType.MARKER: _read_marker,
     RecordType.RESTORE: _read_restore,
     RecordType.CL_DATA: _read_cl_data,
+    RecordType.CL_BATCH: _read_cl_batch,
     RecordType.CL_COMMIT: _read_commit,
     RecordType.CL_ABORT: _read_abort,
     RecordType.CL_BASE: _read_base,
@@ -242,8 +259,8 @@ READERS: dict[int, Callable[[list[Any]], AnyRecord]] = {
 
 _CHANNEL_TYPES = frozenset((RecordType.DATA, RecordType.DATA_BATCH, RecordType.MARKER,
                             RecordType.RESTORE))
-_CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_COMMIT, RecordType.CL_ABORT,
-                              RecordType.CL_BASE))
+_CHANGELOG_TYPES = frozenset((RecordType.CL_DATA, RecordType.CL_BATCH, RecordType.CL_COMMIT,
+                              RecordType.CL_ABORT, RecordType.CL_BASE))
 _CHECKPOINT_TYPES = frozenset((RecordType.CHECKPOINT_DATA,))
 _CONTROL_TYPES = frozenset((RecordType.RUN_START, RecordType.STOP, RecordType.LEASE,
                             RecordType.RUN_END))

@@ -19,6 +19,7 @@ from .records import (
     RUN_OUTCOMES,
     ChangeLogAbort,
     ChangeLogBase,
+    ChangeLogBatch,
     ChangeLogCommit,
     ChangeLogData,
     ChangeLogRecord,
@@ -41,6 +42,7 @@ __all__ = [
     "encode",
     "encode_data",
     "encode_batch",
+    "encode_changes",
 ]
 
 _packb: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -52,6 +54,7 @@ def _header(record_type: int) -> bytes:
 
 _H_DATA = _header(RecordType.DATA)
 _H_BATCH = _header(RecordType.DATA_BATCH)
+_H_CL_BATCH = _header(RecordType.CL_BATCH)
 
 
 def _check(value: int, bounds: tuple[int, int], name: str) -> int:
@@ -98,6 +101,22 @@ def encode_batch(producer_id: int, generation: int, version: int, seq: int,
     return _H_BATCH + _packb((producer_id, generation, version, seq, keys, values, timestamps))
 
 
+def encode_changes(generation: int, version: int, store: str,
+                   keys: list[bytes] | tuple[bytes, ...],
+                   values: list[bytes | None] | tuple[bytes | None, ...]) -> bytes:
+    """The bytes of a change-log batch, from plain lists (hot path: no object)."""
+    _check(generation, INT32, "generation")
+    _check(version, INT64, "version")
+    if not isinstance(store, str):
+        raise ValueError(f"store must be a str, not {type(store).__name__}")
+    if not keys or len(values) != len(keys):
+        raise ValueError(f"a change-log batch needs as many keys as values, at least one "
+                         f"(got {len(keys)} and {len(values)})")
+    if {type(k) for k in keys} != {bytes} or not {type(v) for v in values} <= OPTIONAL_BYTES:
+        raise ValueError("change-log batch keys must be bytes, values bytes or None")
+    return _H_CL_BATCH + _packb((generation, version, store, keys, values))
+
+
 def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord) -> bytes:
     """The bytes of any protocol record."""
     match record:
@@ -126,6 +145,8 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
             fields = [_check(generation, INT32, "generation"), _check(version, INT64, "version"),
                       store, key, value]
             return _header(RecordType.CL_DATA) + _packb(fields)
+        case ChangeLogBatch(generation, version, store, keys, values):
+            return encode_changes(generation, version, store, keys, values)
         case ChangeLogCommit():
             return _header(RecordType.CL_COMMIT) + _packb(_commit_fields(record))
         case ChangeLogAbort(generation, version):

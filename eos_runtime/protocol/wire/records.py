@@ -13,6 +13,7 @@ __all__ = [
     "Marker",
     "Restore",
     "ChangeLogData",
+    "ChangeLogBatch",
     "ParentCheckpoint",
     "InputPosition",
     "OutputSeq",
@@ -56,6 +57,7 @@ class RecordType:
     CL_COMMIT = 17      # change log: commit message (the task's commit point)
     CL_ABORT = 18       # change log: abort message
     CL_BASE = 19        # change log: a snapshot starts; state is what follows (C7)
+    CL_BATCH = 20       # change log: many staged changes of one store, in one record
     CHECKPOINT_DATA = 32  # RocksDB: pointer from local state to the change log
     RUN_START = 48      # control topic: the driver started run N of the job
     STOP = 49           # control topic: stop run N gracefully (final checkpoint)
@@ -141,6 +143,27 @@ class ChangeLogData:
     store: str
     key: bytes
     value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLogBatch:
+    """Changes ``(keys[i], values[i])`` of one store, generation and version, in one
+    change-log record. Never empty.
+
+    Not in SEP-10, whose unit is one change. Recovery decides by generation and version
+    only, which a batch's changes share, so folding a batch is folding its changes in
+    order; one record instead of one per key spares the producer a call and a delivery
+    report per change, which at millions of keys were a third of a task's time."""
+
+    generation: int
+    version: int
+    store: str
+    keys: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
+
+    def changes(self) -> list[tuple[str, bytes, bytes | None]]:
+        store = self.store
+        return [(store, k, v) for k, v in zip(self.keys, self.values, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,5 +324,5 @@ class RunEnd:
 
 ChannelRecord = Envelope | DataBatch | Marker | Restore
 ControlRecord = RunStart | StopRequest | Lease | RunEnd
-ChangeLogRecord = ChangeLogData | ChangeLogCommit | ChangeLogAbort | ChangeLogBase
+ChangeLogRecord = ChangeLogData | ChangeLogBatch | ChangeLogCommit | ChangeLogAbort | ChangeLogBase
 AnyRecord = ChannelRecord | ChangeLogRecord | CheckpointData | ControlRecord
