@@ -118,7 +118,7 @@ def test_a_change_log_write_keeps_state_and_version_and_fences_the_old_generatio
         tp = TopicPartition(f"{job}.changelog", 0)
         writer = ChangeLogWriter.open(t, tp, f"{job}.task-0", 1, fenced=True)
         writer.start_generation(0)
-        writer.changes(4, [("s", b"k", b"v")])
+        writer.changes(4, [("s", [b"k"], [b"v"])])
         writer.commit(wire.ChangeLogCommit(1, 4, inputs=(wire.InputPosition("in", 0, 10),)))
         writer.close()
         store = TaskStore(tmp_path / "store", ("s",))

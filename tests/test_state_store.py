@@ -603,6 +603,10 @@ class StoreModel(RuleBasedStateMachine):
         assert s.dirty == bool(self.staged)
         # in first-touch order (the model's dict keeps the order keys were first set)
         assert s.staged() == [(st_, k, v) for (st_, k), v in self.staged.items()]
+        by_store = [(name, [k for (st_, k) in self.staged if st_ == name],
+                     [v for (st_, _), v in self.staged.items() if st_ == name])
+                    for name in ("s1", "s2")]
+        assert s.staged_by_store() == [group for group in by_store if group[1]]
         assert s.checkpoint_data() == self.checkpoint
         for store in ("s1", "s2"):
             view = self.view(store)

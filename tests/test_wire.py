@@ -12,8 +12,8 @@ from eos_runtime.errors import WireFormatError
 from eos_runtime.protocol import wire
 from eos_runtime.protocol.wire import (
     ChangeLogAbort,
-    ChangeLogCommit,
     ChangeLogBatch,
+    ChangeLogCommit,
     ChangeLogData,
     CheckpointData,
     DataBatch,

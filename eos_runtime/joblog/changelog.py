@@ -16,6 +16,7 @@ reads the log and applies what the fold hands back.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -262,19 +263,21 @@ class ChangeLogWriter:
                               wire.encode(wire.ChangeLogAbort(self.generation, restored_version)))
         return self._seal()[self.tp]
 
-    def changes(self, version: int, staged: Iterable[tuple[str, bytes, bytes | None]]
+    def changes(self, version: int,
+                staged: Iterable[tuple[str, list[bytes], list[bytes | None]]]
                 ) -> tuple[int, int, int]:
-        """Write state changes of ``version`` as batch records (``CL_BATCH``); returns
-        (records, changes, bytes) written."""
+        """Write state changes of ``version``, given as (store, keys, values), in batch
+        records (``CL_BATCH``); returns (records, changes, bytes) written."""
         topic, partition, produce = self.tp.topic, self.tp.partition, self.producer.produce
         gen, encode = self.generation, wire.encode_changes
         records = changes = written = 0
-        for store, keys, values in _batches(staged):
-            raw = encode(gen, version, store, keys, values)
-            produce(topic, partition, raw)
-            records += 1
-            changes += len(keys)
-            written += len(raw)
+        for store, keys, values in staged:
+            for ks, vs in _batches(keys, values):
+                raw = encode(gen, version, store, ks, vs)
+                produce(topic, partition, raw)
+                records += 1
+                changes += len(ks)
+                written += len(raw)
         return records, changes, written
 
     def snapshot(self, version: int, store: TaskStore) -> tuple[int, int, int]:
@@ -283,8 +286,7 @@ class ChangeLogWriter:
         bytes), the base record not counted."""
         self.producer.produce(self.tp.topic, self.tp.partition,
                               wire.encode(wire.ChangeLogBase(self.generation, version)))
-        return self.changes(version, ((name, key, value) for name in store.stores
-                                      for key, value in store.items(name)))
+        return self.changes(version, _chunked(store))
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""
@@ -304,22 +306,30 @@ class ChangeLogWriter:
         self.producer.close()
 
 
-def _batches(changes: Iterable[tuple[str, bytes, bytes | None]]
-             ) -> Iterator[tuple[str, list[bytes], list[bytes | None]]]:
-    """Consecutive changes of one store, cut at ``CHANGES_PER_RECORD`` changes or
-    ``CHANGE_BYTES_PER_RECORD`` bytes: the batch records that hold them, in order."""
-    store: str | None = None
-    keys: list[bytes] = []
-    values: list[bytes | None] = []
-    size = 0
-    for name, key, value in changes:
-        if keys and (name != store or len(keys) >= CHANGES_PER_RECORD
-                     or size >= CHANGE_BYTES_PER_RECORD):
-            yield store, keys, values  # type: ignore[misc]  # set with the first change
-            keys, values, size = [], [], 0
-        store = name
-        keys.append(key)
-        values.append(value)
-        size += len(key) + (len(value) if value is not None else 0)
-    if keys:
-        yield store, keys, values  # type: ignore[misc]
+def _batches(keys: list[bytes], values: list[bytes | None]
+             ) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+    """``keys`` and ``values`` cut into batch records of at most ``CHANGES_PER_RECORD``
+    changes and ``CHANGE_BYTES_PER_RECORD`` bytes (one larger change: a record of its
+    own), in order."""
+    step = CHANGES_PER_RECORD
+    for i in range(0, len(keys), step):
+        ks, vs = keys[i:i + step], values[i:i + step]
+        if sum(map(len, ks)) + sum(map(len, filter(None, vs))) <= CHANGE_BYTES_PER_RECORD:
+            yield ks, vs
+            continue
+        start, size = 0, 0
+        for n, (k, v) in enumerate(zip(ks, vs, strict=True)):
+            change = len(k) + (len(v) if v else 0)
+            if n > start and size + change > CHANGE_BYTES_PER_RECORD:
+                yield ks[start:n], vs[start:n]
+                start, size = n, 0
+            size += change
+        yield ks[start:], vs[start:]
+
+
+def _chunked(store: TaskStore) -> Iterator[tuple[str, list[bytes], list[bytes | None]]]:
+    """Every live key of every store, as (store, keys, values) a batch record at a time."""
+    for name in store.stores:
+        items = store.items(name)
+        while chunk := list(itertools.islice(items, CHANGES_PER_RECORD)):
+            yield name, [k for k, _ in chunk], [v for _, v in chunk]

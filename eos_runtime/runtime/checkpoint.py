@@ -231,7 +231,7 @@ class Committer:
         # 2. change-log records of the staged state, or a snapshot (C7-C9)
         snapshot = self._snapshot_ranges(ranges)
         if snapshot is None:
-            written, changes, changelog_bytes = log.changes(version, self.store.staged())
+            written, changes, changelog_bytes = log.changes(version, self.store.staged_by_store())
         else:
             ranges = snapshot
             written, changes, changelog_bytes = log.snapshot(version, self.store)

@@ -356,6 +356,12 @@ class TaskStore:
         in first-touch order; value None is a delete. (What goes to the change log.)"""
         return [(s.name, key, s.staged[key]) for s, key in self._order]
 
+    def staged_by_store(self) -> list[tuple[str, list[bytes], list[bytes | None]]]:
+        """``staged`` as (store, keys, values) per store with changes: the change log's
+        batch records take them as they are, without a tuple per change."""
+        return [(s.name, list(s.staged), list(s.staged.values()))
+                for s in self._stores.values() if s.staged]
+
     @property
     def dirty(self) -> bool:
         """True when there are staged changes."""
