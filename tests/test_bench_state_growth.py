@@ -96,3 +96,38 @@ def test_a_curve_too_short_for_a_target_is_not_measured_never_met():
         ["not measured: one state size only"] * 3
     skip = _targets([CURVE[0], CURVE[2]])   # 10³ and 10⁶: no step of 10×
     assert skip["peak memory within ±20 % as state grows 10×"]["met"] is None
+
+
+def test_a_report_is_written_again_from_the_results_of_a_bench_stopped_halfway(tmp_path):
+    """``eos bench --report-from``: a killed bench's results.json (written after every run,
+    marked incomplete) gives report.md and memory.png with this release's summaries and
+    targets, and says the bench stopped; a file that is no bench's is refused by name."""
+    import json
+
+    from test_cli import here, ok_here
+
+    runs = _runs("eos-exactly-once", CURVE[:3])
+    stale = {"benchmark": "eos bench", "command": "eos bench --measures memory",
+             "started": "2026-11-27 18:00:00 UTC", "complete": False,
+             "machine": {"python": "3.11", "cpus": 2, "platform": "linux"},
+             "settings": {"measures": ["memory"], "workloads": [], "systems": [
+                 "eos-exactly-once"], "records": 1_000, "rounds": {"memory": 1},
+                 "partitions": 2, "commit_interval": 1.0, "rate": 0, "probe_every_ms": 0,
+                 "steady_seconds": 0, "state_keys": [1_000, 100_000, 1_000_000], "seed": 1,
+                 "bootstrap_servers": "127.0.0.1:9092"},
+             "versions": {}, "skipped": {}, "warm_up": [], "summary": {}, "memory": [],
+             "targets": [], "runs": runs}
+    (tmp_path / "results.json").write_text(json.dumps(stale))
+    out = ok_here("bench", "--report-from", str(tmp_path), "--out", str(tmp_path / "again"))
+    report = (tmp_path / "again" / "report.md").read_text()
+    assert "**Incomplete**: the bench stopped after 3 run(s)" in report
+    assert "| 860,000 | 1,000 | 700 | 90,000 | 7.0 |" in report      # the memory points
+    assert "peak memory within ±20 % as state grows 10×" in report   # targets judged again
+    assert (tmp_path / "again" / "memory.png").stat().st_size > 0
+    assert "report: " in out.stdout
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert again["memory"] and again["targets"] and again["runs"] == runs
+
+    (tmp_path / "other.json").write_text('{"benchmark": "jmh"}')
+    bad = here("bench", "--report-from", str(tmp_path / "other.json"))
+    assert bad.returncode == 2 and "other.json is not an eos bench results.json" in bad.stderr

@@ -97,6 +97,35 @@ def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, 
 THROUGHPUT_PLOT = "throughput.png"
 
 
+def summarized(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with every summary and the targets' verdicts worked out from its runs
+    (and skips) again: what ``eos bench`` writes, and ``--report-from`` rewrites."""
+    runs, skipped = result["runs"], result.get("skipped", {})
+    result.update(summary=summarize(runs, skipped), latency=more.summarize_latency(runs),
+                  recovery=more.summarize_recovery(runs), memory=more.summarize_memory(runs),
+                  checkpoints=more.summarize_checkpoints(runs))
+    result["targets"] = targets.judge(result)
+    return result
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A bench's results.json (``path``, or the directory holding it), checked enough to
+    say what is wrong with one that is not."""
+    file = path / "results.json" if path.is_dir() else path
+    try:
+        result = json.loads(file.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {file}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file} is not JSON ({exc})") from None
+    missing = [k for k in ("benchmark", "settings", "runs", "machine", "command", "started")
+               if not isinstance(result, dict) or k not in result]
+    if missing or result.get("benchmark") != "eos bench":
+        raise ValueError(f"{file} is not an eos bench results.json"
+                         + (f" (no {', '.join(missing)})" if missing else ""))
+    return result
+
+
 def write_report(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """results.json, report.md and a plot per measure that ran (``png``: throughput)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +176,9 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"![throughput]({plot_name})", ""]
     if not result["summary"]:
         lines = lines[:6]   # nothing measured for throughput: no such section
+    if not result.get("complete", True):
+        lines += [f"**Incomplete**: the bench stopped after {len(result['runs'])} run(s); "
+                  f"this report holds what they measured.", ""]
     if result.get("targets"):
         lines += targets.markdown_section(result["targets"])
     for workload, w in result["summary"].items():

@@ -193,12 +193,18 @@ WARM_UP_RECORDS = 20_000
                    "broker's or a system's first.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print results.json on stdout, and nothing else there.")
+@click.option("--report-from", type=click.Path(exists=True, path_type=Path), default=None,
+              metavar="PATH",
+              help="Measure nothing: write report.md and the plots again from a bench's "
+                   "results.json (PATH, or the directory holding it), with this release's "
+                   "summaries and targets; into --out if given, else beside it. A bench "
+                   "stopped halfway keeps a results.json of the runs it finished.")
 def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
               steady_seconds: float, state_keys: str, vocabulary: str,
               vocabulary_size: int | None, seed: int, idle_timeout: float,
               bootstrap_servers: str | None, quix_python: str | None, out: str | None,
-              no_warm_up: bool, as_json: bool) -> None:
+              no_warm_up: bool, as_json: bool, report_from: Path | None) -> None:
     """Measure workloads on eos_runtime and its peers, side by side on one Kafka broker.
 
     Each run starts a system on empty topics and waits until it is warm, produces a burst
@@ -209,15 +215,17 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     run is marked and never ranked. Writes results.json, PNG plots and report.md, and
     prints the report's tables.
     """
-    from ..bench import more_measures as more
     from ..bench.kafka import BenchKafka
     from ..bench.latency import steady_input
     from ..bench.lineup import SYSTEM_NAMES, all_systems
     from ..bench.measure import Load, Settings, measure
-    from ..bench.report import summarize, write_report
+    from ..bench.report import summarized, write_report
     from ..bench.vocabulary import Vocabulary
     from ..bench.workloads import aggregate_input, with_vocabulary
 
+    if report_from is not None:
+        _report_again(report_from, out, as_json)
+        return
     words = Vocabulary.of(vocabulary, vocabulary_size)
     bench_workloads = with_vocabulary(words)
     chosen_m = _names(measures, MEASURES, "measures")
@@ -247,9 +255,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                "platform": platform.platform()}
 
     def result(bootstrap: str, complete: bool) -> dict[str, Any]:
-        from ..bench.targets import judge
-
-        out = {
+        return summarized({
             "benchmark": "eos bench", "command": _command(), "started": started,
             "complete": complete, "machine": machine,
             "settings": {"measures": chosen_m, "workloads": chosen_w, "systems": chosen_s,
@@ -260,13 +266,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                          "seed": seed, "bootstrap_servers": bootstrap,
                          "vocabulary": {"kind": words.kind, "size": words.size,
                                         "text": words.describe()}},
-            "versions": versions, "skipped": skipped, "warm_up": warm_ups,
-            "summary": summarize(runs, skipped),
-            "latency": more.summarize_latency(runs), "recovery": more.summarize_recovery(runs),
-            "memory": more.summarize_memory(runs),
-            "checkpoints": more.summarize_checkpoints(runs), "runs": runs}
-        out["targets"] = judge(out)
-        return out
+            "versions": versions, "skipped": skipped, "warm_up": warm_ups, "runs": runs})
 
     with stdout_to_stderr(), _broker(bootstrap_servers, say) as bootstrap:
         BenchKafka(bootstrap).check()
@@ -330,7 +330,21 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
         final = result(bootstrap, complete=True)
     with contextlib.suppress(OSError):
         (out_dir / "work").rmdir()
-    paths = write_report(final, out_dir)
+    _show(write_report(final, out_dir), as_json)
+
+
+def _report_again(path: Path, out: str | None, as_json: bool) -> None:
+    from ..bench.report import load_results, summarized, write_report
+
+    try:
+        result = load_results(path)
+    except ValueError as exc:
+        raise click.UsageError(f"--report-from: {exc}") from None
+    out_dir = Path(out) if out else (path if path.is_dir() else path.parent)
+    _show(write_report(summarized(result), out_dir), as_json)
+
+
+def _show(paths: dict[str, Path], as_json: bool) -> None:
     if as_json:
         click.echo(paths["json"].read_text(), nl=False)
     else:
