@@ -430,7 +430,7 @@ def test_a_process_tree_has_resident_memory():
     import sys
     from pathlib import Path
 
-    from eos_runtime.bench.memory import RssSampler, tree_rss_bytes
+    from eos_runtime.bench.memory import TreeSampler, tree_rss_bytes
 
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
@@ -439,8 +439,8 @@ def test_a_process_tree_has_resident_memory():
     try:
         mine = tree_rss_bytes([os.getpid()])
         assert mine > tree_rss_bytes([child.pid]) > 0   # the child is in the tree
-        sampler = RssSampler(lambda: [child.pid], every=0.01)
-        assert sampler.close() is not None
+        sampler = TreeSampler(lambda: [child.pid], every=0.01)
+        assert sampler.close() > 0 and sampler.cpu_seconds() is None   # CPU never counted
     finally:
         child.communicate(b"")
 
@@ -450,7 +450,7 @@ def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_
     import sys
     from pathlib import Path
 
-    from eos_runtime.bench.memory import CpuSampler
+    from eos_runtime.bench.memory import TreeSampler
 
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
@@ -463,13 +463,15 @@ def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_
     try:
         assert root.stdout is not None and root.stdin is not None
         assert root.stdout.readline() == "up\n"
-        sampler = CpuSampler(lambda: [root.pid], every=0.05)
+        sampler = TreeSampler(lambda: [root.pid], every=0.05)
+        sampler.count_cpu()
         root.stdin.write("go\n")
         root.stdin.flush()
         assert root.stdout.readline() == "done\n"
-        spent = sampler.close()
+        spent = sampler.cpu_seconds()
         # its burn, not its interpreter's start-up (before the first sample)
         assert spent is not None and 0.35 <= spent < 0.7, spent
+        assert sampler.close() > 0
     finally:
         root.communicate("")
 

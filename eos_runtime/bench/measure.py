@@ -46,7 +46,7 @@ from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch
 from .latency import SteadyInput, probe_latencies, recovery
-from .memory import CpuSampler, RssSampler
+from .memory import TreeSampler
 from .percentiles import percentiles
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .visibility import VisibilityClock
@@ -117,8 +117,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         burst = _Burst(setup, inputs, load.steady.rate if load.steady else None)
         started = time.monotonic()
         running = system.start(setup)
-        if load.memory:
-            sampler = RssSampler(running.pids)
+        if load.memory:   # its peak from the start; its CPU from the burst on
+            sampler = TreeSampler(running.pids)
         while not (running.ready() and burst.is_ready()):
             why = running.failure()
             if why is not None:
@@ -134,7 +134,13 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         clock = VisibilityClock(settings.bootstrap, setup.sink, settings.partitions)
         killed: list[int] = []
         # a burst's CPU per result: the throughput runs', and the memory runs' as state grows
-        cpu = CpuSampler(running.pids) if load.steady is None else None
+        cpu = None
+        if load.steady is None:
+            if sampler is None:
+                sampler = TreeSampler(running.pids, cpu=True)
+            else:
+                sampler.count_cpu()
+            cpu = sampler
         try:
             burst.go()
             went = time.monotonic()
@@ -154,7 +160,7 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                 watch.resume()
             incomplete = _watch(watch, running, burst, settings, say, label, tick)
             if cpu is not None:   # the system's CPU until the answer was complete
-                spent = cpu.close()
+                spent = cpu.cpu_seconds()
                 if spent is not None and incomplete is None:
                     row["cpu_seconds"] = round(spent, 2)
             row["produce_seconds"] = burst.finish()
@@ -165,15 +171,14 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                 watch.poll(0.2)
         finally:
             clock.close()
-            if cpu is not None:
-                cpu.close()
         visible = clock.visible_at(watch.needed) if incomplete is None else None
         if visible is not None:
             watch.visible_ms = min(visible, watch.visible_ms or visible)
         if sampler is not None:
             peak = sampler.close()
             sampler = None
-            row["peak_rss_bytes"] = peak
+            if load.memory:
+                row["peak_rss_bytes"] = peak
         details = running
         running.stop()
         running = None

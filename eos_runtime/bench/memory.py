@@ -1,9 +1,9 @@
 """Peak resident memory and CPU time of a system: every process of it, sampled from /proc.
 
-A system names the roots of its processes (``Running.pids``); the samplers find each
-root and all its descendants a few times a second. ``RssSampler`` adds up their resident
-sets (VmRSS) and keeps the peak; ``CpuSampler`` adds up the CPU time each spent while
-it sampled. Linux only: elsewhere both give None and the report says so.
+A system names the roots of its processes (``Running.pids``); ``TreeSampler`` finds each
+root and all its descendants a few times a second, in one pass over /proc a sample: it
+adds up their resident sets and keeps the peak, and adds up the CPU time each spent while
+it counted. Linux only: elsewhere both are None and the report says so.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["CpuSampler", "RssSampler", "tree_rss_bytes"]
+__all__ = ["TreeSampler", "tree_rss_bytes"]
 
 _PROC = Path("/proc")
 
@@ -28,35 +28,30 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2:].split()
 
 
-def _parents() -> dict[int, int]:
-    out: dict[int, int] = {}
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _scan() -> dict[int, tuple[int, int, int]]:
+    """Every process: its parent, CPU ticks so far (user and system) and resident bytes,
+    from one read of its /proc/<pid>/stat (one pass over /proc a sample)."""
+    out: dict[int, tuple[int, int, int]] = {}
     for entry in os.scandir(_PROC):
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
-        if fields is not None:   # else gone meanwhile
-            out[int(entry.name)] = int(fields[1])
+        f = _stat_fields(int(entry.name))
+        if f is not None:   # else gone meanwhile
+            # ppid, utime + stime, rss in pages (what VmRSS counts)
+            out[int(entry.name)] = (int(f[1]), int(f[11]) + int(f[12]), int(f[21]) * _PAGE)
     return out
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in (_PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def _tree(roots: Iterable[int]) -> set[int]:
+def _tree(roots: Iterable[int], procs: dict[int, tuple[int, int, int]]) -> set[int]:
     """``roots`` and all their descendants, each process once."""
-    parents = _parents()
     children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
+    for pid, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
     seen: set[int] = set()
-    todo = [p for p in roots if p in parents]
+    todo = [p for p in roots if p in procs]
     while todo:
         pid = todo.pop()
         if pid not in seen:
@@ -67,88 +62,80 @@ def _tree(roots: Iterable[int]) -> set[int]:
 
 def tree_rss_bytes(roots: Iterable[int]) -> int:
     """The resident bytes of ``roots`` and all their descendants, each process once."""
-    return sum(_rss_bytes(p) for p in _tree(roots))
+    procs = _scan()
+    return sum(procs[p][2] for p in _tree(roots, procs))
 
 
-def _cpu_ticks(pid: int) -> int | None:
-    """User and system CPU time of ``pid`` so far, in clock ticks (None: gone)."""
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[11]) + int(fields[12])   # utime, stime
+class TreeSampler(threading.Thread):
+    """Samples the process tree of ``roots()`` every ``every`` seconds until closed, one
+    pass over /proc a sample: the peak of its resident bytes (``peak``) and, between
+    ``count_cpu`` and ``cpu_seconds``, the CPU time its processes spend.
 
+    A process counts its CPU from its value at the first sample after ``count_cpu`` (0
+    for one started later) to its value at its last sample; one that exits between
+    samples loses at most one interval of its time."""
 
-class RssSampler(threading.Thread):
-    """Samples ``tree_rss_bytes(roots())`` every ``every`` seconds until closed."""
-
-    def __init__(self, roots: Callable[[], list[int]], every: float = 0.25) -> None:
-        super().__init__(name="bench-rss", daemon=True)
+    def __init__(self, roots: Callable[[], list[int]], every: float = 0.25, *,
+                 cpu: bool = False) -> None:
+        super().__init__(name="bench-sampler", daemon=True)
         self.roots = roots
         self.every = every
         self.peak: int | None = None if not _PROC.is_dir() else 0
+        self._first: dict[int, int] | None = None
+        self._last: dict[int, int] = {}
+        self._counting = False
+        self._lock = threading.Lock()
         self._halt = threading.Event()
         if self.peak is not None:
+            if cpu:
+                self.count_cpu()
             self.start()
 
+    def count_cpu(self) -> None:
+        """Count CPU from now: a sample taken here is the baseline."""
+        if self.peak is None:
+            return
+        with self._lock:
+            self._first, self._last, self._counting = {}, {}, True
+            self._sample(baseline=True)
+
+    def _sample(self, *, baseline: bool = False) -> None:
+        try:
+            procs = _scan()
+            pids = _tree(self.roots(), procs)
+        except Exception:   # a system between processes; the next sample
+            return
+        self.peak = max(self.peak or 0, sum(procs[p][2] for p in pids))
+        if not self._counting or self._first is None:
+            return
+        for pid in pids:
+            ticks = procs[pid][1]
+            # a process seen at the baseline counts from there; a later one from its start
+            self._first.setdefault(pid, ticks if baseline else 0)
+            self._last[pid] = ticks
+
     def run(self) -> None:
-        while not self._halt.is_set():
-            try:
-                now = tree_rss_bytes(self.roots())
-            except Exception:   # a system between processes; the next sample
-                now = 0
-            self.peak = max(self.peak or 0, now)
-            self._halt.wait(self.every)
+        while True:
+            with self._lock:
+                self._sample()
+            if self._halt.wait(self.every):
+                return
+
+    def cpu_seconds(self) -> float | None:
+        """Stop counting CPU; the seconds spent since ``count_cpu`` (None: no /proc here,
+        or never counted)."""
+        if self.peak is None or self._first is None:
+            return None
+        with self._lock:
+            if self._counting:
+                self._sample()
+                self._counting = False
+        ticks = sum(self._last[p] - self._first.get(p, 0) for p in self._last)
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> int | None:
-        """Stop sampling; the peak in bytes (None: no /proc here)."""
+        """Stop sampling; the peak resident bytes (None: no /proc here)."""
         self._halt.set()
         if self.is_alive():
             self.join()
         return self.peak
-
-
-class CpuSampler(threading.Thread):
-    """The CPU time the processes of ``roots()`` spend from the start until ``close``.
-
-    Each process counts from its value at the first sample (0 for one started later) to
-    its value at its last sample; a process that exits between samples loses at most
-    one interval of its time."""
-
-    def __init__(self, roots: Callable[[], list[int]], every: float = 0.25) -> None:
-        super().__init__(name="bench-cpu", daemon=True)
-        self.roots = roots
-        self.every = every
-        self._first: dict[int, int] = {}
-        self._last: dict[int, int] = {}
-        self._sampled = False
-        self._halt = threading.Event()
-        if _PROC.is_dir():
-            self._sample()    # the baseline, before the caller goes on
-            self.start()
-
-    def _sample(self) -> None:
-        try:
-            pids = _tree(self.roots())
-        except Exception:   # a system between processes; the next sample
-            return
-        for pid in pids:
-            ticks = _cpu_ticks(pid)
-            if ticks is None:
-                continue
-            # a process seen at the baseline counts from there; a later one from its start
-            self._first.setdefault(pid, ticks if not self._sampled else 0)
-            self._last[pid] = ticks
-        self._sampled = True
-
-    def run(self) -> None:
-        while not self._halt.wait(self.every):
-            self._sample()
-
-    def close(self) -> float | None:
-        """Stop sampling; CPU seconds spent (None: no /proc here)."""
-        if not _PROC.is_dir():
-            return None
-        self._halt.set()
-        if self.is_alive():
-            self.join()
-            self._sample()
-        ticks = sum(self._last[p] - self._first[p] for p in self._last)
-        return ticks / os.sysconf("SC_CLK_TCK")
