@@ -18,7 +18,8 @@ for the real cost, since cProfile multiplies a call-heavy path's time.
 uniformly from N keys, so the counting stage's state grows to N keys (``eos bench
 --measures memory`` measures that curve; this says where its time goes).
 
-Prints, per stage: wall and CPU seconds, messages in and out, CPU µs per word and the top
+Prints, per stage: wall and CPU seconds, messages in and out, CPU µs per word, how far the
+resident set of its most-grown task rose above what it had at the fork, and the top
 functions by own time and by cumulative time. ``--dump DIR`` keeps the ``.prof`` files
 (for snakeviz or ``python -m pstats``). Measured, never asserted.
 """
@@ -29,7 +30,9 @@ import argparse
 import cProfile
 import io
 import multiprocessing as mp
+import os
 import pstats
+import resource
 import tempfile
 import time
 import uuid
@@ -81,6 +84,8 @@ def main() -> int:
             for i, line in enumerate(lines):
                 p.produce(pipeline.source_topic, i % args.partitions, line)
             p.flush()
+        n_lines = len(lines)
+        del lines   # the forked tasks need none of it
         plan = plan_job(pipeline, t, guarantee=args.guarantee,
                         commit_interval=args.commit_interval, parallelism=args.partitions)
         info = ControlLog(t, plan.name).start_run(plan, bounded=True)
@@ -89,7 +94,7 @@ def main() -> int:
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset)
     print(f"# {args.guarantee}, {'Kafka' if args.bootstrap_servers else 'local log'}, "
-          f"{len(lines)} lines, {words} words"
+          f"{n_lines} lines, {words} words"
           f"{f' from {args.keys:,} keys' if args.keys else ''}, {args.partitions} partitions, "
           f"{'all tasks at once' if not args.staged else 'one stage after the other'}")
     dump = Path(args.dump) if args.dump else work / "prof"
@@ -118,7 +123,9 @@ def main() -> int:
         print(f"\n## stage {index}: {len(mine)} tasks, {wall:.2f} s wall (slowest task), "
               f"{cpu:.2f} s CPU (all tasks); processed {processed}, emitted {emitted}, "
               f"checkpoints {sum(r['checkpoints'] for r in mine)}; "
-              f"{cpu / max(1, words) * 1e6:.2f} µs CPU per word"
+              f"{cpu / max(1, words) * 1e6:.2f} µs CPU per word; peak resident set "
+              f"{max(r['rss_growth'] for r in mine) / 2**20:,.0f} MiB above the fork's "
+              f"(the task that grew most)"
               f"{' (under cProfile)' if not args.no_profile else ''}")
         if args.no_profile:
             continue
@@ -134,7 +141,17 @@ def main() -> int:
     return 0
 
 
+def _resident_bytes() -> int:
+    """This process's resident set now (/proc/self/statm; 0 where there is none)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _one_task(config: Any, queue: Any, dump: Path, profile: bool) -> None:
+    # what the fork brought along (the parent's input among it) is not the task's
+    rss0 = _resident_bytes()
     cpu0, started = time.process_time(), time.perf_counter()
     if profile:
         prof = cProfile.Profile()
@@ -142,8 +159,9 @@ def _one_task(config: Any, queue: Any, dump: Path, profile: bool) -> None:
         prof.dump_stats(str(dump / f"task{config.task_id}.prof"))
     else:
         stats = run_task(config)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # KiB on Linux
     queue.put({**stats.as_dict(), "cpu": time.process_time() - cpu0,
-               "wall": time.perf_counter() - started})
+               "wall": time.perf_counter() - started, "rss_growth": max(0, peak - rss0)})
 
 
 if __name__ == "__main__":
