@@ -16,7 +16,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -273,13 +273,17 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
         settings = Settings(bootstrap=bootstrap, partitions=partitions,
                             commit_interval=commit_interval, idle_timeout=idle_timeout,
                             work_root=out_dir / "work")
-        # (measure, workload, input size label) -> its input, expected answer and load
-        plan: list[tuple[str, str, Any, Any, Load, dict[str, Any]]] = []
+        # (measure, workload, load, extra row fields) and a maker of its input and
+        # expected answer. The state-growth curve's inputs are made when their runs come
+        # and dropped after: 2 × 10⁷ records held from the start took the memory (and the
+        # broker's page cache) the smaller key spaces' runs measure.
+        plan: list[tuple[str, str, Load, dict[str, Any], Callable[[], tuple[Any, Any]]]] = []
         for m in chosen_m:
             if m == "throughput":
                 for w in chosen_w:
                     got = bench_workloads[w].generate(records, seed)
-                    plan.append((m, w, got, bench_workloads[w].oracle(got), Load(m), {}))
+                    plan.append((m, w, Load(m), {},
+                                 _kept(got, bench_workloads[w].oracle(got))))
             elif m in ("latency", "recovery"):
                 for w in chosen_w:
                     steady = steady_input(bench_workloads[w], rate=rate, seconds=steady_seconds,
@@ -287,14 +291,15 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                                           seed=seed)
                     load = Load(m, steady=steady, kill_after=steady_seconds / 3
                                 if m == "recovery" else None)
-                    plan.append((m, w, steady.records, bench_workloads[w].oracle(steady.records),
-                                 load, {}))
+                    plan.append((m, w, load, {}, _kept(
+                        steady.records, bench_workloads[w].oracle(steady.records))))
             else:
                 for keys in key_spaces:
-                    got = aggregate_input(max(2 * keys, records), keys, seed)
-                    plan.append((m, "aggregate", got, bench_workloads["aggregate"].oracle(got),
-                                 Load(m, memory=True),
-                                 {"state_keys": len({v for _, v in got}), "key_space": keys}))
+                    def curve_input(keys: int = keys) -> tuple[Any, Any]:
+                        got = aggregate_input(max(2 * keys, records), keys, seed)
+                        return got, bench_workloads["aggregate"].oracle(got)
+                    plan.append((m, "aggregate", Load(m, memory=True), {"key_space": keys},
+                                 curve_input))
         if not no_warm_up and plan:
             w = plan[0][1]
             got = bench_workloads[w].generate(min(records, WARM_UP_RECORDS), seed)
@@ -308,9 +313,10 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                 warm_ups.append({k: row.get(k) for k in ("system", "workload", "input_records",
                                                          "verified", "error", "seconds")})
         for r in range(max(rounds_of.values())):
-            for m, w, inputs, expected, load, extra in plan:
+            for m, w, load, extra, make in plan:
                 if r >= rounds_of[m]:
                     continue
+                made: tuple[Any, Any] | None = None
                 for system in active:
                     why = system.cannot_run(bench_workloads[w])
                     if why is not None:
@@ -318,15 +324,22 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
                             skipped[f"{system.name} on {w}"] = why
                             say(f"skipping {w} on {system.name}: {why}")
                         continue
+                    if made is None:
+                        made = make()
+                    inputs, expected = made
                     say(f"round {r + 1}/{rounds_of[m]}: {m} of {w} on {system.name} ...")
                     row = measure(system, bench_workloads[w], inputs, expected, settings,
                                   round_no=r + 1, tag=tag, say=say, load=load)
                     row.update(extra)
+                    if load.memory:
+                        row["state_keys"] = len({v for _, v in inputs})
                     runs.append(row)
                     say(_row_line(row))
                     # after every run: a long bench stopped halfway keeps what it measured
                     (out_dir / "results.json").write_text(
                         json.dumps(result(bootstrap, complete=False), indent=2) + "\n")
+                # the next entry's input is made without this one beside it
+                made = inputs = expected = None
         final = result(bootstrap, complete=True)
     with contextlib.suppress(OSError):
         (out_dir / "work").rmdir()
@@ -351,6 +364,11 @@ def _show(paths: dict[str, Path], as_json: bool) -> None:
         body = paths["markdown"].read_text()
         click.echo(body[body.index("\n## ") + 1:] if "\n## " in body else body)
         click.echo(f"report: {paths['markdown']}")
+
+
+def _kept(inputs: Any, expected: Any) -> Callable[[], tuple[Any, Any]]:
+    """A plan entry's maker of an input made once and kept (small ones)."""
+    return lambda: (inputs, expected)
 
 
 def _versions(active: list[Any]) -> dict[str, str]:
