@@ -198,7 +198,8 @@ WARM_UP_RECORDS = 20_000
               help="Measure nothing: write report.md and the plots again from a bench's "
                    "results.json (PATH, or the directory holding it), with this release's "
                    "summaries and targets; into --out if given, else beside it. A bench "
-                   "stopped halfway keeps a results.json of the runs it finished.")
+                   "stopped halfway keeps a results.json of the runs it finished (the report then "
+                   "says it is incomplete).")
 def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
               steady_seconds: float, state_keys: str, vocabulary: str,
