@@ -156,10 +156,14 @@ def test_a_data_batch_is_type_4_with_parallel_arrays():
     ([1, 2, 3, 0, b"k", [b"v"], [1]], "batch keys"),
 ])
 def test_malformed_data_batches_are_named(fields, error):
-    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.DATA_BATCH)) + msgpack.packb(
-        fields, use_bin_type=True)
+    _refused_by_name(wire.RecordType.DATA_BATCH, fields, wire.decode_channel, error)
+
+
+def _refused_by_name(record_type: int, fields: list, decode, error: str) -> None:
+    """A record of ``record_type`` with ``fields`` is refused, saying ``error`` and where."""
+    raw = bytes((wire.FORMAT_VERSION, record_type)) + msgpack.packb(fields, use_bin_type=True)
     with pytest.raises(WireFormatError, match=error) as info:
-        wire.decode_channel(raw, topic="t", partition=1, offset=9)
+        decode(raw, topic="t", partition=1, offset=9)
     assert "offset=9" in str(info.value)
 
 
@@ -197,11 +201,7 @@ def test_encode_changes_is_the_change_log_batch_encoding(b):
     ([1, 2, "s", b"k", [b"v"]], "batch keys"),
 ])
 def test_malformed_change_log_batches_are_named(fields, error):
-    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.CL_BATCH)) + msgpack.packb(
-        fields, use_bin_type=True)
-    with pytest.raises(WireFormatError, match=error) as info:
-        wire.decode_changelog(raw, topic="t", partition=1, offset=9)
-    assert "offset=9" in str(info.value)
+    _refused_by_name(wire.RecordType.CL_BATCH, fields, wire.decode_changelog, error)
 
 
 @pytest.mark.parametrize("args", [
