@@ -153,7 +153,8 @@ class ChangeLogBatch:
     Not in SEP-10, whose unit is one change. Recovery decides by generation and version
     only, which a batch's changes share, so folding a batch is folding its changes in
     order; one record instead of one per key spares the producer a call and a delivery
-    report per change, which at millions of keys were a third of a task's time."""
+    report per change, which at 10⁶ keys were about a quarter of the counting stage's
+    time (under cProfile)."""
 
     generation: int
     version: int
