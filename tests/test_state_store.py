@@ -162,6 +162,34 @@ def test_families_layout_and_checkpoint_record(tmp_path: Path) -> None:
         db.close()
 
 
+def test_every_store_is_tuned_for_point_reads(tmp_path: Path) -> None:
+    """RocksDB writes the options it opened with to OPTIONS-*: each store's family has
+    Bloom filters (its SST files and its memtable) and a hash index in its data blocks,
+    also after a wipe recreated the families (docs/state.md, "Memory")."""
+    path = tmp_path / "db"
+
+    def families() -> dict[str, str]:
+        """Each ``[CFOptions "name"]`` or ``[TableOptions/BlockBasedTable "name"]``
+        section of the newest OPTIONS file, by "kind name"."""
+        text = max(path.glob("OPTIONS-*")).read_text()
+        return {f"{section.split()[0]} {section.split(chr(34))[1]}": section
+                for section in text.split("[") if section.startswith(
+                    ("CFOptions ", "TableOptions/BlockBasedTable "))}
+
+    with TaskStore(path, ["counts", "sums"]) as s:
+        for reopened in (False, True):
+            if reopened:
+                s.wipe()
+            found = families()
+            for name in ("counts", "sums"):
+                family = found[f"CFOptions {name}"]
+                assert "memtable_whole_key_filtering=true" in family
+                assert "memtable_prefix_bloom_size_ratio=0.020000" in family
+                table = found[f"TableOptions/BlockBasedTable {name}"]
+                assert "filter_policy=bloomfilter" in table
+                assert "data_block_index_type=kDataBlockBinaryAndHash" in table
+
+
 def test_errors_are_project_errors_naming_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "db"
     with pytest.raises(ConfigError, match="reserved"):
@@ -484,6 +512,38 @@ def test_wipe_then_restore_rebuilds_exactly_the_given_state(tmp_path: Path) -> N
         assert state_of(s) == final and s.checkpoint_data() == CP2
 
 
+def test_reads_after_a_restore_or_a_wipe_are_not_the_recent_commits_values(
+        tmp_path: Path) -> None:
+    """A store answers reads of recently committed keys from memory; a restore or a wipe
+    writes RocksDB without a commit, so what it kept must go."""
+    with TaskStore(tmp_path / "db", ["a"]) as s:
+        get = s.accessors("a")[0]
+        s.put("a", b"k", b"committed")
+        s.put("a", b"gone", b"committed")
+        s.commit(CP1)
+        s.restore([("a", b"k", b"restored"), ("a", b"gone", None)], CP2)
+        assert s.get("a", b"k") == get(b"k") == b"restored"
+        assert s.get("a", b"gone") is None and get(b"gone") is None
+        s.put("a", b"k", b"again")
+        s.commit(CP1)
+        s.wipe()
+        assert s.get("a", b"k") is None and get(b"k") is None
+
+
+def test_a_store_keeps_a_bounded_number_of_recent_values(tmp_path: Path) -> None:
+    with TaskStore(tmp_path / "db", ["a"], recent_kept=3) as s:
+        get = s.accessors("a")[0]
+        for version in range(4):
+            for i in range(2):
+                s.put("a", b"k%d" % (2 * version + i), b"v%d" % version)
+            s.commit(CheckpointData(version, 1, version))
+            kept = s._stores["a"].recent
+            assert len(kept) == min(3, 2 * version + 2)
+        # the newest stay in memory; the oldest are read from RocksDB again
+        assert list(kept) == [b"k5", b"k6", b"k7"]
+        assert [get(b"k%d" % i) for i in range(8)] == [b"v%d" % (i // 2) for i in range(8)]
+
+
 def test_an_interrupted_wipe_is_finished_by_the_next_open(tmp_path: Path) -> None:
     """A crash after wipe's first step (checkpoint data deleted) and before its families
     were dropped leaves state without checkpoint data: opening empties it."""
@@ -517,11 +577,16 @@ class StoreModel(RuleBasedStateMachine):
     @initialize()
     def open_store(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="eos-state-")
-        self.store = TaskStore(os.path.join(self.dir, "db"), ["s1", "s2"])
+        self.store = self.opened()
         self.committed: dict[str, dict[bytes, bytes]] = {"s1": {}, "s2": {}}
         self.staged: dict[tuple[str, bytes], bytes | None] = {}
         self.checkpoint: CheckpointData | None = None
         self.saved: dict[tuple[str, bytes], bytes | None] | None = None   # at the savepoint
+
+    def opened(self) -> TaskStore:
+        # A store keeps 2 keys' recent values, of the 6 keys here: reads go to the recent
+        # commits' values, and past them to RocksDB.
+        return TaskStore(os.path.join(self.dir, "db"), ["s1", "s2"], recent_kept=2)
 
     def view(self, store: str) -> dict[bytes, bytes]:
         out = dict(self.committed[store])
@@ -574,7 +639,7 @@ class StoreModel(RuleBasedStateMachine):
         if not now:  # opening RocksDB costs ~20 ms (it writes and syncs files): every other time
             return
         self.store.close()
-        self.store = TaskStore(os.path.join(self.dir, "db"), ["s1", "s2"])
+        self.store = self.opened()
         self.staged = {}
         self.saved = None
         assert self.store.checkpoint_data() == self.checkpoint
@@ -612,8 +677,10 @@ class StoreModel(RuleBasedStateMachine):
             view = self.view(store)
             assert dict(s.items(store)) == view
             assert [k for k, _ in s.items(store)] == sorted(view)
+            get = s.accessors(store)[0]   # a stateful step's reads
             for key in (b"", b"a", b"b", b"\x00", b"\xff", b"ab"):
                 assert s.get(store, key) == view.get(key)
+                assert get(key) == view.get(key)
 
     def teardown(self) -> None:
         store = getattr(self, "store", None)

@@ -63,18 +63,40 @@ _DEFAULT_FAMILY = "default"         # RocksDB's own family; always there, never 
 
 _MISSING: Any = object()
 _CHUNK = 1024                       # keys per RocksDB iterator in items()
+#: Values of recent commits a store keeps in memory, in front of RocksDB. A committed key
+#: read again soon (a counter, a session) is then a dict hit, not a RocksDB ``get``
+#: (about 2 µs from Python at 10^5 keys, mostly the call and the memtable's skip list).
+RECENT_KEPT = 65_536
 
 
 class _Store:
-    """One named store: its column family (reader + write handle) and its staged changes."""
+    """One named store: its column family (reader + write handle), its staged changes and
+    the values its recent commits wrote."""
 
-    __slots__ = ("name", "cf", "handle", "staged")
+    __slots__ = ("name", "cf", "handle", "staged", "recent")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.cf: Any = None          # rocksdict.Rdict bound to the family
         self.handle: Any = None      # rocksdict.ColumnFamily, for WriteBatch
         self.staged: dict[bytes, bytes | None] = {}   # None: staged delete
+        # What RocksDB holds for these keys (None: deleted), from the last commits, oldest
+        # first; at most ``recent_kept`` keys. Only commit adds to it; whatever else
+        # writes RocksDB (restore, wipe) empties it.
+        self.recent: dict[bytes, bytes | None] = {}
+
+    def remember(self, committed: dict[bytes, bytes | None], kept: int) -> None:
+        """``committed`` (a commit's staged changes, now in RocksDB) joins ``recent``; the
+        oldest go past ``kept``."""
+        recent = self.recent
+        if not recent:
+            self.recent = recent = committed
+        else:
+            recent.update(committed)
+        excess = len(recent) - kept
+        if excess > 0:
+            for key in list(itertools.islice(recent, excess)):
+                del recent[key]
 
 
 def _options() -> rocksdict.Options:
@@ -84,8 +106,29 @@ def _options() -> rocksdict.Options:
     return opts
 
 
-def _family_options() -> rocksdict.Options:
-    return rocksdict.Options(raw_mode=True)
+#: The block cache a task's stores share (RocksDB's default size, but one for the task,
+#: not one per column family).
+BLOCK_CACHE_BYTES = 32 << 20
+
+
+def _family_options(cache: rocksdict.Cache) -> rocksdict.Options:
+    """A store's family, tuned for point reads (RocksDB's ``OptimizeForPointLookup``, with
+    the task's one block cache): a stateful step reads one key per record, and at millions
+    of keys a read that misses the memtable and the cache searched SST files. A Bloom
+    filter per SST file and one over the memtable skip the files and the memtable that
+    cannot hold the key (a new key, at 10^7 keys, is a third of the reads), and a hash
+    index finds a key in its data block. Measured (a counting task's reads, 4.3 million
+    keys): 8.2 -> 3.2 µs a read, for 10 bits a key of filter and 2 % of a memtable."""
+    opts = rocksdict.Options(raw_mode=True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_bloom_filter(10, False)
+    table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
+    table.set_data_block_hash_ratio(0.75)
+    opts.set_block_based_table_factory(table)
+    opts.set_memtable_prefix_bloom_ratio(0.02)
+    opts.set_memtable_whole_key_filtering(True)
+    return opts
 
 
 def _check_store_names(stores: Sequence[str]) -> tuple[str, ...]:
@@ -136,8 +179,11 @@ class TaskStore:
     removes them.
     """
 
-    def __init__(self, path: str | Path, stores: Sequence[str], *, sync: bool = False) -> None:
+    def __init__(self, path: str | Path, stores: Sequence[str], *, sync: bool = False,
+                 recent_kept: int = RECENT_KEPT) -> None:
         self.path = str(path)
+        self._recent_kept = recent_kept
+        self._cache = rocksdict.Cache(BLOCK_CACHE_BYTES)
         self._forked = False             # in a fault-injection zombie: never close the DB
         _open_stores.add(self)
         self._names = _check_store_names(stores)
@@ -175,7 +221,8 @@ class TaskStore:
         families.discard(_DEFAULT_FAMILY)
         try:
             self._db = rocksdict.Rdict(self.path, _options(),
-                                       column_families={f: _family_options() for f in families})
+                                       column_families={f: _family_options(self._cache)
+                                                        for f in families})
         except Exception as exc:
             if _is_lock_error(exc):
                 raise StateLocked(self.path, str(exc)) from None
@@ -227,7 +274,7 @@ class TaskStore:
         # lives, even after Rdict.close(): drop every reference, then close.
         for store in self._stores.values():
             store.cf = store.handle = None
-            store.staged = {}
+            store.staged, store.recent = {}, {}
         self._order = []
         self._stores = {}
         self._meta = self._meta_handle = None
@@ -291,8 +338,10 @@ class TaskStore:
         if value is _MISSING:
             if not isinstance(key, bytes):
                 raise self._not_bytes(store, "key", key)
-            committed: bytes | None = s.cf.get(key)
-            return committed
+            value = s.recent.get(key, _MISSING)
+            if value is _MISSING:
+                committed: bytes | None = s.cf.get(key)
+                return committed
         staged: bytes | None = value
         return staged
 
@@ -327,8 +376,10 @@ class TaskStore:
         def get(key: bytes) -> bytes | None:
             value = s.staged.get(key, _MISSING)
             if value is _MISSING:
-                committed: bytes | None = s.cf.get(key)
-                return committed
+                value = s.recent.get(key, _MISSING)   # restore() replaces the dict
+                if value is _MISSING:
+                    committed: bytes | None = s.cf.get(key)
+                    return committed
             staged: bytes | None = value
             return staged
 
@@ -428,14 +479,18 @@ class TaskStore:
             raise self._unknown(None)
         # 1. encode the checkpoint data first: a bad record fails before anything is built
         raw = self._encode_checkpoint(checkpoint)
-        # 2. one batch: every staged change of every store, in its family
+        # 2. one batch: every staged change of every store, in its family, in key order:
+        # RocksDB's memtable inserts a sorted run near where the last key went (measured,
+        # 24 000 changes of 500 000 keys: 2.5 -> 1.4 µs a change, the sort included)
         batch = rocksdict.WriteBatch(raw_mode=True)
         for s in self._stores.values():
-            if not s.staged:
+            staged = s.staged
+            if not staged:
                 continue
             batch.set_default_column_family(s.handle)
             put, delete = batch.put, batch.delete
-            for key, value in s.staged.items():
+            for key in sorted(staged):
+                value = staged[key]
                 if value is None:
                     delete(key)
                 else:
@@ -445,8 +500,11 @@ class TaskStore:
         batch.put(CHECKPOINT_KEY, raw)
         # 4. the commit point: one Rdict.write (WAL, then memtables)
         self._write(batch, "commit batch")
-        # 5. only now: the staging is history
+        # 5. only now: the staging is history, its values the recent ones
         self._checkpoint = checkpoint
+        for s in self._stores.values():
+            if s.staged:
+                s.remember(s.staged, self._recent_kept)
         self.discard()
 
     def checkpoint_data(self) -> CheckpointData | None:
@@ -474,6 +532,7 @@ class TaskStore:
         if replace:
             self.wipe()
         stores = self._stores
+        self._forget_recent()
         batch = rocksdict.WriteBatch(raw_mode=True)
         current: _Store | None = None
         for change in changes:
@@ -500,14 +559,19 @@ class TaskStore:
         self._write(batch, "restore batch")
         self._checkpoint = checkpoint
 
+    def _forget_recent(self) -> None:
+        for store in self._stores.values():
+            store.recent = {}
+
     def _drop_families(self) -> None:
         db = self._db
+        self._forget_recent()
         for store in self._stores.values():
             store.cf = store.handle = None
         for name in (*self._names, *self._extra):
             db.drop_column_family(name)
         for name in self._names:
-            db.create_column_family(name, _family_options())
+            db.create_column_family(name, _family_options(self._cache))
         self._extra = []
         self._bind()
 
