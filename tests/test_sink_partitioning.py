@@ -99,3 +99,41 @@ def test_the_sink_writer_remembers_partitions_and_forgets_them_whole(monkeypatch
         w.write(encode_key(k), ["v"], 0)
     assert len(w._by_key) <= 8
     assert [p for p, *_ in w._pending] == [kafka_partition(k.encode(), 7) for k in keys]
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.one_of(st.text(max_size=40), st.text(min_size=200, max_size=300),
+                     st.binary(max_size=40), st.integers(-2**63, 2**64 - 1)),
+       partitions=st.integers(1, 64), key_format=st.sampled_from(["utf8", "msgpack", "json",
+                                                                    "bytes"]))
+def test_a_str_keys_utf8_sink_key_is_the_one_the_format_encodes(key, partitions, key_format):
+    """A str key's utf8 sink key is cut from its stream form, not decoded and encoded: the
+    same bytes and partition as the format's own encoding, for keys of every msgpack
+    str header; other keys and formats take the format's way (a bytes key is not utf8)."""
+    from eos_runtime.api import FORMATS, Sink
+    from eos_runtime.errors import UserFunctionError
+    from eos_runtime.runtime.operators import encode_key
+    from eos_runtime.runtime.outputs import SinkWriter
+
+    w = SinkWriter(Sink("out", key_format, "utf8"), partitions)
+    try:
+        expected = FORMATS[key_format][0](key)
+    except Exception:
+        expected = None
+    if not isinstance(expected, bytes):   # the bytes format passes other values through
+        with pytest.raises(UserFunctionError, match="key format"):
+            w.write(encode_key(key), ["v"], 0)
+        return
+    w.write(encode_key(key), ["v"], 0)
+    assert w._pending == [(kafka_partition(expected, partitions), expected, b"v", 0)]
+
+
+def test_every_msgpack_str_header_is_cut_at_its_length():
+    from eos_runtime.api import Sink
+    from eos_runtime.runtime.operators import encode_key
+    from eos_runtime.runtime.outputs import SinkWriter
+
+    w = SinkWriter(Sink("out", "utf8", "utf8"), 3)
+    for key in ("", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "e" * 65_535, "f" * 65_536):
+        w.write(encode_key(key), ["v"], 0)   # fixstr, str 8, str 16, str 32
+        assert w._pending[-1][1] == key.encode()

@@ -74,6 +74,10 @@ def kafka_partition(key: bytes, partitions: int) -> int:
     return (_fast_murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+#: The header length of a msgpack str by its first byte: a stream key that is a str is
+#: its UTF-8 bytes after it (fixstr: 0xa0-0xbf; str 8, 16, 32).
+_STR_HEADER = {**{lead: 1 for lead in range(0xA0, 0xC0)}, 0xD9: 2, 0xDA: 3, 0xDB: 5}
+
 #: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
 #: hot keys stay, a key space of millions costs a dict insert per record.
 _KEY_PARTITIONS_KEPT = 1 << 14
@@ -286,6 +290,9 @@ class SinkWriter:
         self.partitions = partitions
         self.key_format, self.value_format = sink.key_format, sink.value_format
         self._key = FORMATS[sink.key_format][0] if sink.key_format else None
+        # A str key's sink key in utf8 is the stream key's bytes after its msgpack header:
+        # no decode and encode for a key the cache does not hold (at 10^7 keys, most).
+        self._utf8_key = sink.key_format == "utf8"
         self._value = FORMATS[sink.value_format][0]
         self._pending: list[tuple[int, bytes | None, bytes, int]] = []
         self.produced = 0     # records handed to a producer so far (the sink's count)
@@ -348,7 +355,12 @@ class SinkWriter:
         with the job's output; by the stream key when the sink has no key format.
         Remembered (up to a bound), so murmur2 in Python runs once per distinct key."""
         k = None
-        if self._key is not None:
+        skip = _STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
+        if skip is not None:
+            k = key_bytes[skip:]
+            partition = ((_c_murmur2(k, _MURMUR2_SEED) & 0x7FFFFFFF)   # kafka_partition
+                         % self.partitions)
+        elif self._key is not None:
             k = self._encode(self._key, self.key_format, "key", decode_key(key_bytes))
             partition = kafka_partition(k, self.partitions)
         else:
