@@ -165,7 +165,7 @@ def test_families_layout_and_checkpoint_record(tmp_path: Path) -> None:
 def test_every_store_is_tuned_for_point_reads(tmp_path: Path) -> None:
     """RocksDB writes the options it opened with to OPTIONS-*: each store's family has
     Bloom filters (its SST files and its memtable), a hash index in its data blocks and
-    three 16 MiB memtables, also after a wipe recreated the families (docs/state.md,
+    two 64 MiB memtables, also after a wipe recreated the families (docs/state.md,
     "Memory")."""
     path = tmp_path / "db"
 
@@ -186,8 +186,8 @@ def test_every_store_is_tuned_for_point_reads(tmp_path: Path) -> None:
                 family = found[f"CFOptions {name}"]
                 assert "memtable_whole_key_filtering=true" in family
                 assert "memtable_prefix_bloom_size_ratio=0.020000" in family
-                assert "write_buffer_size=16777216" in family
-                assert "max_write_buffer_number=3" in family
+                assert "write_buffer_size=67108864" in family
+                assert "max_write_buffer_number=2" in family
                 table = found[f"TableOptions/BlockBasedTable {name}"]
                 assert "filter_policy=bloomfilter" in table
                 assert "data_block_index_type=kDataBlockBinaryAndHash" in table
