@@ -547,6 +547,25 @@ def test_a_store_keeps_a_bounded_number_of_recent_values(tmp_path: Path) -> None
         assert [get(b"k%d" % i) for i in range(8)] == [b"v%d" % (i // 2) for i in range(8)]
 
 
+def test_a_store_of_large_values_keeps_fewer_recent_keys(tmp_path: Path) -> None:
+    """The recent values are bounded in bytes too: values of 100 bytes, 1 000 bytes kept,
+    are 10 keys, however many keys the bound allows; small values fill it."""
+    with TaskStore(tmp_path / "db", ["a"], recent_kept=50, recent_bytes=1_000) as s:
+        for i in range(30):
+            s.put("a", b"big%02d" % i, b"x" * 100)
+        s.put("a", b"gone", b"x" * 100)
+        s.delete("a", b"gone")      # a delete weighs nothing
+        s.commit(CP1)
+        assert list(s._stores["a"].recent) == [b"big%02d" % i for i in range(21, 30)] \
+            + [b"gone"]
+        for i in range(60):
+            s.put("a", b"small%02d" % i, b"1")
+        s.commit(CP2)
+        assert len(s._stores["a"].recent) == 50
+        get = s.accessors("a")[0]
+        assert get(b"big00") == b"x" * 100 and get(b"gone") is None
+
+
 def test_an_interrupted_wipe_is_finished_by_the_next_open(tmp_path: Path) -> None:
     """A crash after wipe's first step (checkpoint data deleted) and before its families
     were dropped leaves state without checkpoint data: opening empties it."""

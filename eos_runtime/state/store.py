@@ -67,6 +67,9 @@ _CHUNK = 1024                       # keys per RocksDB iterator in items()
 #: read again soon (a counter, a session) is then a dict hit, not a RocksDB ``get``
 #: (about 2 µs from Python at 10^5 keys, mostly the call and the memtable's skip list).
 RECENT_KEPT = 65_536
+#: ... and at most about this many bytes of values: a store of large values (sessions,
+#: windows) keeps fewer keys (as many as the last commit's mean value size allows).
+RECENT_BYTES = 8 << 20
 
 
 class _Store:
@@ -81,13 +84,18 @@ class _Store:
         self.handle: Any = None      # rocksdict.ColumnFamily, for WriteBatch
         self.staged: dict[bytes, bytes | None] = {}   # None: staged delete
         # What RocksDB holds for these keys (None: deleted), from the last commits, oldest
-        # first; at most ``recent_kept`` keys. Only commit adds to it; whatever else
-        # writes RocksDB (restore, wipe) empties it.
+        # first; at most ``recent_kept`` keys and about ``recent_bytes`` of values. Only
+        # commit adds to it; whatever else writes RocksDB (restore, wipe) empties it.
         self.recent: dict[bytes, bytes | None] = {}
 
-    def remember(self, committed: dict[bytes, bytes | None], kept: int) -> None:
+    def remember(self, committed: dict[bytes, bytes | None], kept: int,
+                 kept_bytes: int) -> None:
         """``committed`` (a commit's staged changes, now in RocksDB) joins ``recent``; the
-        oldest go past ``kept``."""
+        oldest go past ``kept`` keys, or past as many as ``kept_bytes`` holds of values
+        the size of ``committed``'s on average."""
+        size = sum(map(len, filter(None, committed.values())))
+        if size:
+            kept = min(kept, kept_bytes * len(committed) // size)
         recent = self.recent
         if not recent:
             self.recent = recent = committed
@@ -189,9 +197,9 @@ class TaskStore:
     """
 
     def __init__(self, path: str | Path, stores: Sequence[str], *, sync: bool = False,
-                 recent_kept: int = RECENT_KEPT) -> None:
+                 recent_kept: int = RECENT_KEPT, recent_bytes: int = RECENT_BYTES) -> None:
         self.path = str(path)
-        self._recent_kept = recent_kept
+        self._recent_kept, self._recent_bytes = recent_kept, recent_bytes
         self._cache = rocksdict.Cache(BLOCK_CACHE_BYTES)
         self._forked = False             # in a fault-injection zombie: never close the DB
         _open_stores.add(self)
@@ -513,7 +521,7 @@ class TaskStore:
         self._checkpoint = checkpoint
         for s in self._stores.values():
             if s.staged:
-                s.remember(s.staged, self._recent_kept)
+                s.remember(s.staged, self._recent_kept, self._recent_bytes)
         self.discard()
 
     def checkpoint_data(self) -> CheckpointData | None:
