@@ -548,13 +548,14 @@ def test_a_store_keeps_a_bounded_number_of_recent_values(tmp_path: Path) -> None
 
 
 def test_a_store_of_large_values_keeps_fewer_recent_keys(tmp_path: Path) -> None:
-    """The recent values are bounded in bytes too: values of 100 bytes, 1 000 bytes kept,
-    are 10 keys, however many keys the bound allows; small values fill it."""
-    with TaskStore(tmp_path / "db", ["a"], recent_kept=50, recent_bytes=1_000) as s:
+    """The recent values are bounded in bytes too: keys and values of about 100 bytes,
+    1 050 bytes kept, are 10 keys, however many keys the bound allows; small values fill
+    it."""
+    with TaskStore(tmp_path / "db", ["a"], recent_kept=50, recent_bytes=1_050) as s:
         for i in range(30):
             s.put("a", b"big%02d" % i, b"x" * 100)
         s.put("a", b"gone", b"x" * 100)
-        s.delete("a", b"gone")      # a delete weighs nothing
+        s.delete("a", b"gone")      # a delete weighs its key
         s.commit(CP1)
         assert list(s._stores["a"].recent) == [b"big%02d" % i for i in range(21, 30)] \
             + [b"gone"]

@@ -67,8 +67,8 @@ _CHUNK = 1024                       # keys per RocksDB iterator in items()
 #: read again soon (a counter, a session) is then a dict hit, not a RocksDB ``get``
 #: (about 2 µs from Python at 10^5 keys, mostly the call and the memtable's skip list).
 RECENT_KEPT = 65_536
-#: ... and at most about this many bytes of values: a store of large values (sessions,
-#: windows) keeps fewer keys (as many as the last commit's mean value size allows).
+#: ... and at most about this many bytes of keys and values: a store of large values
+#: (sessions, windows) keeps fewer keys (as many as the last commit's mean size allows).
 RECENT_BYTES = 8 << 20
 
 
@@ -84,16 +84,16 @@ class _Store:
         self.handle: Any = None      # rocksdict.ColumnFamily, for WriteBatch
         self.staged: dict[bytes, bytes | None] = {}   # None: staged delete
         # What RocksDB holds for these keys (None: deleted), from the last commits, oldest
-        # first; at most ``recent_kept`` keys and about ``recent_bytes`` of values. Only
+        # first; at most ``recent_kept`` keys and about ``recent_bytes``. Only
         # commit adds to it; whatever else writes RocksDB (restore, wipe) empties it.
         self.recent: dict[bytes, bytes | None] = {}
 
     def remember(self, committed: dict[bytes, bytes | None], kept: int,
                  kept_bytes: int) -> None:
         """``committed`` (a commit's staged changes, now in RocksDB) joins ``recent``; the
-        oldest go past ``kept`` keys, or past as many as ``kept_bytes`` holds of values
-        the size of ``committed``'s on average."""
-        size = sum(map(len, filter(None, committed.values())))
+        oldest go past ``kept`` keys, or past as many as ``kept_bytes`` holds of keys and
+        values the size of ``committed``'s on average."""
+        size = sum(map(len, committed)) + sum(map(len, filter(None, committed.values())))
         if size:
             kept = min(kept, kept_bytes * len(committed) // size)
         recent = self.recent
