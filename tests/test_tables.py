@@ -212,8 +212,8 @@ def test_eos_produce_writes_a_tables_keyed_rows_and_deletes(tmp_path):
 #: reach in every run. task.rewind and task.checkpoint.after_cut need a restore or a
 #: snapshot to happen first: tests/test_crashes.py and test_changelog_snapshot.py have them.
 #: task.mid_version comes once a poll that brought data: how many polls the lookup's
-#: inputs take depends on how far its upstream ran ahead (a fresh-clone CI run saw only
-#: two), so its second hit, not its third.
+#: inputs take depends on how far its upstream ran ahead (in a fresh-clone CI run the
+#: third hit never came), so its second hit.
 LOOKUP_POINTS = [
     ("locallog.append.mid_data", 2), ("locallog.append.after_data", 2),
     ("task.mid_version", 2), ("task.aligning", 3), ("task.checkpoint.after_output_flush", 2),
