@@ -353,18 +353,15 @@ class SinkWriter:
         """The sink key of a stream key, and its partition: where Kafka's default
         partitioner (every Java client) puts the sink key, so other clients co-partition
         with the job's output; by the stream key when the sink has no key format.
-        Remembered (up to a bound), so murmur2 in Python runs once per distinct key."""
+        Remembered (up to a bound): a hot key is encoded and hashed once."""
         k = None
-        skip = _STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
-        if skip is not None:
-            k = key_bytes[skip:]
-            partition = ((_c_murmur2(k, _MURMUR2_SEED) & 0x7FFFFFFF)   # kafka_partition
-                         % self.partitions)
-        elif self._key is not None:
-            k = self._encode(self._key, self.key_format, "key", decode_key(key_bytes))
-            partition = kafka_partition(k, self.partitions)
-        else:
+        if self._key is None:
             partition = zlib.crc32(key_bytes) % self.partitions
+        else:
+            skip = _STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
+            k = (key_bytes[skip:] if skip is not None else
+                 self._encode(self._key, self.key_format, "key", decode_key(key_bytes)))
+            partition = kafka_partition(k, self.partitions)
         if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
             self._by_key.clear()
         self._by_key[key_bytes] = (k, partition)
