@@ -37,11 +37,17 @@ def produce(transport: Transport, topic: str, values: list[bytes], partitions: i
 def run_by_count(pipeline, tmp_path, opts: dict, guarantee: str = "exactly-once",
                  fault=None):
     """Run ``pipeline`` bounded with checkpoints by record count only (every 150 records,
-    100 a poll, never by timer), so a crash point's hit means the same on a busy machine."""
+    100 a poll, never by timer), so a crash point's hit means the same on a busy machine.
+
+    Channels carry one message a record (``channel_batch=1``): a channel task's polls then
+    read at most 16 records each, however far its producers ran ahead, so its
+    ``task.mid_version`` is reached at least once per 16 records it reads. With batches,
+    every record its producers sent may come in its first poll or two."""
     from eos_runtime.runner import run_pipeline
 
     return run_pipeline(pipeline, guarantee=guarantee, commit_every=150, commit_interval=1e9,
-                        poll_records=100, state_dir=str(tmp_path / "state"), fault=fault, **opts)
+                        poll_records=100, channel_batch=1, state_dir=str(tmp_path / "state"),
+                        fault=fault, **opts)
 
 
 def _utf8(b: bytes) -> str:
