@@ -179,11 +179,12 @@ def _note(name: str, action: str, **more: Any) -> None:
         os.close(fd)
 
 
-def on_split(before: Callable[[], None], after: Callable[[], None]) -> None:
+def on_split(before: Callable[[], None], after: Callable[[], None], *,
+             first: bool = False) -> None:
     """Run ``before`` just before a zombie splits off and ``after`` in the zombie just
-    after, before it stops (each pair once)."""
+    after, before it stops (each pair once; ``first``: before the pairs given so far)."""
     if (before, after) not in _split_hooks:
-        _split_hooks.append((before, after))
+        _split_hooks.insert(0 if first else len(_split_hooks), (before, after))
 
 
 def _split_zombie(name: str) -> None:

@@ -128,6 +128,29 @@ def test_the_kafka_streams_target_compares_the_peer_at_the_benchs_commit_interva
     assert got["met"] is None and "neither of the Kafka Streams peer's" in got["measured"]
 
 
+def test_the_short_interval_target_compares_exactly_once_at_100_ms_with_itself_at_1_s():
+    """One bench at --commit-interval 0.1 runs eos-exactly-once-1s beside it, round by round."""
+    from eos_runtime.bench.lineup import all_systems
+    from eos_runtime.bench.targets import judge
+
+    from test_bench import _bench_result
+
+    assert all_systems()["eos-exactly-once-1s"].commit_interval == 1.0
+    target = "exactly-once at a 100 ms commit interval ≥ 0.9 × at 1 s"
+    result = _bench_result({"eos-exactly-once": [85.0, 46.0],
+                            "eos-exactly-once-1s": [100.0, 50.0]})
+    result["settings"]["commit_interval"] = 0.1
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["value"] == pytest.approx(0.885) and got["met"] is False   # per round: .85, .92
+    result = _bench_result({"eos-exactly-once": [90.0, 46.0],
+                            "eos-exactly-once-1s": [100.0, 50.0]})
+    result["settings"]["commit_interval"] = 0.1
+    assert {r["target"]: r for r in judge(result)}[target]["met"] is True
+    result["settings"]["commit_interval"] = 1.0
+    got = {r["target"]: r for r in judge(result)}[target]
+    assert got["met"] is None and "not 0.1" in got["measured"]
+
+
 def test_the_kafka_streams_latency_target_compares_the_peer_at_the_benchs_commit_interval():
     from eos_runtime.bench.targets import judge
 

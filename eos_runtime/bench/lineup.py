@@ -11,13 +11,15 @@ from .peers import (
     SparkStructuredStreaming,
 )
 from .systems import EosSystem, RawSystem, System
+from .targets import EO_INTERVAL
 
-__all__ = ["all_systems", "SYSTEM_NAMES"]
+__all__ = ["all_systems", "DEFAULT_SYSTEMS", "SYSTEM_NAMES"]
 
 
 def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
     """Every system by name, in the order the bench runs them."""
-    systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"), RawSystem(),
+    systems: list[System] = [EosSystem("exactly-once"), EosSystem("at-least-once"),
+                             EosSystem("exactly-once", EO_INTERVAL), RawSystem(),
                              QuixSystem("exactly-once", quix_python),
                              QuixSystem("at-least-once", quix_python),
                              SparkStructuredStreaming(),
@@ -27,3 +29,6 @@ def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
 
 
 SYSTEM_NAMES = list(all_systems())
+#: A bench without --systems: all of them but the one at a fixed interval, which is
+#: eos-exactly-once again at the default interval (give it with --commit-interval 0.1).
+DEFAULT_SYSTEMS = [name for name in SYSTEM_NAMES if name != f"eos-exactly-once-{EO_INTERVAL:g}s"]

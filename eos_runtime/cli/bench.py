@@ -131,12 +131,14 @@ WARM_UP_RECORDS = 20_000
                    "aggregate, windows (views per page per tumbling window, final; timed "
                    "also by its window-close latency).")
 @click.option("--systems", default=None, metavar="S1,S2",
-              help="Systems to compare: eos-exactly-once, eos-at-least-once, raw-kafka, "
-                   "quix-exactly-once, quix-at-least-once, spark-structured-streaming, "
-                   "kafka-streams-exactly-once-100ms, kafka-streams-exactly-once-1s (Kafka "
-                   "Streams at its own commit interval, built on first use), "
-                   "faust-exactly-once, pyflink-exactly-once (installed on first use); one "
-                   "that is not installed is skipped with the reason. Default: all of them.")
+              help="Systems to compare: eos-exactly-once, eos-at-least-once, "
+                   "eos-exactly-once-1s (at a 1 s commit interval whatever the bench's), "
+                   "raw-kafka, quix-exactly-once, quix-at-least-once, "
+                   "spark-structured-streaming, kafka-streams-exactly-once-100ms, "
+                   "kafka-streams-exactly-once-1s (Kafka Streams at its own commit interval, "
+                   "built on first use), faust-exactly-once, pyflink-exactly-once (installed "
+                   "on first use); one that is not installed is skipped with the reason. "
+                   "Default: all of them but eos-exactly-once-1s.")
 @click.option("--records", type=in_range("records"), default=100_000, show_default=True,
               metavar="N", help="Input records in each run's burst (lines for wordcount).")
 @click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
@@ -218,7 +220,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     """
     from ..bench.kafka import BenchKafka
     from ..bench.latency import steady_input
-    from ..bench.lineup import SYSTEM_NAMES, all_systems
+    from ..bench.lineup import DEFAULT_SYSTEMS, SYSTEM_NAMES, all_systems
     from ..bench.measure import Load, Settings, measure
     from ..bench.report import summarized, write_report
     from ..bench.vocabulary import Vocabulary
@@ -231,7 +233,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     bench_workloads = with_vocabulary(words)
     chosen_m = _names(measures, MEASURES, "measures")
     chosen_w = _names(workloads, list(bench_workloads), "workloads")
-    chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else SYSTEM_NAMES
+    chosen_s = _names(systems, SYSTEM_NAMES, "systems") if systems else DEFAULT_SYSTEMS
     rounds_of = parse_rounds(rounds, chosen_m)
     key_spaces = parse_state_keys(state_keys)
     by_name = all_systems(quix_python=_quix_python(quix_python))
