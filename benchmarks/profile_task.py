@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import io
 import multiprocessing as mp
 import os
@@ -65,8 +64,6 @@ def main() -> int:
     ap.add_argument("--staged", action="store_true",
                     help="run the sources first, then the channel tasks (default: all at once)")
     ap.add_argument("--dump", default=None, help="directory to keep the .prof files in")
-    ap.add_argument("--no-pipelined", action="store_true",
-                    help="each checkpoint waits for its transaction's end on the task thread")
     ap.add_argument("--keys", type=int, default=None,
                     help="one word a line from this many keys (the aggregate workload)")
     args = ap.parse_args()
@@ -96,8 +93,6 @@ def main() -> int:
         configs = task_configs(plan, t, opts, str(work / "state"), bounded=True,
                                run=info.start.run, run_started_ms=info.start.started_ms,
                                control_offset=info.offset)
-        if args.no_pipelined:
-            configs = [dataclasses.replace(c, pipelined_commit=False) for c in configs]
     print(f"# {args.guarantee}, {'Kafka' if args.bootstrap_servers else 'local log'}, "
           f"{n_lines} lines, {words} words"
           f"{f' from {args.keys:,} keys' if args.keys else ''}, {args.partitions} partitions, "

@@ -179,12 +179,11 @@ def _note(name: str, action: str, **more: Any) -> None:
         os.close(fd)
 
 
-def on_split(before: Callable[[], None], after: Callable[[], None], *,
-             first: bool = False) -> None:
+def on_split(before: Callable[[], None], after: Callable[[], None]) -> None:
     """Run ``before`` just before a zombie splits off and ``after`` in the zombie just
-    after, before it stops (each pair once; ``first``: before the pairs given so far)."""
+    after, before it stops (each pair once)."""
     if (before, after) not in _split_hooks:
-        _split_hooks.insert(0 if first else len(_split_hooks), (before, after))
+        _split_hooks.append((before, after))
 
 
 def _split_zombie(name: str) -> None:

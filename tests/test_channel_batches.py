@@ -186,34 +186,3 @@ def test_a_restart_continues_every_output_of_a_fan_out_from_the_commit():
     assert fan.output_seqs() == (wire.OutputSeq("a", 0, 4), wire.OutputSeq("a", 1, 9),
                                  wire.OutputSeq("b", 0, 2), wire.OutputSeq("b", 1, 0),
                                  wire.OutputSeq("b", 2, 6))
-
-
-def test_while_held_the_next_versions_batches_wait_behind_the_marker():
-    """The pipelined commit: while version 1's commit is under way, what version 2 makes
-    (full batches too) stays in the task; the marker of 1 carries the count of what went
-    out before it, and the held batches follow it, in order, numbered on from there."""
-    prod = FakeProducer()
-    w = ChannelWriter(prod, "ch", 1, producer_id=1, batch_messages=2)
-    w.write(1, 1, key("k"), ["a"], 0)
-    w.flush()                                     # checkpoint step 1 of version 1
-    w.hold()
-    w.write(1, 2, key("k"), ["b", "c", "d"], 0)   # one full batch, one pending
-    w.send()
-    assert [type(r).__name__ for r in prod.of(0)] == ["DataBatch"]
-    assert w.held_bytes > 0
-    w.markers(1, 1)
-    w.release()
-    w.write(1, 2, key("k"), ["e"], 0)
-    w.send()
-    out = prod.of(0)
-    assert [type(r).__name__ for r in out] == ["DataBatch", "Marker", "DataBatch", "DataBatch",
-                                               "DataBatch"]
-    assert out[1].version == 1 and out[1].seq == 1, "the marker counts only version 1's"
-    assert [(b.version, b.seq, len(b.keys)) for b in out[2:]] == [(2, 1, 2), (2, 3, 1),
-                                                                  (2, 4, 1)]
-    assert w.held_bytes == 0
-    w.hold()
-    w.write(1, 3, key("k"), ["x", "y"], 0)
-    w.discard()                                   # a rewind drops what was held
-    w.release()
-    assert len(prod.of(0)) == 5 and w.seq == [5]

@@ -123,41 +123,6 @@ def test_items_merges_committed_and_staged_in_key_order(tmp_path: Path) -> None:
                                       (b"\xff", b"c\xff"), (b"\xff\x00", b"sz")]
 
 
-def test_a_frozen_version_is_read_below_the_next_and_committed_alone(tmp_path: Path) -> None:
-    """The pipelined commit: a checkpoint freezes its version; the next version's changes
-    stage above it; commit writes the frozen version only, and the next one's stay staged."""
-    with TaskStore(tmp_path / "db", ["a"]) as s:
-        s.put("a", b"k", b"1")
-        s.put("a", b"gone", b"x")
-        s.commit(CP1)
-        s.put("a", b"k", b"2")
-        s.delete("a", b"gone")
-        s.put("a", b"v1-only", b"f")
-        s.freeze()
-        assert s.frozen and not s.dirty and s.staged() == []
-        get = s.accessors("a")[0]
-        assert (s.get("a", b"k"), get(b"k"), s.get("a", b"gone")) == (b"2", b"2", None)
-        s.put("a", b"k", b"3")                 # the next version, above the frozen one
-        s.put("a", b"v2-only", b"n")
-        assert (s.get("a", b"k"), get(b"v1-only")) == (b"3", b"f")
-        assert dict(s.items("a")) == {b"k": b"3", b"v1-only": b"f", b"v2-only": b"n"}
-        with pytest.raises(StateError, match="frozen version"):
-            s.freeze()
-        with pytest.raises(StateError, match="frozen version"):
-            s.restore([], CP2)
-        s.commit(CP2)
-        assert not s.frozen and s.staged() == [("a", b"k", b"3"), ("a", b"v2-only", b"n")]
-        s.discard()
-        assert (s.get("a", b"k"), get(b"v2-only")) == (b"2", None)
-        assert state_of(s) == {"a": {b"k": b"2", b"v1-only": b"f"}}, "the frozen version alone"
-    with TaskStore(tmp_path / "db", ["a"]) as s:
-        assert s.checkpoint_data() == CP2 and state_of(s) == {"a": {b"k": b"2", b"v1-only": b"f"}}
-        s.put("a", b"k", b"4")
-        s.freeze()
-        s.discard()                            # a rewind: the frozen version goes too
-        assert not s.frozen and s.get("a", b"k") == b"2"
-
-
 @pytest.mark.parametrize("sync", [False, True])
 def test_commit_persists_state_and_checkpoint_across_reopen(tmp_path: Path, sync: bool) -> None:
     path = tmp_path / "db"
@@ -629,8 +594,8 @@ CHECKPOINTS = st.builds(CheckpointData, st.integers(0, 2**40), st.integers(0, 5)
 
 
 class StoreModel(RuleBasedStateMachine):
-    """A dict model of committed + frozen + staged state; the real store must match it at
-    every step and after every reopen."""
+    """A dict model of committed + staged state; the real store must match it at every
+    step and after every reopen."""
 
     @initialize()
     def open_store(self) -> None:
@@ -638,8 +603,6 @@ class StoreModel(RuleBasedStateMachine):
         self.store = self.opened()
         self.committed: dict[str, dict[bytes, bytes]] = {"s1": {}, "s2": {}}
         self.staged: dict[tuple[str, bytes], bytes | None] = {}
-        # a version whose commit is under way (freeze), below the staged changes
-        self.frozen: dict[tuple[str, bytes], bytes | None] | None = None
         self.checkpoint: CheckpointData | None = None
         self.saved: dict[tuple[str, bytes], bytes | None] | None = None   # at the savepoint
 
@@ -648,16 +611,14 @@ class StoreModel(RuleBasedStateMachine):
         # commits' values, and past them to RocksDB.
         return TaskStore(os.path.join(self.dir, "db"), ["s1", "s2"], recent_kept=2)
 
-    def view(self, store: str, layers: tuple[str, ...] = ("frozen", "staged")
-             ) -> dict[bytes, bytes]:
+    def view(self, store: str) -> dict[bytes, bytes]:
         out = dict(self.committed[store])
-        for layer in layers:
-            for (s, k), v in (getattr(self, layer) or {}).items():
-                if s == store:
-                    if v is None:
-                        out.pop(k, None)
-                    else:
-                        out[k] = v
+        for (s, k), v in self.staged.items():
+            if s == store:
+                if v is None:
+                    out.pop(k, None)
+                else:
+                    out[k] = v
         return out
 
     @rule(store=STORES, key=KEYS, value=VALUES)
@@ -682,32 +643,18 @@ class StoreModel(RuleBasedStateMachine):
         assert self.saved is not None
         self.staged = dict(self.saved)
 
-    @precondition(lambda self: self.frozen is None)
-    @rule()
-    def freeze(self) -> None:
-        self.store.freeze()
-        self.frozen, self.staged = self.staged, {}
-        self.saved = None
-
     @rule(checkpoint=CHECKPOINTS)
     def commit(self, checkpoint: CheckpointData) -> None:
-        """The frozen version if there is one (the staged changes stay staged), else the
-        staged changes."""
         self.store.commit(checkpoint)
-        if self.frozen is not None:
-            self.committed = {s: self.view(s, ("frozen",)) for s in self.committed}
-            self.frozen = None
-        else:
-            self.committed = {s: self.view(s, ("staged",)) for s in self.committed}
-            self.staged = {}
-            self.saved = None
+        self.committed = {s: self.view(s) for s in self.committed}
+        self.staged = {}
         self.checkpoint = checkpoint
+        self.saved = None
 
     @rule()
     def discard(self) -> None:
         self.store.discard()
         self.staged = {}
-        self.frozen = None
         self.saved = None
 
     @rule(now=st.booleans())
@@ -717,12 +664,11 @@ class StoreModel(RuleBasedStateMachine):
         self.store.close()
         self.store = self.opened()
         self.staged = {}
-        self.frozen = None
         self.saved = None
         assert self.store.checkpoint_data() == self.checkpoint
         assert state_of(self.store) == self.committed
 
-    @precondition(lambda self: not self.staged and self.frozen is None)
+    @precondition(lambda self: not self.staged)
     @rule(changes=st.lists(st.tuples(STORES, KEYS, st.none() | VALUES), max_size=8),
           checkpoint=CHECKPOINTS, wipe_first=st.booleans())
     def restore(self, changes: list, checkpoint: CheckpointData, wipe_first: bool) -> None:
@@ -743,7 +689,6 @@ class StoreModel(RuleBasedStateMachine):
     def matches_model(self) -> None:
         s = self.store
         assert s.dirty == bool(self.staged)
-        assert s.frozen == (self.frozen is not None)
         # in first-touch order (the model's dict keeps the order keys were first set)
         assert s.staged() == [(st_, k, v) for (st_, k), v in self.staged.items()]
         by_store = [(name, [k for (st_, k) in self.staged if st_ == name],

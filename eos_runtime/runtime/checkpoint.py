@@ -22,27 +22,12 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
        used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
        call, a retry may repeat positions
-
-The pipelined commit (``pipelined``, where the change log is a Kafka transaction): step
-3's wait for the transaction's end (the broker's EndTxn, tens of milliseconds at ten
-checkpoints a second) runs off the task thread, and the task goes on with the next
-version meanwhile. Nothing of that version leaves the task before the commit point:
-its state is staged above the frozen version's (``TaskStore.freeze``), its channel
-output is held until step 5's markers (``ChannelWriter.hold``), its sink output is
-held (the transaction's producer takes nothing while it commits). ``settle`` carries
-out steps 4-6 once the commit landed: the loop asks after each poll, and every other
-step of the committer settles first, so one commit at most is under way. A commit that
-failed raises on the task thread at ``settle``, as it would have at step 3.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from .. import faults
 from ..joblog.changelog import (
@@ -84,84 +69,6 @@ __all__ = ["Committer", "fence_id", "start_writer_producer", "TRANSACTION_CHUNK"
 #: is made: a burst's output is not held in memory, nor sent all at the checkpoint.
 TRANSACTION_CHUNK = 32_768
 
-#: Bytes of channel output a task holds while a commit is under way, at most: past them
-#: it waits for the commit (a broker slow to end a transaction holds the task back, not
-#: its memory).
-HELD_CHANNEL_BYTES = 16 << 20
-
-
-class _Sealing:
-    """One commit record's seal (``ChangeLogWriter.commit``) under way on a thread of its
-    own; ``result`` gives what it returned, or raises what it raised, on the task thread."""
-
-    def __init__(self, seal: Callable[[wire.ChangeLogCommit], tuple[int, Any]],
-                 record: wire.ChangeLogCommit) -> None:
-        self._seal, self._record = seal, record
-        self._result: tuple[int, Any] | None = None
-        self._error: BaseException | None = None
-        self._done = threading.Event()
-        _sealing.add(self)
-        threading.Thread(target=self._run, name="eos-commit", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._result = self._seal(self._record)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._done.set()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self) -> None:
-        self._done.wait()
-
-    def result(self) -> tuple[int, Any]:
-        self._done.wait()
-        _sealing.discard(self)
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
-#: Seals under way in this process. A fault-injection zombie's fork keeps only the
-#: forking thread: each seal ends first, its result kept for the zombie (and before the
-#: Kafka clients settle for the fork: the producer is the seal's until it ends).
-_sealing: weakref.WeakSet[_Sealing] = weakref.WeakSet()
-
-
-def _end_seals_before_split() -> None:
-    for sealing in list(_sealing):
-        sealing.wait()
-
-
-def _nothing_after_split() -> None:
-    pass
-
-
-faults.on_split(_end_seals_before_split, _nothing_after_split, first=True)
-
-
-@dataclass
-class _Commit:
-    """A checkpoint past step 3's start: what its steps 4-6 need once the commit lands."""
-    version: int
-    inputs: tuple[wire.InputPosition, ...]
-    watermark: int | None
-    snapshot: bool
-    written: int
-    changes: int
-    changelog_bytes: int
-    counts: tuple[int, int, int, int]   # sink records, produced, dead letters, lettered
-    recorded: Callable[[tuple[wire.InputPosition, ...]], None] | None
-    alignment: dict[str, float | None] | None
-    started: float
-    committing: float
-    sealing: _Sealing | None = None
-    sealed: tuple[int, Any] | None = None   # without a thread: what the seal returned
-
 
 def start_writer_producer(transport: Transport, plan: JobPlan, task_id: int,
                           guarantee: Guarantee) -> PendingProducer:
@@ -179,8 +86,7 @@ class Committer:
                  transaction_chunk: int = TRANSACTION_CHUNK, *, guarantee: Guarantee,
                  snapshot_min_records: int = SNAPSHOT_MIN_RECORDS,
                  on_generation: Callable[[], None] | None = None,
-                 on_pending: Callable[[int, int, int], None] | None = None,
-                 pipelined: bool = False) -> None:
+                 on_pending: Callable[[int, int, int], None] | None = None) -> None:
         self.transport, self.plan, self.stage, self.run = transport, plan, stage, run
         self.store, self.channels, self.stats = store, channels, stats
         self.guarantee = guarantee
@@ -230,22 +136,12 @@ class Committer:
         # The event-time watermark of the last commit (W2, W4): what a restart's marker
         # repeats, and the floor a rewind goes back to.
         self.watermark: int | None = None
-        # The pipelined commit (the module's doc): where the log is a transaction, its
-        # end is awaited off the task thread. The checkpoint under way, if any.
-        self.pipelined = pipelined
-        self._transaction_chunk = transaction_chunk
-        self._commit: _Commit | None = None
 
     def send_output(self) -> None:
         """Output made so far goes out now. The channels' always: downstream may read it
         before the marker (what makes restores necessary). The sink's and the dead
         letters' as the output mode says (``output_modes``): streamed as made, joining
-        the open transaction once a chunk is held, or held for the checkpoint.
-
-        While a commit is under way, it is held until the commit landed (``settle``),
-        waited for only once the held output has grown past its bound."""
-        if self._commit is not None and not self.settle(wait=self._holding_too_much()):
-            return
+        the open transaction once a chunk is held, or held for the checkpoint."""
         if self.channels is not None:
             self.channels.send()
         if self.log is not None:
@@ -312,32 +208,18 @@ class Committer:
 
     # ------------------------------------------------------------------ checkpoint
 
-    def _holding_too_much(self) -> bool:
-        if self.channels is not None and self.channels.held_bytes > HELD_CHANNEL_BYTES:
-            return True
-        return any(len(w) >= self._transaction_chunk for w in (*self._sinks, *self._dead))
-
-    def poll_wait(self, idle: float) -> float:
-        """How long the task's next poll may wait for input: ``idle``, or a moment while a
-        commit is under way (its markers go out soon after it lands, input or not)."""
-        return idle if self._commit is None else min(idle, 0.005)
-
     def checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
                    fences: tuple[wire.ProducerFence, ...] = (),
                    alignment: dict[str, float | None] | None = None,
-                   recorded: Callable[[tuple[wire.InputPosition, ...]], None] | None = None,
+                   recorded: Callable[[], None] | None = None,
                    watermark: int | None = None) -> None:
         """The five steps. ``alignment``: what the input policy measured of this
         checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times.
         ``watermark``: the task's event-time watermark at ``version`` (W2, W4), in the
         commit record and on the markers (W3).
         ``recorded``: a source task's after-commit bookkeeping (``SourceSide.recorded``:
-        the topic or file-system store, used-up Startpoints), given ``inputs`` and done
-        before the listeners are told.
-
-        Pipelined (the module's doc), this returns once the commit is under way; its
-        steps 4-6 follow at ``settle``."""
-        self.settle()
+        the topic or file-system store, used-up Startpoints), done before the listeners
+        are told."""
         log = self.log
         assert log is not None
         started = time.monotonic()
@@ -365,66 +247,32 @@ class Committer:
         outputs = self.channels.output_seqs() if self.channels is not None else ()
         record = wire.ChangeLogCommit(self.generation, version, outputs, inputs, fences, ranges,
                                       watermark)
-        commit = _Commit(version, inputs, watermark, snapshot is not None, written, changes,
-                         changelog_bytes, (sink_records, produced, dead_letters, lettered),
-                         recorded, alignment, started, time.monotonic())
-        if self.pipelined and log.transactional:
-            self.store.freeze()
-            if self.channels is not None:
-                self.channels.hold()
-            commit.sealing = _Sealing(log.commit, record)
-            self._commit = commit
-        else:
-            commit.sealed = log.commit(record)
-            self._commit = commit
-            self.settle()
-
-    def settle(self, wait: bool = True) -> bool:
-        """Steps 4-6 of the checkpoint whose commit is under way, once it landed (``wait``:
-        waiting for it); then the output held meanwhile goes. True: no commit is under way
-        any more. The commit's error, if it failed, is raised here."""
-        commit = self._commit
-        if commit is None:
-            return True
-        sealing = commit.sealing
-        if sealing is not None and not wait and not sealing.done():
-            return False
-        self._commit = None
-        log = self.log
-        assert log is not None
-        sealed = sealing.result() if sealing is not None else commit.sealed
-        assert sealed is not None
-        offset, self._sealed = sealed
+        committing = time.monotonic()
+        offset, self._sealed = log.commit(record)
         committed = time.monotonic()
-        sink_records, produced, dead_letters, lettered = commit.counts
         self.stats.sink_records, self._sink_base = sink_records, produced
         self.stats.dead_letters, self._dead_base = dead_letters, lettered
         # a transaction's commit marker takes an offset too
         self._log_end = offset + (2 if log.transactional else 1)
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
-        version, watermark = commit.version, commit.watermark
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
         self.watermark = watermark
         faults.crash_point("task.checkpoint.after_store")
-        # 5. markers downstream (G1: else only the run's end, ``end_run``), then what the
-        # next version made while the commit was under way
+        # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
             self.step_markers.markers(self.generation, version, watermark)
-        if self.channels is not None:
-            self.channels.release()
-        if commit.snapshot:
-            self._cut(offset - commit.written - 1, version, commit.written, commit.changes)
+        if snapshot is not None:
+            self._cut(offset - written - 1, version, written, changes)
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
-        if commit.recorded is not None:
-            commit.recorded(commit.inputs)
-        self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in commit.inputs})
-        self.metrics.record(duration_ms=(time.monotonic() - commit.started) * 1000,
-                            commit_ms=(committed - commit.committing) * 1000,
-                            changelog_bytes=commit.changelog_bytes, **(commit.alignment or {}))
-        return True
+        if recorded is not None:
+            recorded()
+        self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in inputs})
+        self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
+                            commit_ms=(committed - committing) * 1000,
+                            changelog_bytes=changelog_bytes, **(alignment or {}))
 
     def _snapshot_ranges(self, ranges: tuple[wire.OutputRange, ...]
                          ) -> tuple[wire.OutputRange, ...] | None:
@@ -453,13 +301,12 @@ class Committer:
         faults.crash_point("task.checkpoint.after_cut")
 
     def end_run(self, inputs: tuple[wire.InputPosition, ...],
-                recorded: Callable[[tuple[wire.InputPosition, ...]], None] | None = None,
+                recorded: Callable[[], None] | None = None,
                 watermark: int | None = None) -> None:
         """The run's last checkpoint, of version ``run_end``. Exactly-once sends its
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
         self.checkpoint(end, inputs, recorded=recorded, watermark=watermark)
-        self.settle()
         if self.channels is not None and self.step_markers is None:
             self.channels.markers(self.generation, end, watermark)
         self.await_readable()
@@ -469,7 +316,6 @@ class Committer:
         read_committed reader sees the output once each partition's last stable offset has
         passed it. Waiting here at the run's end makes "the run ended" mean "its output
         is readable" (a reader started the moment eos run returns saw too little)."""
-        self.settle()
         if self.log is None or not self.log.transactional:
             return
         deadline = time.monotonic() + 30
@@ -481,7 +327,6 @@ class Committer:
 
     def rewind(self, version: int) -> None:
         """SEP-10 4.x: discard the open version, new generation, restore downstream."""
-        self.settle()
         assert self.log is not None
         self.stats.rewinds += 1
         # Everything the task holds of the open version goes: staged state, held sink
@@ -499,9 +344,6 @@ class Committer:
         self.announce(version)
 
     def close(self) -> None:
-        commit, self._commit = self._commit, None
-        if commit is not None and commit.sealing is not None:
-            commit.sealing.wait()   # the producer is the seal's until it ends
         self.listeners.close()
         if self._pending is not None:
             self._pending.close()

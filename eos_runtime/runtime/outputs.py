@@ -97,12 +97,7 @@ class ChannelWriter:
     write under another one sends what is pending first. So does everything else that
     goes into a channel (``flush``, markers, restores), so every channel still holds
     the producer's messages and commands in the order they were made, as if each
-    message were sent on its own.
-
-    ``hold`` keeps every batch back (numbered only when it goes) while the last
-    checkpoint's commit is under way: its markers go first, then ``release`` sends what
-    the next version made meanwhile, in order (SEP-10: a producer's messages of version
-    v + 1 come after its marker of v)."""
+    message were sent on its own."""
 
     def __init__(self, producer: Producer, topic: str, partitions: int, producer_id: int, *,
                  batch_messages: int = BATCH_MESSAGES) -> None:
@@ -123,11 +118,6 @@ class ChannelWriter:
         self._bytes = [0] * partitions
         self._pending = False
         self._of: tuple[int, int] = (0, 0)   # (generation, version) of what is pending
-        # While held: the batches that would have gone, in order, each with its channel,
-        # (generation, version), keys, values and timestamps. None: not held.
-        self._held: list[tuple[int, tuple[int, int], list[bytes | None], list[bytes | None],
-                               list[int]]] | None = None
-        self.held_bytes = 0
 
     def write(self, generation: int, version: int, key_bytes: bytes | None, values: list[Any],
               timestamp: int) -> None:
@@ -174,32 +164,13 @@ class ChannelWriter:
         keys = self._keys[p]
         if not keys:
             return
-        if self._held is not None:
-            self._held.append((p, self._of, keys, self._values[p], self._stamps[p]))
-            self.held_bytes += self._bytes[p]
-        else:
-            self._produce(p, self._of, keys, self._values[p], self._stamps[p])
+        generation, version = self._of
+        self.producer.produce(self.topic, p, wire.encode_batch(
+            self.producer_id, generation, version, self.seq[p], keys, self._values[p],
+            self._stamps[p]))
+        self.seq[p] += len(keys)
         self._keys[p], self._values[p], self._stamps[p] = [], [], []
         self._bytes[p] = 0
-
-    def _produce(self, p: int, of: tuple[int, int], keys: list[bytes | None],
-                 values: list[bytes | None], stamps: list[int]) -> None:
-        generation, version = of
-        self.producer.produce(self.topic, p, wire.encode_batch(
-            self.producer_id, generation, version, self.seq[p], keys, values, stamps))
-        self.seq[p] += len(keys)
-
-    def hold(self) -> None:
-        """From now on batches wait (``release``); nothing pending is sent now."""
-        if self._held is None:
-            self._held = []
-
-    def release(self) -> None:
-        """The held batches out, in the order they were made; no longer held."""
-        held, self._held = self._held, None
-        self.held_bytes = 0
-        for p, of, keys, values, stamps in held or ():
-            self._produce(p, of, keys, values, stamps)
 
     def send_pending(self) -> None:
         """Every pending batch into its channel record (handed to the producer)."""
@@ -216,9 +187,6 @@ class ChannelWriter:
             self._keys[p], self._values[p], self._stamps[p] = [], [], []
             self._bytes[p] = 0
         self._pending = False
-        if self._held is not None:
-            self._held = []
-            self.held_bytes = 0
 
     def send(self) -> None:
         """Pending batches out now, without waiting for acknowledgement."""
@@ -283,18 +251,6 @@ class ChannelFanout:
         for w in self.writers:
             w.send_pending()
         self.producer.send()
-
-    def hold(self) -> None:
-        for w in self.writers:
-            w.hold()
-
-    def release(self) -> None:
-        for w in self.writers:
-            w.release()
-
-    @property
-    def held_bytes(self) -> int:
-        return sum(w.held_bytes for w in self.writers)
 
     def flush(self) -> dict[TopicPartition, int]:
         for w in self.writers:

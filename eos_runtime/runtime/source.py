@@ -254,15 +254,14 @@ class SourceSide:
         self.timer.reset()
         self._recorded = self.inputs()
 
-    def recorded(self, inputs: tuple[wire.InputPosition, ...]) -> None:
-        """A commit recorded this task's positions ``inputs`` (the committer calls this
-        after the commit point, before the checkpoint listeners; pipelined, the task has
-        read on meanwhile): a topic or file-system store gets them too (after the commit,
-        not atomic with it: at-least-once replays what lies between); the task's
-        Startpoints are used up (P1)."""
+    def recorded(self) -> None:
+        """A commit recorded this task's positions (the committer calls this after the
+        commit point, before the checkpoint listeners): a topic or file-system store gets
+        them too (after the commit, not atomic with it: at-least-once replays what lies
+        between); the task's Startpoints are used up (P1)."""
         if self.store is not None:
             self.store.write_checkpoint(self._task, Checkpoint(
-                {(i.topic, i.partition): i.offset for i in inputs}))
+                {(self.topic, p): off for p, off in self.positions.items()}))
         if self._startpoints_due:
             delete_applied(self._t, self._job, self.topic, self._task, self._startpoints_due)
             self._startpoints_due = []

@@ -83,9 +83,6 @@ class TaskConfig:
     channel_batch: int = BATCH_MESSAGES
     # exactly-once sink output held before it goes into the open transaction
     transaction_chunk: int = TRANSACTION_CHUNK
-    # a Kafka transaction's end awaited off the task thread (checkpoint.py, the pipelined
-    # commit); False: each checkpoint waits for it (benchmarks compare the two)
-    pipelined_commit: bool = True
     # source partition -> its Startpoint (joblog/startpoints.py), fanned out by the driver
     startpoints: dict[int, Any] = field(default_factory=dict)
     outage_budget: float = DEFAULT_BUDGET   # seconds a task rides through a broker outage
@@ -248,8 +245,7 @@ class _Task:
                                    snapshot_min_records=config.snapshot_min_records,
                                    # the progress file notes each generation as it starts
                                    on_generation=self.progress.write,
-                                   on_pending=self.progress.note_pending,
-                                   pipelined=config.pipelined_commit)
+                                   on_pending=self.progress.note_pending)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes(),
@@ -311,9 +307,8 @@ class _Task:
         # last checkpoint committed (after a restart: where it resumed)
         self.stats.read_to = src.positions
         self.stats.committed_to = dict(src.positions)
-        committer = self.committer
         while not src.finished():
-            batch = src.poll(self.config.poll_records, committer.poll_wait(0.2))
+            batch = src.poll(self.config.poll_records, 0.2)
             self.progress.tick()
             version = src.versions.open
             for r in batch:
@@ -321,8 +316,8 @@ class _Task:
             self.stats.processed += len(batch)
             if highs:
                 src.read_event_times(highs)
-            self._send_output()
             if batch:
+                self._send_output()
                 faults.crash_point("task.mid_version")
             try:
                 due = src.checkpoint_due()
@@ -350,9 +345,8 @@ class _Task:
                                   recorded=recorded, watermark=watermark)
 
     def _send_output(self) -> None:
-        """What a poll batch made goes out (``Committer.send_output`` says which, and
-        when: a commit under way holds it); each channel's output of a batch as one data
-        batch (or a few)."""
+        """What a poll batch made goes out (``Committer.send_output`` says which); each
+        channel's output of a batch as one data batch (or a few)."""
         self.committer.send_output()
 
     # ------------------------------------------------------------------ channels
@@ -380,9 +374,8 @@ class _Task:
         self._take_checkpoints(policy)   # R9: a start may find every marker in already
         process = self.records.data
         channel_poll = min(self.config.poll_records, CHANNEL_POLL_RECORDS)
-        committer = self.committer
         while not policy.finished():
-            batch = self.consumer.poll(channel_poll, committer.poll_wait(0.2))
+            batch = self.consumer.poll(channel_poll, 0.2)
             self.progress.tick()
             for r in batch:
                 c = (r.topic, r.partition)
@@ -404,8 +397,8 @@ class _Task:
                     self._seek(policy.resume_offsets())
                     self._take_checkpoints(policy)   # R9
                     break  # the rest of the batch is read again from the checkpoint
-            self._send_output()
             if batch:
+                self._send_output()
                 faults.crash_point("task.mid_version")
             self._take_checkpoints(policy)   # at-least-once: the timer
         end = policy.end_inputs()

@@ -76,16 +76,13 @@ class _Store:
     """One named store: its column family (reader + write handle), its staged changes and
     the values its recent commits wrote."""
 
-    __slots__ = ("name", "cf", "handle", "staged", "committing", "recent")
+    __slots__ = ("name", "cf", "handle", "staged", "recent")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.cf: Any = None          # rocksdict.Rdict bound to the family
         self.handle: Any = None      # rocksdict.ColumnFamily, for WriteBatch
         self.staged: dict[bytes, bytes | None] = {}   # None: staged delete
-        # The staged changes of a version whose commit is under way (``freeze``), below
-        # the staged ones of the next version, until ``commit`` writes them.
-        self.committing: dict[bytes, bytes | None] = {}
         # What RocksDB holds for these keys (None: deleted), from the last commits, oldest
         # first; at most ``recent_kept`` keys and about ``recent_bytes``. Only
         # commit adds to it; whatever else writes RocksDB (restore, wipe) empties it.
@@ -194,11 +191,6 @@ class TaskStore:
     in memory until ``commit`` writes them with the checkpoint data in ONE atomic
     WriteBatch.
 
-    A checkpoint whose commit point is still under way ``freeze``s its changes: they are
-    read below the next version's staged ones until ``commit`` writes them, so the task
-    goes on with the next version meanwhile (``runtime/checkpoint.py``, the pipelined
-    commit).
-
     ``stores`` are the names the task declares. Families found on disk that are not
     declared (a store the pipeline no longer has) are kept but not reachable; ``wipe``
     removes them.
@@ -218,7 +210,6 @@ class TaskStore:
         # staged key replaced, and how many keys were staged before it (``rollback``).
         self._undo: list[tuple[_Store, bytes, bytes | None]] | None = None
         self._mark = 0
-        self._frozen = False             # a version's changes wait in ``committing``
         self._checkpoint: CheckpointData | None = None
         self._closed = False
         self._db: Any = None
@@ -300,7 +291,7 @@ class TaskStore:
         # lives, even after Rdict.close(): drop every reference, then close.
         for store in self._stores.values():
             store.cf = store.handle = None
-            store.staged, store.committing, store.recent = {}, {}, {}
+            store.staged, store.recent = {}, {}
         self._order = []
         self._stores = {}
         self._meta = self._meta_handle = None
@@ -364,12 +355,10 @@ class TaskStore:
         if value is _MISSING:
             if not isinstance(key, bytes):
                 raise self._not_bytes(store, "key", key)
-            value = s.committing.get(key, _MISSING)
+            value = s.recent.get(key, _MISSING)
             if value is _MISSING:
-                value = s.recent.get(key, _MISSING)
-                if value is _MISSING:
-                    committed: bytes | None = s.cf.get(key)
-                    return committed
+                committed: bytes | None = s.cf.get(key)
+                return committed
         staged: bytes | None = value
         return staged
 
@@ -404,12 +393,10 @@ class TaskStore:
         def get(key: bytes) -> bytes | None:
             value = s.staged.get(key, _MISSING)
             if value is _MISSING:
-                value = s.committing.get(key, _MISSING)   # freeze() replaces the dicts
+                value = s.recent.get(key, _MISSING)   # restore() replaces the dict
                 if value is _MISSING:
-                    value = s.recent.get(key, _MISSING)   # restore() replaces the dict
-                    if value is _MISSING:
-                        committed: bytes | None = s.cf.get(key)
-                        return committed
+                    committed: bytes | None = s.cf.get(key)
+                    return committed
             staged: bytes | None = value
             return staged
 
@@ -453,36 +440,12 @@ class TaskStore:
         return self._names
 
     def discard(self) -> None:
-        """Drop every change not committed: the staged ones, and a frozen version's
-        (SEP-10 4.3: restore / abort)."""
+        """Drop every staged change (SEP-10 4.3: restore / abort)."""
         for s in self._stores.values():
             if s.staged:
                 s.staged = {}
-            if s.committing:
-                s.committing = {}
-        self._frozen = False
-        self._drop_staging()
-
-    def _drop_staging(self) -> None:
         self._order = []
         self._undo, self._mark = None, 0
-
-    def freeze(self) -> None:
-        """The staged changes are a version whose commit is under way: they move below a
-        new, empty staging, where reads still find them and ``commit`` will write them
-        (not what is staged meanwhile). One version at a time."""
-        if self._frozen:
-            raise StateError(f"freeze of the task state at {self.path} while a frozen version "
-                             f"waits for its commit")
-        for s in self._stores.values():
-            s.committing, s.staged = s.staged, {}
-        self._frozen = True
-        self._drop_staging()
-
-    @property
-    def frozen(self) -> bool:
-        """A version's changes wait for ``commit`` (``freeze``)."""
-        return self._frozen
 
     def savepoint(self) -> None:
         """Mark the staged changes as they are now: ``rollback`` takes the staging back to
@@ -525,11 +488,10 @@ class TaskStore:
                              f"(nothing of it was applied): {exc}") from None
 
     def commit(self, checkpoint: CheckpointData) -> None:
-        """SEP-10 3.6 + 3.7: the staged changes and the checkpoint data, one atomic batch;
-        after ``freeze``, the frozen changes (what is staged since stays staged).
+        """SEP-10 3.6 + 3.7: the staged changes and the checkpoint data, one atomic batch.
 
-        On success what it wrote is no longer staged (nor frozen). On failure (StateError)
-        nothing was written and the changes are kept where they were."""
+        On success the staging is empty. On failure (StateError) nothing was written and
+        the staged changes are kept."""
         if self._closed:
             raise self._unknown(None)
         # 1. encode the checkpoint data first: a bad record fails before anything is built
@@ -537,10 +499,9 @@ class TaskStore:
         # 2. one batch: every staged change of every store, in its family, in key order:
         # RocksDB's memtable inserts a sorted run near where the last key went (measured,
         # 24 000 changes of 500 000 keys: 2.5 -> 1.4 µs a change, the sort included)
-        frozen = self._frozen
         batch = rocksdict.WriteBatch(raw_mode=True)
         for s in self._stores.values():
-            staged = s.committing if frozen else s.staged
+            staged = s.staged
             if not staged:
                 continue
             batch.set_default_column_family(s.handle)
@@ -556,19 +517,12 @@ class TaskStore:
         batch.put(CHECKPOINT_KEY, raw)
         # 4. the commit point: one Rdict.write (WAL, then memtables)
         self._write(batch, "commit batch")
-        # 5. only now: what it wrote is history, its values the recent ones
+        # 5. only now: the staging is history, its values the recent ones
         self._checkpoint = checkpoint
         for s in self._stores.values():
-            written = s.committing if frozen else s.staged
-            if written:
-                s.remember(written, self._recent_kept, self._recent_bytes)
-            if frozen:
-                s.committing = {}
-            elif written:
-                s.staged = {}
-        self._frozen = False
-        if not frozen:
-            self._drop_staging()
+            if s.staged:
+                s.remember(s.staged, self._recent_kept, self._recent_bytes)
+        self.discard()
 
     def checkpoint_data(self) -> CheckpointData | None:
         """What the last commit/restore wrote; None for a fresh (or wiped) store."""
@@ -588,11 +542,9 @@ class TaskStore:
         recovery rebuilds). Refused while changes are staged."""
         if self._closed:
             raise self._unknown(None)
-        if self._order or self._frozen:
+        if self._order:
             raise StateError(f"restore into the task state at {self.path} with "
-                             f"{len(self._order)} staged changes"
-                             f"{' and a frozen version' if self._frozen else ''}; discard() "
-                             f"them first")
+                             f"{len(self._order)} staged changes; discard() them first")
         raw = self._encode_checkpoint(checkpoint)
         if replace:
             self.wipe()
@@ -662,14 +614,14 @@ class TaskStore:
     # ------------------------------------------------------------------ inspection
 
     def items(self, store: str) -> Iterator[tuple[bytes, bytes]]:
-        """Committed state overlaid with the frozen and the staged changes, sorted by key.
+        """Committed state overlaid with the staged changes, sorted by key.
 
         For tests and inspection. The staged changes are taken when called; the committed
         side is read in chunks of ``_CHUNK`` keys, so no RocksDB iterator (which would keep
         the DB and its LOCK alive after ``close``) outlives a chunk, and a commit made while
         iterating may show in the later chunks."""
         s = self._store_named(store)
-        staged = sorted({**s.committing, **s.staged}.items())
+        staged = sorted(s.staged.items())
         return _merge(self._committed(s), staged)
 
     def _committed(self, s: _Store) -> Iterator[tuple[bytes, bytes]]:
