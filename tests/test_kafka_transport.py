@@ -22,6 +22,8 @@ from eos_runtime.errors import (
 from eos_runtime.transport import TopicPartition, TopicSpec, open_transport
 from eos_runtime.transport.kafka import KafkaTransport
 
+from test_transport_contract import read_all
+
 pytestmark = pytest.mark.kafka
 
 
@@ -211,6 +213,46 @@ def test_a_failed_delivery_makes_commit_require_an_abort(transport):
         p.produce(name, 0, b"again")
         report = p.commit_transaction()
         assert list(report) == [TopicPartition(name, 0)]
+
+
+@pytest.mark.parametrize("as_list", [True, False])
+def test_a_transactions_unreported_output_reports_the_same_last_offsets(transport, as_list):
+    """``produce_many(..., reported=False)`` in a transaction: only each partition's last
+    record of a call gets a delivery report (the others cost none), so the commit's
+    report, each partition's last offset, is what it would be with every one reported;
+    every record is committed, in order."""
+    name, other = new_topic(transport, partitions=3), new_topic(transport)
+    records = [(i % 2, None, b"%d" % i, 0) for i in range(101)]   # none to partition 2
+    with transport.producer(transactional_id=txn_id()) as p:
+        p.begin_transaction()
+        p.produce_many(name, records if as_list else iter(records), reported=False)
+        p.produce(other, 0, b"reported")
+        p.produce_many(name, [(1, None, b"tail", 0)], reported=False)
+        assert p.commit_transaction(timeout=20) == {TopicPartition(name, 0): 50,
+                                                   TopicPartition(name, 1): 50,
+                                                   TopicPartition(other, 0): 0}
+    for part, expected in ((0, [b"%d" % i for i in range(0, 101, 2)]),
+                           (1, [b"%d" % i for i in range(1, 101, 2)] + [b"tail"])):
+        got = read_all(transport, {TopicPartition(name, part): 0}, len(expected))
+        assert [r.value for r in got] == expected
+
+
+def test_unreported_output_the_broker_refuses_fails_the_commit_naming_its_topic(
+        kafka_bootstrap):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"small-{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config={"max.message.bytes": "1000"})])[
+        name].result()
+    with KafkaTransport(kafka_bootstrap) as t, t.producer(transactional_id=txn_id()) as p:
+        p.begin_transaction()
+        p.produce_many(name, [(0, None, b"x" * 5000, 0)], reported=False)
+        with pytest.raises(TransactionError) as info:
+            p.commit_transaction(timeout=20)
+        assert info.value.requires_abort and not info.value.fatal
+        assert name in str(info.value), str(info.value)
+        p.abort_transaction()
 
 
 def test_offset_for_timestamp(transport):

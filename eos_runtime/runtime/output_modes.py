@@ -62,12 +62,15 @@ class JoinTransaction(_Held):
 
     def after_batch(self, log: ChangeLogWriter) -> None:
         least = 1 if self.joined else self.chunk
-        if any([w.produce_into(log.producer) for w in self.held if len(w) >= least]):
+        if any([w.produce_into(log.producer, reported=False) for w in self.held
+                if len(w) >= least]):
             self.joined = True
 
     def at_checkpoint(self, log: ChangeLogWriter) -> tuple[wire.OutputRange, ...]:
+        # Unreported: a record that fails fails the commit, and nobody reads its offset
+        # (``Committer.await_readable`` waits for the sink partitions' ends instead).
         for w in self.held:
-            w.produce_into(log.producer)
+            w.produce_into(log.producer, reported=False)
         self.joined = False   # the commit (step 3) ends the transaction
         return ()
 
@@ -83,7 +86,7 @@ class HoldForAppend(_Held):
         pass   # the checkpoint's one append per partition is the committed view
 
     def at_checkpoint(self, log: ChangeLogWriter) -> tuple[wire.OutputRange, ...]:
-        counts = [(w.topic, w.produce_into(log.producer)) for w in self.held]
+        counts = [(w.topic, w.produce_counted(log.producer)) for w in self.held]
         if not any(c for _, c in counts):
             return ()
         # One append per partition per flush: the fenced producer's (G3), whose appends

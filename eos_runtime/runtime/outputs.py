@@ -392,12 +392,21 @@ class SinkWriter:
     def __len__(self) -> int:
         return len(self._pending)
 
-    def produce_into(self, producer: Producer) -> dict[int, int]:
-        """Hand the held output to ``producer``; returns records per partition."""
+    def produce_into(self, producer: Producer, *, reported: bool = True) -> int:
+        """Hand the held output to ``producer``; returns how many records. ``reported=False``:
+        nobody needs their offsets (a transaction's output, whose commit fails if any of
+        it does; ``Producer.produce_many``)."""
         pending, self._pending = self._pending, []
-        producer.produce_many(self.topic, pending)
+        producer.produce_many(self.topic, pending, reported=reported)
         self.produced += len(pending)
-        return dict(Counter(p for p, _, _, _ in pending))
+        return len(pending)
+
+    def produce_counted(self, producer: Producer) -> dict[int, int]:
+        """``produce_into``, returning the records per partition (the local log's output
+        ranges: a count per record that the other output modes do not pay)."""
+        counts = Counter(p for p, _, _, _ in self._pending)
+        self.produce_into(producer)
+        return dict(counts)
 
     def discard(self) -> None:
         self._pending = []

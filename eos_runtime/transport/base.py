@@ -117,9 +117,15 @@ class Producer(abc.ABC):
         """Enqueue one record. ``timestamp`` (ms) defaults to now."""
 
     def produce_many(self, topic: str,
-                     records: Iterable[tuple[int, bytes | None, bytes | None, int]]) -> None:
+                     records: Iterable[tuple[int, bytes | None, bytes | None, int]], *,
+                     reported: bool = True) -> None:
         """Enqueue ``(partition, key, value, timestamp)`` records in order: what ``produce``
-        does for each, where a transport can do it for less per record."""
+        does for each, where a transport can do it for less per record.
+
+        ``reported=False``: the caller needs none of their offsets. In a transaction, a
+        transport may then leave them out of the flush and commit reports (a Kafka
+        producer spends no delivery report on each); a record that fails still fails the
+        transaction's commit."""
         for partition, key, value, timestamp in records:
             self.produce(topic, partition, value, key=key, timestamp=timestamp)
 
