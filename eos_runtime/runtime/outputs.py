@@ -317,6 +317,15 @@ class SinkWriter:
         if key_bytes is not None:
             known = self._by_key.get(key_bytes)
             k, fixed = known if known is not None else self._key_and_partition(key_bytes)
+            if len(values) == 1 and into is None and self._trusted is not None:
+                # The common record, one value under a key: no list built for it.
+                try:
+                    value = self._trusted(values[0])
+                except Exception:
+                    pass    # the checked encoding below names what failed
+                else:
+                    self._pending.append((fixed, k, value, timestamp))
+                    return
         else:
             k, fixed = None, None
         encoded: list[bytes] | None = None
