@@ -67,8 +67,9 @@ class JoinTransaction(_Held):
             self.joined = True
 
     def at_checkpoint(self, log: ChangeLogWriter) -> tuple[wire.OutputRange, ...]:
-        # Unreported: a record that fails fails the commit, and nobody reads its offset
-        # (``Committer.await_readable`` waits for the sink partitions' ends instead).
+        # Unreported but each partition's last record: a record that fails fails the
+        # commit, and the commit's report (what ``Committer.await_readable`` waits past)
+        # still holds each partition's last offset.
         for w in self.held:
             w.produce_into(log.producer, reported=False)
         self.joined = False   # the commit (step 3) ends the transaction
