@@ -14,11 +14,11 @@ from collections import defaultdict
 
 import pytest
 
-from eos_runtime.joblog.committed import read_output
+from eos_runtime.joblog.committed import read_output, read_topic
 from eos_runtime.plan import plan_job
 from eos_runtime.protocol import wire
 from eos_runtime.runner import run_pipeline
-from eos_runtime.transport import TopicPartition, open_transport
+from eos_runtime.transport import open_transport
 
 from pipeline_oracles import check_wordcount_exactly_once, encode_lines, produce, word_lines
 from test_pipelines import fresh_pipeline
@@ -48,47 +48,34 @@ def _channel_order_violations(bootstrap: str, pipeline) -> tuple[list[str], int]
     later version, and every data batch that follows a marker of its version or a later
     one; and how many markers were read."""
     with open_transport(bootstrap_servers=bootstrap) as t:
-        plan = plan_job(pipeline, t)
-        counting = next(s for s in plan.stages if not s.is_source)
-        topic = counting.input_topic
-        bad: list[str] = []
-        markers = 0
-        with t.consumer(read_committed=False) as consumer:
-            ends = {tp: t.watermarks(tp, read_committed=False)[1]
-                    for tp in (TopicPartition(topic, p) for p in range(len(counting.task_ids)))}
-            consumer.assign({tp: 0 for tp in ends})
-            latest: dict[tuple[int, int, int], int] = defaultdict(lambda: -1)   # data
-            marked: dict[tuple[int, int, int], int] = defaultdict(lambda: -1)   # markers
-            left = dict(ends)
-            while left:
-                for r in consumer.poll(10_000, 1.0):
-                    tp = TopicPartition(r.topic, r.partition)
-                    if r.offset >= ends[tp]:
-                        left.pop(tp, None)
-                        continue
-                    msg = wire.decode_channel(r.value)
-                    if r.offset + 1 >= ends[tp]:
-                        left.pop(tp, None)
-                    if not isinstance(msg, (wire.DataBatch, wire.Envelope, wire.Marker)):
-                        continue
-                    stream = (r.partition, msg.producer_id, msg.generation)
-                    if isinstance(msg, wire.Marker):
-                        markers += 1
-                        if msg.version < latest[stream]:
-                            bad.append(f"channel {r.partition} offset {r.offset}: marker "
-                                       f"{msg.version} after data of version {latest[stream]}")
-                        marked[stream] = max(marked[stream], msg.version)
-                    else:
-                        if msg.version <= marked[stream]:
-                            bad.append(f"channel {r.partition} offset {r.offset}: data of "
-                                       f"version {msg.version} after marker {marked[stream]}")
-                        latest[stream] = max(latest[stream], msg.version)
+        topic = next(s for s in plan_job(pipeline, t).stages if not s.is_source).input_topic
+        records = read_topic(t, topic, read_committed=False)   # by channel, in offset order
+    bad: list[str] = []
+    markers = 0
+    latest: dict[tuple[int, int, int], int] = defaultdict(lambda: -1)   # data
+    marked: dict[tuple[int, int, int], int] = defaultdict(lambda: -1)   # markers
+    for r in records:
+        msg = wire.decode_channel(r.value)
+        if not isinstance(msg, (wire.DataBatch, wire.Envelope, wire.Marker)):
+            continue
+        stream = (r.partition, msg.producer_id, msg.generation)
+        if isinstance(msg, wire.Marker):
+            markers += 1
+            if msg.version < latest[stream]:
+                bad.append(f"channel {r.partition} offset {r.offset}: marker {msg.version} "
+                           f"after data of version {latest[stream]}")
+            marked[stream] = max(marked[stream], msg.version)
+        else:
+            if msg.version <= marked[stream]:
+                bad.append(f"channel {r.partition} offset {r.offset}: data of version "
+                           f"{msg.version} after marker {marked[stream]}")
+            latest[stream] = max(latest[stream], msg.version)
     return bad, markers
 
 
 def test_each_producers_next_version_follows_its_marker_in_every_channel(kafka_bootstrap,
                                                                         tmp_path):
-    pipeline, summary = _run(tmp_path, kafka_bootstrap)
+    pipeline, _ = _run(tmp_path, kafka_bootstrap)
     bad, markers = _channel_order_violations(kafka_bootstrap, pipeline)
     # a checkpoint every 150 records, asked after each poll of 100: one every 200 records
     assert markers >= 2 * 2 * (LINES // 2 // 200), "each source's checkpoints, in each channel"

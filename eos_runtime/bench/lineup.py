@@ -11,7 +11,7 @@ from .peers import (
     SparkStructuredStreaming,
 )
 from .systems import EosSystem, RawSystem, System
-from .targets import EO_INTERVAL
+from .targets import EO_AT_INTERVAL, EO_INTERVAL
 
 __all__ = ["all_systems", "DEFAULT_SYSTEMS", "SYSTEM_NAMES"]
 
@@ -31,4 +31,4 @@ def all_systems(*, quix_python: str | None = None) -> dict[str, System]:
 SYSTEM_NAMES = list(all_systems())
 #: A bench without --systems: all of them but the one at a fixed interval, which is
 #: eos-exactly-once again at the default interval (give it with --commit-interval 0.1).
-DEFAULT_SYSTEMS = [name for name in SYSTEM_NAMES if name != f"eos-exactly-once-{EO_INTERVAL:g}s"]
+DEFAULT_SYSTEMS = [name for name in SYSTEM_NAMES if name != EO_AT_INTERVAL]

@@ -21,7 +21,7 @@ __all__ = ["summarize", "RATIOS", "THROUGHPUT_PLOT", "write_report"]
 #: The ratios the report shows: (numerator, denominator), systems by name.
 RATIOS = [
     ("eos-exactly-once", "eos-at-least-once"),
-    ("eos-exactly-once", "eos-exactly-once-1s"),
+    ("eos-exactly-once", targets.EO_AT_INTERVAL),
     ("eos-exactly-once", "raw-kafka"),
     ("eos-at-least-once", "raw-kafka"),
     ("eos-exactly-once", "quix-exactly-once"),
