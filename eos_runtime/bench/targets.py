@@ -23,6 +23,10 @@ EO, ALO = "eos-exactly-once", "eos-at-least-once"
 #: whatever the bench's, for the target of exactly-once at 100 ms against it.
 EO_INTERVAL = 1.0
 EO_AT_INTERVAL = f"{EO}-{EO_INTERVAL:g}s"
+#: Issue 26's short commit interval (Kafka Streams' default under exactly-once), and the
+#: p99 latency it asks there at half the maximum throughput.
+SHORT_INTERVAL_MS = 100
+LATENCY_AT_SHORT_INTERVAL_MS = 250
 WORKLOAD = "wordcount"
 
 #: Fewer rounds than this are no sample to judge a target on: one slow round on a shared
@@ -80,8 +84,12 @@ def _max_input_rate(result: dict[str, Any], system: str) -> float | None:
 
 def _eo_latency(result: dict[str, Any]) -> dict[str, Any]:
     interval_ms = result["settings"]["commit_interval"] * 1000
-    bound = interval_ms + 100
-    target = f"exactly-once p99 latency ≤ commit interval + 100 ms ({bound:,.0f} ms) at half " \
+    if round(interval_ms) == SHORT_INTERVAL_MS:
+        # Issue 26's target at Kafka Streams' default interval; issue 10's would ask 200.
+        bound, rule = LATENCY_AT_SHORT_INTERVAL_MS, f"at a {SHORT_INTERVAL_MS} ms commit interval"
+    else:
+        bound, rule = interval_ms + 100, "commit interval + 100 ms"
+    target = f"exactly-once p99 latency ≤ {rule} ({bound:,.0f} ms) at half " \
              f"the maximum throughput"
     lat = _latency_of(result, EO)
     if lat is None or lat.get("p99_ms") is None:
@@ -228,9 +236,9 @@ def _kafka_streams(result: dict[str, Any]) -> dict[str, Any]:
 def _short_interval(result: dict[str, Any]) -> dict[str, Any]:
     """Issue 26: exactly-once at a 100 ms commit interval keeps ≥ 0.9 of its throughput
     at 1 s: the bench at ``--commit-interval 0.1`` against ``eos-exactly-once-1s``."""
-    target = "exactly-once at a 100 ms commit interval ≥ 0.9 × at 1 s"
+    target = f"exactly-once at a {SHORT_INTERVAL_MS} ms commit interval ≥ 0.9 × at 1 s"
     interval = result["settings"]["commit_interval"]
-    if interval != 0.1:
+    if round(interval * 1000) != SHORT_INTERVAL_MS:
         return _row(target, None, None, f"not measured: the bench's commit interval is "
                                         f"{interval:g} s, not 0.1")
     return _throughput(result, target, EO, EO_AT_INTERVAL, 0.9)
