@@ -349,6 +349,29 @@ def test_a_full_local_queue_blocks_produce_instead_of_dropping(kafka_bootstrap):
         assert t.watermarks(TopicPartition(name, 0)) == (0, 500)
 
 
+def test_a_producer_holds_a_bounded_queue_that_still_fits_its_largest_record(kafka_bootstrap):
+    """librdkafka would queue up to 1 GiB unsent (a task's snapshot of millions of keys
+    grew it by tens of MiB); the bound is Java's 32 MiB, or two of the largest records the
+    client allows, so one at the limit never waits for room for ever. A user's own
+    setting stands."""
+    from eos_runtime.transport.kafka.transport import PRODUCER_QUEUE_KBYTES
+
+    assert PRODUCER_QUEUE_KBYTES == 32 << 10
+    big = 40 << 20
+    with KafkaTransport(kafka_bootstrap, producer_config={"message.max.bytes": big}) as t:
+        assert t._producer_conf["queue.buffering.max.kbytes"] == 2 * big >> 10
+        name = new_topic(t, partitions=1)
+        with t.producer() as p:   # a record over the 32 MiB default still goes out
+            p.produce(name, 0, b"x" * (33 << 20))
+            with pytest.raises(DeliveryFailed, match="MSG_SIZE_TOO_LARGE"):
+                p.flush()   # refused by the broker's limit, not stuck in the queue
+    with KafkaTransport(kafka_bootstrap) as t:
+        assert t._producer_conf["queue.buffering.max.kbytes"] == PRODUCER_QUEUE_KBYTES
+    with KafkaTransport(kafka_bootstrap,
+                        producer_config={"queue.buffering.max.kbytes": 4096}) as t:
+        assert t._producer_conf["queue.buffering.max.kbytes"] == 4096
+
+
 def test_produce_many_waits_for_room_and_reports_a_bad_record_without_dropping_others(
         kafka_bootstrap):
     with KafkaTransport(kafka_bootstrap,

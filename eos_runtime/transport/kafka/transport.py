@@ -62,6 +62,9 @@ __all__ = ["KafkaTransport"]
 
 _T = TypeVar("_T")
 
+#: What a producer holds unsent, at most: 32 MiB, as Java's ``buffer.memory``.
+PRODUCER_QUEUE_KBYTES = 32 << 10
+
 
 def _topic_config(spec: TopicSpec) -> dict[str, str]:
     config = {"cleanup.policy": "compact"} if spec.compacted else {}
@@ -124,6 +127,12 @@ class KafkaTransport(Transport):
             "linger.ms": linger_ms,
             **(producer_config or {}),
         }
+        # librdkafka queues up to 1 GiB unsent: a snapshot of millions of keys, made
+        # faster than the broker takes it, queued tens of MiB a task. Past the bound,
+        # produce waits for room; it holds two of the largest records a client allows,
+        # or one would wait for ever.
+        self._producer_conf.setdefault("queue.buffering.max.kbytes", max(
+            PRODUCER_QUEUE_KBYTES, 2 * _max_bytes(self._producer_conf) >> 10))
         self._consumer_conf: dict[str, Any] = {
             **self._base,
             "enable.auto.commit": False,
