@@ -165,8 +165,8 @@ def test_families_layout_and_checkpoint_record(tmp_path: Path) -> None:
 def test_every_store_is_tuned_for_point_reads(tmp_path: Path) -> None:
     """RocksDB writes the options it opened with to OPTIONS-*: each store's family has
     Bloom filters (its SST files and its memtable), a hash index in its data blocks and
-    two 64 MiB memtables, its filters and index blocks in the block cache, also after a
-    wipe recreated the families (docs/state.md, "Memory")."""
+    two 64 MiB memtables, also after a wipe recreated the families (docs/state.md,
+    "Memory")."""
     path = tmp_path / "db"
 
     def families() -> dict[str, str]:
@@ -191,9 +191,6 @@ def test_every_store_is_tuned_for_point_reads(tmp_path: Path) -> None:
                 table = found[f"TableOptions/BlockBasedTable {name}"]
                 assert "filter_policy=bloomfilter" in table
                 assert "data_block_index_type=kDataBlockBinaryAndHash" in table
-                # the filters and index blocks count against the cache: memory bounded
-                assert "cache_index_and_filter_blocks=true" in table
-                assert "pin_l0_filter_and_index_blocks_in_cache=true" in table
 
 
 def test_errors_are_project_errors_naming_the_problem(tmp_path: Path) -> None:

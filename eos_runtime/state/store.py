@@ -135,12 +135,9 @@ def _family_options(cache: rocksdict.Cache) -> rocksdict.Options:
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
-    # The filters and index blocks in the cache too, so a task's RocksDB memory is its
-    # memtables and its cache whatever the keys (outside it they grew about 1.2 bytes a
-    # key for each copy of a key in the SST files); level 0's stay pinned there, as
-    # those files are read by every lookup.
-    table.set_cache_index_and_filter_blocks(True)
-    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # The filters and index blocks stay outside the cache. Inside it (level 0's pinned),
+    # a 10^7-key state-growth run went at a quarter of its speed: uniform reads likely
+    # evicted them with the data blocks (docs/state.md, "Memory").
     table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
     table.set_data_block_hash_ratio(0.75)
     opts.set_block_based_table_factory(table)
