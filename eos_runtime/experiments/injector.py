@@ -21,7 +21,7 @@ from .schedule import PAUSES, Fault, Schedule
 
 __all__ = ["Injector", "resume", "alive", "broker_may_stop", "BROKER_REST", "ZOMBIE_LINGER"]
 
-ZOMBIE_LINGER = 5.0   # seconds a released zombie may go on after the run before it is killed
+ZOMBIE_LINGER = 20.0  # seconds a released zombie may go on after the run before it is killed
 BROKER_REST = 15.0    # seconds the broker stays up between two outages, at least
 
 
