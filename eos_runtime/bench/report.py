@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,8 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sorted({r["error"] for r in rows if r.get("error")}),
         "throughputs": [r.get("throughput") for r in rows],
     }
-    cpu = [r["cpu_seconds"] / r["results_expected"] * 1e6 for r in rows
-           if r["verified"] and r.get("cpu_seconds") is not None and r["results_expected"]]
-    if cpu:   # the system's processes' CPU per result, the broker's not
+    cpu = [c for c in map(_cpu_per_result, rows) if c is not None]
+    if cpu:
         out["cpu_us_per_result"] = round(statistics.median(cpu), 1)
     if out["status"] == "ok" and xs:
         med = statistics.median(xs)
@@ -60,15 +60,32 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
     """The ratio round by round: both sides of a round ran next to each other, so drift
     between rounds cancels; its range says how sure the median ratio is."""
+    return _by_round(rows, num, den, lambda r: r.get("throughput"), "paired")
+
+
+def _cpu_per_result(run: dict[str, Any]) -> float | None:
+    """A verified run's CPU µs per result (its system's processes, the broker's not)."""
+    cpu, results = run.get("cpu_seconds"), run.get("results_expected")
+    if not run.get("verified") or cpu is None or not results:
+        return None
+    return float(cpu) / results * 1e6
+
+
+def _by_round(rows: list[dict[str, Any]], num: str, den: str,
+              value: Callable[[dict[str, Any]], float | None], name: str) -> dict[str, Any]:
+    """``num``'s ``value`` over ``den``'s, round by round: ``<name>_median`` and its range,
+    over the rounds where both sides have a value."""
     by_round: dict[int, dict[str, float]] = {}
     for r in rows:
-        if r["system"] in (num, den) and "throughput" in r:
-            by_round.setdefault(r["round"], {})[r["system"]] = r["throughput"]
+        v = value(r) if r["system"] in (num, den) else None
+        if v is not None:
+            by_round.setdefault(r["round"], {})[r["system"]] = v
     xs = [round(t[num] / t[den], 3) for t in by_round.values() if num in t and den in t and t[den]]
     if not xs:
         return {}
-    return {"per_round": xs, "paired_median": round(statistics.median(xs), 3),
-            "paired_min": min(xs), "paired_max": max(xs)}
+    per_round = "per_round" if name == "paired" else f"{name}_per_round"
+    return {per_round: xs, f"{name}_median": round(statistics.median(xs), 3),
+            f"{name}_min": min(xs), f"{name}_max": max(xs)}
 
 
 def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, Any]:
@@ -89,7 +106,9 @@ def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, 
                            "ratio": round(a / b, 3) if a and b else None,
                            "why_none": None if a and b else "a side is not ranked "
                                                             "(failed or wrong)",
-                           **(_paired(mine, num, den) if a and b else {})})
+                           **(_paired(mine, num, den) if a and b else {}),
+                           **(_by_round(mine, num, den, _cpu_per_result, "cpu")
+                              if a and b else {})})
         out[workload] = {"unit": mine[0]["unit"], "systems": systems, "ratios": ratios}
     return out
 

@@ -4,8 +4,10 @@ settings, and measures nothing itself.
 
 Throughput targets are judged on wordcount, by the median of the per-round ratios (both
 sides of a round ran next to each other, so the machine's drift cancels), or by the
-ratio of medians where rounds cannot be paired. A target whose systems or measures were
-not in the run, or whose runs failed the oracle, is "not measured", never met.
+ratio of medians where rounds cannot be paired; the CPU per result against the raw
+dataflow on wordcount, pageviews and aggregate, by the median of the per-round ratios.
+A target whose systems or measures were not in the run, or whose runs failed the oracle,
+is "not measured", never met.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ SHORT_INTERVAL_MS = 100
 LATENCY_AT_SHORT_INTERVAL_MS = 250
 WORKLOAD = "wordcount"
 
+#: Issue 26: exactly-once's CPU per result at most this many times the raw dataflow's, on
+#: each of these workloads (wordcount on the realistic, Zipf text).
+CPU_OVER_RAW = 1.2
+CPU_WORKLOADS = ("wordcount", "pageviews", "aggregate")
+
 #: Fewer rounds than this are no sample to judge a target on: one slow round on a shared
 #: machine, and a target is missed that three rounds would meet (or the other way round).
 MIN_ROUNDS = 3
@@ -39,19 +46,24 @@ def _row(target: str, value: float | None, met: bool | None, measured: str,
     return {"target": target, "value": value, "met": met, "measured": measured, "note": note}
 
 
-def _ratio(result: dict[str, Any], num: str, den: str) -> tuple[float | None, str]:
-    w = result.get("summary", {}).get(WORKLOAD)
+def _ratio(result: dict[str, Any], num: str, den: str, workload: str = WORKLOAD,
+           of: str = "paired") -> tuple[float | None, str]:
+    """``num`` over ``den`` on ``workload``'s throughput runs: their throughput (``of``
+    "paired"), or their CPU per result ("cpu"), by the median of the rounds' ratios."""
+    w = result.get("summary", {}).get(workload)
     if w is None:
-        return None, f"no {WORKLOAD} throughput runs"
+        return None, f"no {workload} throughput runs"
     for r in w["ratios"]:
         if r["numerator"] == num and r["denominator"] == den:
             if r["ratio"] is None:
                 return None, r["why_none"]
-            if "paired_median" in r:
-                n = len(r["per_round"])
-                return r["paired_median"], (f"{r['paired_median']:.2f} per round (range "
-                                            f"{r['paired_min']:.2f} – {r['paired_max']:.2f}, "
-                                            f"{n} round{'s' * (n != 1)})")
+            if f"{of}_median" in r:
+                n = len(r["per_round" if of == "paired" else f"{of}_per_round"])
+                return r[f"{of}_median"], (f"{r[f'{of}_median']:.2f} per round (range "
+                                           f"{r[f'{of}_min']:.2f} – {r[f'{of}_max']:.2f}, "
+                                           f"{n} round{'s' * (n != 1)})")
+            if of != "paired":
+                return None, f"no round of {workload} with {of} measured on both sides"
             return r["ratio"], f"{r['ratio']:.2f} (ratio of medians)"
     return None, f"{num} or {den} not in the run"
 
@@ -62,6 +74,17 @@ def _throughput(result: dict[str, Any], target: str, num: str, den: str,
     if value is None:
         return _row(target, None, None, "not measured: " + measured)
     return _row(target, value, value > at_least if strictly else value >= at_least, measured)
+
+
+def _cpu(result: dict[str, Any], workload: str) -> dict[str, Any]:
+    """Issue 26: exactly-once spends at most ``CPU_OVER_RAW`` × the raw dataflow's CPU per
+    result (its processes', the broker's not) on ``workload``."""
+    target = (f"exactly-once CPU per result ≤ {CPU_OVER_RAW:g} × the raw dataflow's "
+              f"({workload})")
+    value, measured = _ratio(result, EO, "raw-kafka", workload, "cpu")
+    if value is None:
+        return _row(target, None, None, "not measured: " + measured)
+    return _row(target, value, value <= CPU_OVER_RAW, measured)
 
 
 def _latency_of(result: dict[str, Any], system: str) -> dict[str, Any] | None:
@@ -266,6 +289,7 @@ def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
                                    EO, "spark-structured-streaming", 1.0, strictly=True)),
         ("throughput", _kafka_streams(result)),
         ("throughput", _short_interval(result)),
+        *(("throughput", _cpu(result, w)) for w in CPU_WORKLOADS),
         ("throughput", _throughput(result, "exactly-once ≥ 2 × PyFlink exactly-once", EO,
                                    "pyflink-exactly-once", 2.0)),
         ("throughput", _throughput(result, "exactly-once ≥ 2 × faust-streaming exactly-once",
@@ -301,8 +325,9 @@ def _verdict(row: dict[str, Any]) -> str:
 
 def markdown_section(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["## Targets", "",
-             "The targets of issues 10 and 26, judged on this run (throughput on wordcount: "
-             "the median of the per-round ratios).", ""]
+             "The targets of issues 10 and 26, judged on this run (throughput on wordcount, "
+             "CPU per result on each workload named: the median of the per-round "
+             "ratios).", ""]
     if any(r.get("too_few_rounds") for r in rows):
         lines += [f"A target measured in fewer than {MIN_ROUNDS} rounds is not judged: a "
                   f"round or two on a shared machine is too small a sample (give "
