@@ -122,7 +122,29 @@ def run_task_payload(payload: bytes, attempt: int) -> bytes:
     return out
 
 
+#: Set in a task's environment (``eos run``'s or ``eos bench``'s reaches its Spark workers),
+#: each task attempt runs under cProfile and leaves ``task<id>-attempt<n>-<pid>.prof`` in
+#: this directory when it ends: where a task really runs, with the rate and neighbours it
+#: really has (``benchmarks/profile_task.py`` forks tasks on their own, on a burst).
+PROFILE_DIR_ENV = "EOS_PROFILE_DIR"
+
+
 def run_task(config: TaskConfig, attempt: int = 0) -> TaskStats:
+    where = os.environ.get(PROFILE_DIR_ENV)
+    if not where:
+        return _run_task(config, attempt)
+    import cProfile  # only when asked
+
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(_run_task, config, attempt)
+    finally:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(Path(where) / f"task{config.task_id}-attempt{attempt}-{os.getpid()}"
+                                         f".prof")
+
+
+def _run_task(config: TaskConfig, attempt: int) -> TaskStats:
     faults.disarm()  # a reused worker must not carry another task's faults
     clock.reset()    # nor its clock step (a step lasts for the attempt it fired in)
     wanted = (config.fault if isinstance(config.fault, list)
