@@ -158,6 +158,36 @@ def test_sigkilled_worker_is_retried_on_a_fresh_worker(tmp_path: Path) -> None:
     print(f"Spark start (JVM already up): {job.startup_seconds:.2f} s")
 
 
+def jvm_task(task: TaskAttempt) -> bytes:
+    """The command line of the JVM this worker runs under (its nearest java ancestor)."""
+    pid = os.getppid()
+    while pid > 1:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if cmd[0].endswith(b"java"):
+            return json.dumps([c.decode() for c in cmd]).encode()
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return b"[]"
+
+
+def test_a_local_jobs_jvm_runs_c1_only_with_the_serial_collector() -> None:
+    """A local job's JVM only schedules tasks and relays a few bytes each; its C2 compiles
+    and parallel collectors were a quarter of a short job's CPU (docs/spark.md)."""
+    args = json.loads(run_tasks(jvm_task, _payloads(1), EngineConfig())[0])
+    assert "-XX:TieredStopAtLevel=1" in args and "-XX:+UseSerialGC" in args
+
+
+def test_a_users_driver_java_options_replace_the_local_defaults() -> None:
+    from eos_runtime.engine.cluster import _plan, _spark_conf
+
+    mine = EngineConfig(conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    conf = _spark_conf(mine, _plan(mine, 2), sys.executable, "/tmp/log4j2.xml")
+    assert conf["spark.driver.extraJavaOptions"] == \
+        "-Dmine=1 -Dlog4j2.configurationFile=file:/tmp/log4j2.xml"
+    cluster = EngineConfig(master="spark://127.0.0.1:7077")
+    conf = _spark_conf(cluster, _plan(cluster, 2), sys.executable, None)
+    assert "spark.driver.extraJavaOptions" not in conf   # a cluster's driver is the user's
+
+
 def test_workers_fork_from_a_daemon_that_imported_the_runtime(tmp_path: Path) -> None:
     """A restarted task's worker does not import the runtime or pyspark's worker module
     anew (engine/daemon.py); the daemon it forks from runs one thread, so no worker lost
