@@ -171,7 +171,7 @@ def jvm_task(task: TaskAttempt) -> bytes:
 
 def test_a_local_jobs_jvm_runs_c1_only_with_the_serial_collector() -> None:
     """A local job's JVM only schedules tasks and relays a few bytes each; its C2 compiles
-    and parallel collectors were a quarter of a short job's CPU (docs/spark.md)."""
+    and parallel collectors were a quarter of a short job's CPU (docs/engine.md)."""
     args = json.loads(run_tasks(jvm_task, _payloads(1), EngineConfig())[0])
     assert "-XX:TieredStopAtLevel=1" in args and "-XX:+UseSerialGC" in args
 
