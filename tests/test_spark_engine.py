@@ -71,6 +71,8 @@ def preload_task(task: TaskAttempt) -> bytes:
                            SparkFiles.getRootDirectory() in getattr(daemon, "path", ()),
                        "before_fork": sorted({"pyspark.worker", "eos_runtime.runtime.task",
                                               "eos_runtime.engine.daemon"} & before_fork),
+                       "driver_side": sorted({"eos_runtime.runner", "eos_runtime.cli",
+                                              "eos_runtime.run_start"} & before_fork),
                        "parent": Path(f"/proc/{parent}/cmdline").read_bytes().decode(),
                        "parent_threads": len(os.listdir(f"/proc/{parent}/task"))}).encode()
 
@@ -176,6 +178,40 @@ def test_a_local_jobs_jvm_runs_c1_only_with_the_serial_collector() -> None:
     assert "-XX:TieredStopAtLevel=1" in args and "-XX:+UseSerialGC" in args
 
 
+@pytest.mark.timeout(420)
+def test_a_job_returns_without_waiting_for_pysparks_accumulator_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark's ``SparkContext.stop`` waits for its accumulator server's thread, which
+    polls its connection once a second: up to a second at the end of every job, for a
+    server no runtime task uses (docs/engine.md). Here the server's stop is held until
+    the job has returned; a job that waited for it would not return."""
+    import threading
+
+    from pyspark import accumulators
+
+    release, stopping = threading.Event(), threading.Event()
+    servers = [accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer]
+    for cls in servers:
+        original = cls.shutdown
+
+        def held(self, original=original) -> None:
+            stopping.set()
+            release.wait(600)
+            original(self)
+        monkeypatch.setattr(cls, "shutdown", held)
+    done: list[bytes] = []
+    job = threading.Thread(target=lambda: done.extend(run_tasks(_answer, _payloads(1),
+                                                                EngineConfig())))
+    job.start()
+    try:
+        job.join(300)   # a job takes seconds: 300 s is a job blocked on the held stop
+        assert done, "the job waited for the accumulator server's stop"
+        assert stopping.wait(30), "the accumulator server was never stopped"
+    finally:
+        release.set()
+        job.join(60)
+
+
 def test_a_users_driver_java_options_replace_the_local_defaults() -> None:
     from eos_runtime.engine.cluster import _plan, _spark_conf
 
@@ -197,6 +233,8 @@ def test_workers_fork_from_a_daemon_that_imported_the_runtime(tmp_path: Path) ->
     # pyspark's worker module too: 0.13 s of a restarted task's path on a busy machine
     # (and the daemon module once, as __main__: runpy warns of a second copy)
     assert out[0]["before_fork"] == ["eos_runtime.runtime.task", "pyspark.worker"]
+    # but not the driver's side: the runner, the CLI (a third of the import)
+    assert out[0]["driver_side"] == []
     # so the worker adds no path, and re-reads no zip directory: 0.07 s and 16 MB each
     assert out[0]["files_dir_before_fork"]
     assert "eos_runtime.engine.daemon" in out[0]["parent"]

@@ -22,6 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ..cache import cache_root
 from ..errors import SetupError
 
 __all__ = ["KAFKA_VERSION", "cache_root", "libs_dir", "fetch", "find_java", "find_maven"]
@@ -34,17 +35,6 @@ KAFKA_VERSION = "4.1.1"
 
 _JAVA_HINT = "install OpenJDK 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
 _MAVEN_HINT = "install Maven 3.6+ (apt-get install maven)"
-_ENV_CACHE = "EOS_CACHE_DIR"
-
-
-def cache_root() -> Path:
-    """``$EOS_CACHE_DIR``, else ``$XDG_CACHE_HOME/eos_runtime`` (``~/.cache/eos_runtime``)."""
-    env = os.environ.get(_ENV_CACHE)
-    if env:
-        return Path(env).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return (base / "eos_runtime").absolute()
 
 
 def libs_dir(version: str = KAFKA_VERSION) -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -23,7 +22,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError, SetupError
+from ..errors import ConfigError
+from .class_archive import java_options
 from .stall import DEFAULT_NO_PROGRESS_TIMEOUT
 
 __all__ = ["EngineConfig", "available_slots", "check_slots"]
@@ -230,18 +230,6 @@ _STARTUP_LOGGERS = ("org.apache.hadoop.util.NativeCodeLoader", "org.apache.spark
 _LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 
-def _check_java() -> None:
-    """Spark's launcher runs $JAVA_HOME/bin/java when JAVA_HOME is set, else java on PATH."""
-    home = os.environ.get("JAVA_HOME", "")
-    if home:
-        if not os.access(os.path.join(home, "bin", "java"), os.X_OK):
-            raise SetupError(f"Spark needs Java 17 or 21, but JAVA_HOME={home} has no bin/java: "
-                             f"fix JAVA_HOME or unset it to use java from PATH")
-        return
-    if shutil.which("java") is None:
-        raise SetupError("Spark needs Java 17 or 21: no java on PATH and JAVA_HOME is not set")
-
-
 def _driver_python_path() -> list[str]:
     """The driver's sys.path entries outside the interpreter's own tree (script dir,
     test dirs, ``PYTHONPATH`` entries). Local workers get them, so a task function from
@@ -310,11 +298,6 @@ def _is_loopback_ip(host: str | None) -> bool:
         return False
 
 
-#: The JVM options of a local job's driver (where its executors run too), unless the
-#: user's ``spark.driver.extraJavaOptions`` says otherwise.
-LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
                 log4j: str | None) -> dict[str, str]:
     conf: dict[str, str] = {
@@ -341,8 +324,9 @@ def _spark_conf(config: EngineConfig, plan: _Plan, python: str,
     if plan.local:
         # A local job's JVM only schedules its tasks and relays a few bytes each (the
         # Python workers do the work): C2's compiles and the parallel collector's threads
-        # were a quarter of a short job's CPU. A user's own options replace these.
-        conf["spark.driver.extraJavaOptions"] = LOCAL_DRIVER_JAVA_OPTIONS
+        # were a quarter of a short job's CPU, and Spark's classes load from their
+        # archive (engine/class_archive.py). A user's own options replace these.
+        conf["spark.driver.extraJavaOptions"] = java_options()
     else:
         conf["spark.task.maxFailures"] = str(config.max_attempts)
     for key, value in config.conf.items():

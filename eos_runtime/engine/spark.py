@@ -41,7 +41,6 @@ from ..errors import ConfigError, EngineError, EosError, JobCancelled, JobStalle
 from .cluster import (
     _LEVELS,
     EngineConfig,
-    _check_java,
     _check_slots,
     _log4j_file,
     _loopback_master,
@@ -51,6 +50,7 @@ from .cluster import (
     _spark_conf,
     _unlink,
 )
+from .java import spark_java
 from .stall import check_timeout
 from .watch import (
     _TAG,
@@ -270,10 +270,7 @@ class RunningJob:
             with self._lock:
                 self._sc = None
             if sc is not None:
-                try:
-                    sc.stop()
-                except Exception:
-                    pass
+                _stop_context(sc)
             self._done.set()
             _ONE_JOB.release()
 
@@ -397,6 +394,23 @@ class RunningJob:
             self._done.wait(0.5)
 
 
+def _stop_context(sc: Any) -> None:
+    """Stop ``sc`` without waiting for pyspark's accumulator server: its stop waits for
+    the server's thread, which polls its connection once a second, and no runtime task
+    uses accumulators. That stop finishes in a daemon thread: a process may exit
+    before it does."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        sc._accumulatorServer = None
+    try:
+        sc.stop()
+    except Exception:
+        pass
+    if server is not None:
+        threading.Thread(target=server.shutdown, name="eos-spark-accumulators-stop",
+                         daemon=True).start()
+
+
 def start_tasks(fn: Callable[[TaskAttempt], bytes], payloads: Sequence[bytes],
                 config: EngineConfig | None = None) -> RunningJob:
     """Start ``fn`` once per payload as concurrent Spark tasks of one job; return at once.
@@ -424,7 +438,7 @@ def start_tasks(fn: Callable[[TaskAttempt], bytes], payloads: Sequence[bytes],
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if data:
-        _check_java()
+        spark_java()
         # lazy, as above; Spark's own cloudpickle, the one that ships the task function
         from pyspark import cloudpickle
 

@@ -29,7 +29,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -42,6 +41,7 @@ from typing import Any
 
 from ..errors import EngineError, PortTaken, SetupError
 from ..processes import parent_death_signal_hook
+from .java import spark_java
 
 __all__ = ["StandaloneCluster", "pyspark_home"]
 
@@ -62,19 +62,6 @@ def pyspark_home() -> Path:
         raise SetupError(f"pyspark at {home} has no jars/ directory: install pyspark from "
                          f"PyPI (pip install pyspark), not a jar-less build")
     return home
-
-
-def _find_java() -> str:
-    home = os.environ.get("JAVA_HOME", "")
-    if home:
-        java = os.path.join(home, "bin", "java")
-        if not os.access(java, os.X_OK):
-            raise SetupError(f"Spark needs Java 17 or 21, but JAVA_HOME={home} has no bin/java")
-        return java
-    on_path = shutil.which("java")
-    if on_path is None:
-        raise SetupError("Spark needs Java 17 or 21: no java on PATH and JAVA_HOME is not set")
-    return on_path
 
 
 def _free_ports(n: int) -> list[int]:
@@ -184,7 +171,7 @@ class StandaloneCluster:
         if self._master is not None:
             assert self.master_url is not None
             return self.master_url
-        java = _find_java()
+        java = spark_java()
         home = pyspark_home()
         for d in (self.log_dir, self.work_dir, self.directory / "local"):
             d.mkdir(parents=True, exist_ok=True)

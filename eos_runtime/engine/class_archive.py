@@ -1,0 +1,185 @@
+"""The local Spark driver's class-data archive: Spark's classes, parsed once, mapped at start.
+
+A local job's JVM spends most of its start loading and verifying some ten thousand of
+Spark's classes. Java's class-data sharing (CDS) keeps them, already parsed, in an
+archive file that a later JVM maps instead: the SparkContext comes up in about half the
+time (docs/engine.md has the measurements).
+
+``build`` makes the archive by running a one-task local job whose JVM writes the classes
+it loaded at its exit (``-XX:ArchiveClassesAtExit``), then proves the file with a JVM
+that must map it and check its checksums, and only then renames it into place: a
+truncated archive does not fail gracefully, it crashes the JVM that maps it (SIGBUS in
+JDK 17). ``java_options`` adds the archive to a local driver's options when it is there.
+
+The archive is only valid for one JVM build and one set of Spark jars, so its name is a
+digest of both: after an upgrade of either, ``java_options`` finds no archive and the
+driver starts as before, until ``build`` runs again. A JVM that finds the archive
+unusable anyway (another classpath: a user's ``spark.driver.extraClassPath``) ignores
+it: sharing is ``auto``.
+
+    python -c "from eos_runtime.engine.class_archive import main; main()"   # build it
+
+(scripts/bootstrap does, once.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..cache import cache_root
+from ..errors import SetupError
+from .java import spark_java
+
+__all__ = ["archive_path", "build", "java_options", "LOCAL_DRIVER_JAVA_OPTIONS"]
+
+#: The JVM options of a local job's driver (where its executors run too), unless the
+#: user's ``spark.driver.extraJavaOptions`` says otherwise: C1 only and the serial
+#: collector (the JVM only schedules tasks and relays a few bytes each; docs/engine.md).
+LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _spark_home() -> Path | None:
+    import importlib.util
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def archive_path() -> Path | None:
+    """Where the archive of this machine's java and pyspark is (or would be); None when
+    either is missing. The name digests the JVM's library and every Spark jar (name,
+    size, modification time): what the JVM itself checks before it maps the archive."""
+    try:
+        java = Path(os.path.realpath(spark_java()))
+    except SetupError:
+        return None
+    home = _spark_home()
+    if home is None or not (home / "jars").is_dir():
+        return None
+    digest = hashlib.sha256(LOCAL_DRIVER_JAVA_OPTIONS.encode())
+    libjvm = java.parent.parent / "lib" / "server" / "libjvm.so"
+    for path in [java, libjvm, *sorted((home / "jars").iterdir())]:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return cache_root() / "spark-classes" / f"{digest.hexdigest()[:20]}.jsa"
+
+
+def java_options() -> str:
+    """A local driver's default JVM options: ``LOCAL_DRIVER_JAVA_OPTIONS``, and the
+    class-data archive once ``build`` made it."""
+    path = archive_path()
+    if path is None or not path.is_file():
+        return LOCAL_DRIVER_JAVA_OPTIONS
+    return f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={path}"
+
+
+def build(*, force: bool = False, timeout: float = 300.0) -> Path:
+    """Make the archive (unless it is there already and ``force`` is not given); returns
+    its path. ``SetupError`` when java or pyspark is missing or the archive could not be
+    made or proved."""
+    path = archive_path()
+    if path is None:
+        spark_java()   # raises, naming what to fix
+        raise SetupError("pyspark is not installed with its jars/ directory: "
+                         "pip install pyspark")
+    if path.is_file() and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".jsa", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    tmp.unlink()   # a unique name for the JVM to write
+    try:
+        _run(["_dump", str(tmp)], timeout, "writing")
+        if not tmp.is_file():
+            raise SetupError(f"the Spark JVM wrote no class-data archive to {tmp}")
+        _run(["_prove", str(tmp)], timeout, "proving")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for old in path.parent.glob("*.jsa"):
+        if old != path and not old.name.startswith("."):   # not another build's, under way
+            old.unlink(missing_ok=True)   # another java's or pyspark's: never mapped again
+    return path
+
+
+_MAIN = f"from {__name__} import main; main()"
+
+
+def _run(args: list[str], timeout: float, what: str) -> None:
+    # in a directory of its own: a JVM that crashes on a bad archive leaves its
+    # hs_err_pid*.log in its working directory
+    with tempfile.TemporaryDirectory(prefix="eos-class-archive-") as cwd:
+        proc = subprocess.run([sys.executable, "-c", _MAIN, *args], capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"{what} Spark's class-data archive failed (exit "
+                         f"{proc.returncode}):\n{tail}")
+
+
+def _nothing(task: object) -> bytes:
+    return b""
+
+
+def _dump(target: str) -> None:
+    """A one-task local job whose JVM writes the classes it loaded to ``target`` at its
+    exit; returns once the JVM has exited."""
+    from pyspark import SparkContext
+
+    from . import EngineConfig, run_tasks
+    options = f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={target}"
+    run_tasks(_nothing, [b""], EngineConfig(
+        conf={"spark.driver.extraJavaOptions": options}, no_progress_timeout=None))
+    _wait_for_the_jvm(SparkContext)
+
+
+def _prove(target: str) -> None:
+    """A one-task local job whose JVM must map ``target`` and check its checksums: a JVM
+    that cannot fails to start, and this with it."""
+    from pyspark import SparkContext
+
+    from . import EngineConfig, run_tasks
+    options = (f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={target} -Xshare:on "
+               f"-XX:+VerifySharedSpaces")
+    run_tasks(_nothing, [b""], EngineConfig(
+        conf={"spark.driver.extraJavaOptions": options}, no_progress_timeout=None))
+    _wait_for_the_jvm(SparkContext)
+
+
+def _wait_for_the_jvm(spark_context: type) -> None:
+    """Close the gateway JVM's stdin (it exits on that) and wait until it has: the
+    archive is written at its exit."""
+    gateway = getattr(spark_context, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return
+    if proc.stdin is not None:
+        proc.stdin.close()
+    proc.wait(timeout=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the archive and print its path (``--force``: again, even if it is there);
+    ``_dump`` and ``_prove`` are ``build``'s own steps."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "_dump":
+        _dump(args[1])
+    elif len(args) == 2 and args[0] == "_prove":
+        _prove(args[1])
+    else:
+        force = "--force" in args
+        path = archive_path()
+        if force or path is None or not path.is_file():
+            print("building Spark's class-data archive, once (half a minute) ...",
+                  file=sys.stderr, flush=True)
+        print(build(force=force))
