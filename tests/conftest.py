@@ -19,6 +19,12 @@ settings.load_profile("eos")
 # tests start; the tests choose their settings themselves.
 os.environ.pop("EOS_KAFKA_CONFIG", None)
 
+# The brokers tests start for themselves (outages, SASL, the CLI's own) live for seconds:
+# C2's compiles cost them a third of their CPU (10.4-10.8 s for a start and 10 s of work,
+# 7.1-7.4 with C1 only, 2026-11-28). CI's session broker, started before the suite, keeps
+# the product's options.
+os.environ.setdefault("EOS_KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")
+
 # A suite started in the background of a non-interactive shell (nohup ... &, some CI
 # runners) inherits SIGINT ignored, and an ignored signal stays ignored across exec: every
 # Ctrl-C test would then see its command ignore the Ctrl-C and time out. A handled signal
