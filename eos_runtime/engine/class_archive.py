@@ -6,10 +6,11 @@ archive file that a later JVM maps instead: the SparkContext comes up in about h
 time (docs/engine.md has the measurements).
 
 ``build`` makes the archive by running a one-task local job whose JVM writes the classes
-it loaded at its exit (``-XX:ArchiveClassesAtExit``), then proves the file with a JVM
-that must map it and check its checksums, and only then renames it into place: a
-truncated archive does not fail gracefully, it crashes the JVM that maps it (SIGBUS in
-JDK 17). ``java_options`` adds the archive to a local driver's options when it is there.
+it loaded at its exit (``-XX:ArchiveClassesAtExit``), then proves the file with a JVM of
+the same java, options and classpath that must map it and check its checksums, and only
+then renames it into place: a truncated archive does not fail gracefully, it crashes the
+JVM that maps it (SIGBUS in JDK 17). ``java_options`` adds the archive to a local
+driver's options when it is there.
 
 The archive is only valid for one JVM build and one set of Spark jars, so its name is a
 digest of both: after an upgrade of either, ``java_options`` finds no archive and the
@@ -35,7 +36,7 @@ from ..cache import cache_root
 from ..errors import SetupError
 from .java import spark_java
 
-__all__ = ["archive_path", "build", "java_options", "LOCAL_DRIVER_JAVA_OPTIONS"]
+__all__ = ["archive_path", "build", "java_options", "prove", "LOCAL_DRIVER_JAVA_OPTIONS"]
 
 #: The JVM options of a local job's driver (where its executors run too), unless the
 #: user's ``spark.driver.extraJavaOptions`` says otherwise: C1 only and the serial
@@ -99,10 +100,10 @@ def build(*, force: bool = False, timeout: float = 300.0) -> Path:
     tmp = Path(name)
     tmp.unlink()   # a unique name for the JVM to write
     try:
-        _run(["_dump", str(tmp)], timeout, "writing")
+        classpath = _write(tmp, timeout)
         if not tmp.is_file():
             raise SetupError(f"the Spark JVM wrote no class-data archive to {tmp}")
-        _run(["_prove", str(tmp)], timeout, "proving")
+        prove(tmp, classpath, timeout)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -112,19 +113,36 @@ def build(*, force: bool = False, timeout: float = 300.0) -> Path:
     return path
 
 
+def _write(target: Path, timeout: float) -> str:
+    """A one-task job's JVM writes the archive to ``target``; returns its classpath."""
+    out = _run([sys.executable, "-c", _MAIN, "_dump", str(target)], timeout, "writing")
+    return out.strip().splitlines()[-1]
+
+
+def prove(archive: Path, classpath: str, timeout: float = 120.0) -> None:
+    """A JVM of the driver's java, options and classpath must map ``archive`` and check
+    its checksums (``-Xshare:on``: a JVM that cannot fails to start); ``SetupError`` if
+    it does not."""
+    _run([spark_java(), *LOCAL_DRIVER_JAVA_OPTIONS.split(), f"-XX:SharedArchiveFile={archive}",
+          "-Xshare:on", "-XX:+VerifySharedSpaces", "-cp", classpath, "-version"],
+         timeout, "proving")
+
+
 _MAIN = f"from {__name__} import main; main()"
 
 
-def _run(args: list[str], timeout: float, what: str) -> None:
+def _run(cmd: list[str], timeout: float, what: str) -> str:
+    """``cmd``'s stdout; ``SetupError`` with its output's tail if it fails."""
     # in a directory of its own: a JVM that crashes on a bad archive leaves its
     # hs_err_pid*.log in its working directory
     with tempfile.TemporaryDirectory(prefix="eos-class-archive-") as cwd:
-        proc = subprocess.run([sys.executable, "-c", _MAIN, *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, cwd=cwd)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise SetupError(f"{what} Spark's class-data archive failed (exit "
                          f"{proc.returncode}):\n{tail}")
+    return proc.stdout
 
 
 def _nothing(task: object) -> bytes:
@@ -133,49 +151,27 @@ def _nothing(task: object) -> bytes:
 
 def _dump(target: str) -> None:
     """A one-task local job whose JVM writes the classes it loaded to ``target`` at its
-    exit; returns once the JVM has exited."""
+    exit; returns once the JVM has exited, and prints its classpath (the proof's)."""
     from pyspark import SparkContext
 
     from . import EngineConfig, run_tasks
     options = f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={target}"
     run_tasks(_nothing, [b""], EngineConfig(
         conf={"spark.driver.extraJavaOptions": options}, no_progress_timeout=None))
-    _wait_for_the_jvm(SparkContext)
-
-
-def _prove(target: str) -> None:
-    """A one-task local job whose JVM must map ``target`` and check its checksums: a JVM
-    that cannot fails to start, and this with it."""
-    from pyspark import SparkContext
-
-    from . import EngineConfig, run_tasks
-    options = (f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={target} -Xshare:on "
-               f"-XX:+VerifySharedSpaces")
-    run_tasks(_nothing, [b""], EngineConfig(
-        conf={"spark.driver.extraJavaOptions": options}, no_progress_timeout=None))
-    _wait_for_the_jvm(SparkContext)
-
-
-def _wait_for_the_jvm(spark_context: type) -> None:
-    """Close the gateway JVM's stdin (it exits on that) and wait until it has: the
-    archive is written at its exit."""
-    gateway = getattr(spark_context, "_gateway", None)
-    proc = getattr(gateway, "proc", None)
-    if proc is None:
-        return
-    if proc.stdin is not None:
-        proc.stdin.close()
+    proc = SparkContext._gateway.proc   # type: ignore[union-attr]
+    args = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")
+    # close its stdin, on which it exits, and wait: the archive is written at its exit
+    proc.stdin.close()
     proc.wait(timeout=120)
+    print(args[args.index("-cp") + 1])
 
 
 def main(argv: list[str] | None = None) -> None:
     """Build the archive and print its path (``--force``: again, even if it is there);
-    ``_dump`` and ``_prove`` are ``build``'s own steps."""
+    ``_dump`` is ``build``'s own step."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "_dump":
         _dump(args[1])
-    elif len(args) == 2 and args[0] == "_prove":
-        _prove(args[1])
     else:
         force = "--force" in args
         path = archive_path()
