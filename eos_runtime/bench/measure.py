@@ -36,7 +36,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,8 @@ class Settings:
     partitions: int = 2
     commit_interval: float = 1.0
     ready_timeout: float = 180.0
-    idle_timeout: float = 60.0
+    #: None: the system's own (``idle_timeout_of``)
+    idle_timeout: float | None = None
     work_root: Path = Path(".eos/bench-work")
     progress_every: float = 2.0
 
@@ -82,10 +83,24 @@ def _utf8(b: bytes) -> str:
     return b.decode("utf-8")
 
 
+#: Seconds without new output before a run is given up, for a system that names none
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+
+def idle_timeout_of(system: System, settings: Settings) -> float:
+    """``--idle-timeout`` when given, else the system's own: faust and PyFlink pause their
+    output for over a minute at 10⁵ keys (``FaustSystem.idle_timeout``), the others
+    DEFAULT_IDLE_TIMEOUT."""
+    if settings.idle_timeout is not None:
+        return settings.idle_timeout
+    return float(getattr(system, "idle_timeout", DEFAULT_IDLE_TIMEOUT))
+
+
 def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
             expected: Expected, settings: Settings, *, round_no: int, tag: str,
             say: Say, load: Load = Load()) -> dict[str, Any]:
     """Run ``system`` on ``inputs`` once; return the run's row for the report."""
+    settings = replace(settings, idle_timeout=idle_timeout_of(system, settings))
     kafka = BenchKafka(settings.bootstrap)
     # unique, and no run's name inside another's: cleanup finds a run's topics by it
     name = f"bench-{tag}-{workload.name}-{system.name}-r{round_no}-{uuid.uuid4().hex[:6]}"
@@ -308,7 +323,7 @@ def _watch(watch: OutputWatch, running: Any, burst: _Burst, settings: Settings, 
         if now >= next_say:
             next_say = now + settings.progress_every
             say(f"  {label}: {total - watch.missing:,} / {total:,} results")
-        if now - last_new > settings.idle_timeout:
+        if now - last_new > (settings.idle_timeout or DEFAULT_IDLE_TIMEOUT):
             why = running.failure()
             return (f"incomplete: {watch.missing:,} of {total:,} results missing after "
                     f"{settings.idle_timeout:g} s without new output"
@@ -335,7 +350,7 @@ def _wait_out_steady_input(watch: OutputWatch, burst: _Burst, settings: Settings
         raise _RunFailed(f"producing the input failed: {burst.error}")
     quiet = max(2.0, 2 * settings.commit_interval)
     last, since = None, time.monotonic()
-    give_up = since + settings.idle_timeout
+    give_up = since + (settings.idle_timeout or DEFAULT_IDLE_TIMEOUT)
     while time.monotonic() < give_up:
         ends = watch.ends()
         now = time.monotonic()

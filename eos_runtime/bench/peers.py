@@ -237,6 +237,9 @@ class FaustSystem:
     name = "faust-exactly-once"
     guarantee = "exactly-once"
     verify_as = "exactly-once"
+    #: its output stands still for over a minute at a time on a burst at 10⁵ keys
+    #: (docs/benchmarks.md): 600 s before a run is given up, unless --idle-timeout says
+    idle_timeout = 600.0
 
     def __init__(self) -> None:
         self.python: str | None = None
@@ -281,6 +284,7 @@ class PyFlinkSystem:
     name = "pyflink-exactly-once"
     guarantee = verify_as = "exactly-once"
     version = FLINK_VERSION
+    idle_timeout = 600.0      # as faust's (FaustSystem.idle_timeout)
 
     def unavailable(self) -> str | None:
         try:
