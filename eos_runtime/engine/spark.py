@@ -400,6 +400,9 @@ def _stop_context(sc: Any) -> None:
     uses accumulators. That stop finishes in a daemon thread: a process may exit
     before it does."""
     server = getattr(sc, "_accumulatorServer", None)
+    if isinstance(getattr(server, "server_address", None), str):
+        server = None   # a Unix socket's server (spark.python.unix.domain.socket.enabled)
+        # removes its file as it stops: a process exiting first would leave it behind
     if server is not None:
         sc._accumulatorServer = None
     try:
