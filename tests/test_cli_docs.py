@@ -27,7 +27,10 @@ CLI_MD = ROOT / "docs" / "cli.md"
 
 def commands(group: click.Group = main, path: tuple[str, ...] = ()):
     """Every leaf command of ``eos``: (("kafka", "up"), command), (("run",), command), ..."""
-    for name, cmd in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             yield from commands(cmd, (*path, name))
         else:

@@ -8,24 +8,9 @@ import sys
 
 import click
 
-from ..broker.cli import kafka as kafka_group
-from ..demo import prepare_demo_dir, run_demo
 from ..errors import EosError
 from ..redact import redact
-from ..transport import open_transport
-
-
-@click.group()
-@click.version_option(package_name="eos_runtime")
-def main() -> None:
-    """eos_runtime: exactly-once stream processing on Spark and Kafka."""
-
-
-# `eos kafka fetch|up|down|status`: the project's own Kafka broker.
-main.add_command(kafka_group)
-
-# `eos run|stop|produce|consume`: run a pipeline or stop its run, feed its input, read its output.
-from .options import (  # noqa: E402
+from .options import (
     json_error,
     json_mode,
     json_option,
@@ -33,37 +18,47 @@ from .options import (  # noqa: E402
     kafka_settings_options,
     n_of,
 )
-from .produce import consume_cmd, produce_cmd  # noqa: E402
-from .run import run_cmd, stop_cmd  # noqa: E402
 
-main.add_command(run_cmd)
-main.add_command(produce_cmd)
-main.add_command(consume_cmd)
-main.add_command(stop_cmd)
 
-# `eos jobs|topics|reset`: the jobs that ran on a transport, what each topic is for, and
-# starting a job from scratch.
-from .jobs import jobs_cmd, reset_cmd, topics_cmd  # noqa: E402
+class _Commands(click.Group):
+    """A group whose commands are imported when one is asked for, not with the group:
+    ``eos consume`` does not import the runner, the experiments or the bench (a third of
+    a second of every command's start; docs/cli.md)."""
 
-main.add_command(jobs_cmd)
-main.add_command(topics_cmd)
-main.add_command(reset_cmd)
+    #: command name -> "module:attribute", relative to this package
+    LAZY = {
+        "kafka": "..broker.cli:kafka",            # the project's own Kafka broker
+        "run": ".run:run_cmd",                    # run a pipeline, or stop its run
+        "stop": ".run:stop_cmd",
+        "produce": ".produce:produce_cmd",        # feed its input, read its output
+        "consume": ".produce:consume_cmd",
+        "jobs": ".jobs:jobs_cmd",                 # the jobs that ran on a transport,
+        "topics": ".jobs:topics_cmd",             # what each topic is for, and
+        "reset": ".jobs:reset_cmd",               # starting a job from scratch
+        "checkpoint": ".ops:checkpoint_group",    # where a job's sources start
+        "startpoint": ".ops:startpoint_group",
+        "experiment": ".experiment:experiment_cmd",   # a workload under injected faults
+        "bench": ".bench:bench_cmd",              # workloads on eos_runtime and its peers
+    }
 
-# `eos checkpoint show|write`, `eos startpoint set|list|clear`: where a job's sources start.
-from .ops import checkpoint_group, startpoint_group  # noqa: E402
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
 
-main.add_command(checkpoint_group)
-main.add_command(startpoint_group)
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = self.LAZY.get(cmd_name)
+        if where is None:
+            return super().get_command(ctx, cmd_name)
+        import importlib
+        module, attr = where.split(":")
+        command = getattr(importlib.import_module(module, __name__), attr)
+        assert isinstance(command, click.Command) and command.name == cmd_name, where
+        return command
 
-# `eos experiment`: a workload under injected faults, verified against its oracle.
-from .experiment import experiment_cmd  # noqa: E402
 
-main.add_command(experiment_cmd)
-
-# `eos bench`: workloads on eos_runtime and its peers, side by side, verified.
-from .bench import bench_cmd  # noqa: E402
-
-main.add_command(bench_cmd)
+@click.group(cls=_Commands)
+@click.version_option(package_name="eos_runtime")
+def main() -> None:
+    """eos_runtime: exactly-once stream processing on Spark and Kafka."""
 
 
 @main.command()
@@ -119,6 +114,9 @@ def smoke(data_dir: str, bootstrap_servers: str | None, records: int, as_json: b
 def demo(data_dir: str, bootstrap_servers: str | None, n_lines: int, guarantee: str,
          keep_topics: bool, as_json: bool) -> None:
     """The main job: word count end to end on Spark, output verified against an oracle."""
+    from ..demo import prepare_demo_dir, run_demo
+    from ..transport import open_transport
+
     client = kafka_client_config(bootstrap_servers)
     # A refused directory or an unreachable broker is the only line the user sees.
     if bootstrap_servers:

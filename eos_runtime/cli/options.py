@@ -25,7 +25,6 @@ from click.core import ParameterSource
 from ..errors import ConfigError
 from ..kafka_settings import merge, parse_assignments, read_properties
 from ..redact import redact
-from ..runner import check_writable_dir
 
 DEFAULT_DATA_DIR = ".eos/data"
 
@@ -155,6 +154,7 @@ def check_writable(opts: dict[str, Any]) -> None:
     of over an OSError traceback halfway through."""
     if "data_dir" in opts:
         root = Path(opts["data_dir"])
+        from ..runner import check_writable_dir  # loaded with a command, not with `eos`
         for d in (root, root / "topics"):
             check_writable_dir(d, "data directory", "--data-dir")
 
