@@ -78,8 +78,8 @@ def java_options() -> str:
     """A local driver's default JVM options: ``LOCAL_DRIVER_JAVA_OPTIONS``, and the
     class-data archive once ``build`` made it."""
     path = archive_path()
-    if path is None or not path.is_file():
-        return LOCAL_DRIVER_JAVA_OPTIONS
+    if path is None or not path.is_file() or any(c.isspace() for c in str(path)):
+        return LOCAL_DRIVER_JAVA_OPTIONS   # Spark splits the options at whitespace
     return f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={path}"
 
 
