@@ -801,3 +801,75 @@ def test_at_a_100_ms_commit_interval_the_latency_target_is_issue_26s_250_ms():
                                settings={"commit_interval": interval})
         row = next(r for r in judge(result) if r["target"].startswith("exactly-once p99 lat"))
         assert row["met"] is met and bound in row["target"], (interval, p99, row)
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every living process below ``pid``, with its command line."""
+    from pathlib import Path
+
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit():
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        try:
+            found[p] = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        todo += children.get(p, [])
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_bench_and_the_systems_it_started(kafka_bootstrap, tmp_path):
+    """SIGTERM's default action ended the bench and left the system it measured running
+    (a faust worker outlived its bench); it now interrupts as Ctrl-C does, and the run's
+    own clean-up stops the system."""
+    import signal
+    import subprocess
+    import sys
+
+    bench = subprocess.Popen(
+        [sys.executable, "-c", "from eos_runtime.cli import run; run()", "bench",
+         "--measures", "latency", "--workloads", "passthrough", "--systems", "raw-kafka",
+         "--rate", "50", "--steady-seconds", "600", "--rounds", "1", "--no-warm-up",
+         "--bootstrap-servers", kafka_bootstrap, "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        system: dict[int, str] = {}
+        while not system and time.monotonic() < deadline and bench.poll() is None:
+            system = {p: cmd for p, cmd in _descendants(bench.pid).items()
+                      if "raw_dataflow" in cmd}
+            time.sleep(0.2)
+        assert system, "the raw dataflow never started"
+        bench.send_signal(signal.SIGTERM)
+        out, err = bench.communicate(timeout=120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 130, err
+    assert "error: interrupted" in err, err
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in system) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [cmd for p, cmd in system.items() if _alive(p)]

@@ -518,7 +518,7 @@ def _summary(input_records: int, tasks: list[dict]):
 
 
 def test_a_summary_counts_the_work_with_singular_and_plural_right():
-    from eos_runtime.cli.run import _summary_lines
+    from eos_runtime.cli.run_command import _summary_lines
 
     one = {"task_id": 0, "checkpoints": 1, "rewinds": 1, "processed": 1, "emitted": 1,
            "dead_letters": 1, "attempt": 0}
@@ -539,7 +539,7 @@ def test_a_summary_counts_the_work_with_singular_and_plural_right():
 
 
 def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
-    from eos_runtime.cli.run import _summary_lines
+    from eos_runtime.cli.run_command import _summary_lines
 
     tasks = [{"task_id": 0, "checkpoints": 1}, {"task_id": 1, "processed": 7000,
                                                  "emitted": 7000, "checkpoints": 3},
@@ -552,7 +552,7 @@ def test_a_run_with_no_new_input_still_shows_the_work_done_downstream():
 
 
 def test_progress_reads_the_counters_the_tasks_write(tmp_path):
-    from eos_runtime.cli.run import _progress_line
+    from eos_runtime.cli.run_command import _progress_line
     from eos_runtime.runner import stage_totals
     from eos_runtime.runtime.progress import TaskProgress, read_task_progress
 
@@ -604,7 +604,7 @@ def test_a_run_with_another_state_dir_says_its_stores_were_rebuilt(tmp_path):
        "--data-dir", data)
     summary = run_here(WORDCOUNT, data_dir=data, state_dir=str(tmp_path / "elsewhere"))
     assert all(t.get("rebuilt_store") for t in summary.tasks), summary.tasks
-    from eos_runtime.cli.run import _summary_lines
+    from eos_runtime.cli.run_command import _summary_lines
 
     lines = _summary_lines(summary)
     assert sum("store rebuilt" in line for line in lines) == len(summary.tasks), lines
@@ -614,7 +614,7 @@ def test_the_progress_says_at_once_when_the_broker_went_away_and_came_back(capsy
     """Issue 27 item 11: no progress line appeared during a 32 s outage (a line every 10 s,
     and the outage's first look came between two). An outage's start and end get a line
     at once; the line says for how long, against the budget."""
-    from eos_runtime.cli.run import _RunView
+    from eos_runtime.cli.run_command import _RunView
 
     stages = [{"stage": 0, "input": "lines", "output": "counts", "tasks": 1, "reporting": 1,
                "processed": 40, "emitted": 40, "checkpoints": 2, "rewinds": 0,
@@ -669,7 +669,7 @@ def test_a_library_logging_an_exception_prints_no_traceback(tmp_path):
 
 def test_a_summary_says_how_many_records_went_to_dead_letters():
     """Issue 27 item 15: a run that set records aside says so at the end, and where."""
-    from eos_runtime.cli.run import _summary_lines
+    from eos_runtime.cli.run_command import _summary_lines
 
     summary = _summary(5, [{"task_id": 0, "processed": 5, "dead_letters": 5},
                            {"task_id": 1}, {"task_id": 2}])

@@ -216,3 +216,15 @@ def test_readme_names_only_options_the_commands_have():
         assert name in by_path, f"README names a command eos does not have: {cell}"
         unknown = set(re.findall(r"(--[a-z][a-z-]*)", cell + what)) - by_path[name]
         assert not unknown, f"README: eos {name} has no {sorted(unknown)}"
+
+
+def test_loading_every_command_keeps_the_entry_point() -> None:
+    """Commands load on first use; a command module named like the package's ``run``
+    (the console entry point) replaced it once loaded, and the next in-process ``run()``
+    called a module."""
+    import eos_runtime.cli as cli
+
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        assert main.get_command(ctx, name) is not None, name
+    assert callable(cli.run) and cli.run.__module__ == "eos_runtime.cli"

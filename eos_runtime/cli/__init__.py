@@ -25,11 +25,13 @@ class _Commands(click.Group):
     ``eos consume`` does not import the runner, the experiments or the bench (a third of
     a second of every command's start; docs/cli.md)."""
 
-    #: command name -> "module:attribute", relative to this package
+    #: command name -> "module:attribute", relative to this package. No module here may
+    #: be named like an attribute of the package: importing it would replace that
+    #: attribute (``run``, the console entry point, once ``eos run`` was loaded).
     LAZY = {
         "kafka": "..broker.cli:kafka",            # the project's own Kafka broker
-        "run": ".run:run_cmd",                    # run a pipeline, or stop its run
-        "stop": ".run:stop_cmd",
+        "run": ".run_command:run_cmd",            # run a pipeline, or stop its run
+        "stop": ".run_command:stop_cmd",
         "produce": ".produce:produce_cmd",        # feed its input, read its output
         "consume": ".produce:consume_cmd",
         "jobs": ".jobs:jobs_cmd",                 # the jobs that ran on a transport,

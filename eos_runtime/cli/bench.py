@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..limits import LIMITS
 from ..limits import option as in_range
 from ..runner import check_writable_dir
-from .options import stdout_to_stderr
+from .options import sigterm_interrupts, stdout_to_stderr
 
 # `eos bench` imports the bench (bench.*: the Kafka client, the systems, the report) when
 # it runs: `eos --help` and the other commands start without it (0.1 s).
@@ -204,6 +204,7 @@ WARM_UP_RECORDS = 20_000
                    "summaries and targets; into --out if given, else beside it. A bench "
                    "stopped halfway keeps a results.json of the runs it finished (the report then "
                    "says it is incomplete).")
+@sigterm_interrupts
 def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
               steady_seconds: float, state_keys: str, vocabulary: str,

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -305,3 +308,20 @@ def absolute_paths(opts: dict[str, Any]) -> dict[str, Any]:
     if "data_dir" in opts:
         return {"data_dir": str(Path(opts["data_dir"]).absolute())}
     return opts
+
+
+def sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
+    """SIGTERM interrupts ``command`` as Ctrl-C does: its default action would end the
+    process holding what it took (eos run: its lease, before the run is watched; eos
+    bench: the systems it started), where a KeyboardInterrupt releases it on its way
+    out. run_watch.watch_run then takes both signals as a graceful stop."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return command(*args, **kwargs)
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return wrapper

@@ -12,9 +12,10 @@ then renames it into place: a truncated archive does not fail gracefully, it cra
 JVM that maps it (SIGBUS in JDK 17). ``java_options`` adds the archive to a local
 driver's options when it is there.
 
-The archive is only valid for one JVM build and one set of Spark jars, so its name is a
-digest of both: after an upgrade of either, ``java_options`` finds no archive and the
-driver starts as before, until ``build`` runs again. A JVM that finds the archive
+The archive is only valid for one JVM build and one set of Spark jars where they are,
+so its name is a digest of both: after an upgrade of either, ``java_options`` finds no
+archive and the driver starts as before, until ``build`` runs again. Each venv (each
+checkout) has an archive of its own, some 70 MB; none is deleted. A JVM that finds the archive
 unusable anyway (another classpath: a user's ``spark.driver.extraClassPath``) ignores
 it: sharing is ``auto``.
 
@@ -107,9 +108,7 @@ def build(*, force: bool = False, timeout: float = 300.0) -> Path:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    for old in path.parent.glob("*.jsa"):
-        if old != path and not old.name.startswith("."):   # not another build's, under way
-            old.unlink(missing_ok=True)   # another java's or pyspark's: never mapped again
+    # Other archives stay: another checkout's venv, whose jars are elsewhere, maps its own.
     return path
 
 

@@ -14,9 +14,7 @@ import contextlib
 import functools
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +42,7 @@ from .options import (
     n_of,
     override_options,
     resolve_transport,
+    sigterm_interrupts,
     stdout_to_stderr,
     transport_options,
     with_pipeline_settings,
@@ -53,23 +52,6 @@ __all__ = ["run_cmd", "stop_cmd"]
 
 
 # --------------------------------------------------------------------------- eos run
-
-def _sigterm_interrupts(command: Callable[..., None]) -> Callable[..., None]:
-    """SIGTERM interrupts as Ctrl-C does while the run is not watched yet (loading,
-    planning, taking the lease): its default action would end the process holding what
-    it took, where a KeyboardInterrupt releases it on its way out. run_watch.watch_run then
-    takes both signals as a graceful stop."""
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return command(*args, **kwargs)
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-        try:
-            return command(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return wrapper
-
 
 def _shows_user_frames(command: Callable[..., None]) -> Callable[..., None]:
     """``--traceback``: the frames of the user's own files behind a failed run (a user
@@ -247,7 +229,7 @@ def _summary_lines(summary: Any) -> list[str]:
 @json_option("Print the run summary as JSON at the end, and nothing else on stdout (a "
              "failed run: a JSON error object).")
 @_shows_user_frames
-@_sigterm_interrupts
+@sigterm_interrupts
 def run_cmd(pipeline_file: str, bootstrap_servers: str | None, data_dir: str | None,
             state_dir: str | None, guarantee: str | None, commit_interval: float | None,
             commit_every: int | None, parallelism: int | None, sink_partitions: int | None,
