@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-__all__ = ["parent_death_signal_hook", "process_gone"]
+__all__ = ["alive", "parent_death_signal_hook", "process_gone"]
 
 #: How much later than a lease's acquire a process with the holder's pid may have started
 #: and still be taken for the holder: /proc's boot time is whole seconds, and the wall
@@ -29,6 +29,15 @@ def parent_death_signal_hook() -> Callable[[], None] | None:
     def hook() -> None:
         prctl(1, int(signal.SIGTERM))                      # PR_SET_PDEATHSIG
     return hook
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is neither a zombie nor dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def process_gone(pid: int, since_ms: int) -> bool:

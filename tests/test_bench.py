@@ -829,14 +829,6 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -847,6 +839,8 @@ def test_sigterm_stops_the_bench_and_the_systems_it_started(kafka_bootstrap, tmp
     import signal
     import subprocess
     import sys
+
+    from eos_runtime.processes import alive
 
     bench = subprocess.Popen(
         [sys.executable, "-c", "from eos_runtime.cli import run; run()", "bench",
@@ -870,6 +864,6 @@ def test_sigterm_stops_the_bench_and_the_systems_it_started(kafka_bootstrap, tmp
     assert bench.returncode == 130, err
     assert "error: interrupted" in err, err
     deadline = time.monotonic() + 60
-    while any(_alive(p) for p in system) and time.monotonic() < deadline:
+    while any(alive(p) for p in system) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [cmd for p, cmd in system.items() if _alive(p)]
+    assert not [cmd for p, cmd in system.items() if alive(p)]

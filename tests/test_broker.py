@@ -14,6 +14,7 @@ import pytest
 
 from eos_runtime.broker import KafkaBroker, find_running, free_port, jars, rundir, stop_running
 from eos_runtime.errors import BrokerError, SetupError
+from eos_runtime.processes import alive
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
@@ -26,14 +27,6 @@ def eos(*args: str, env: dict[str, str] | None = None,
     return subprocess.run([sys.executable, "-c", "from eos_runtime.cli import run; run()", *args],
                           capture_output=True, text=True, env=env, timeout=timeout,
                           stdin=subprocess.DEVNULL)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def broker_processes(run_dir: Path) -> list[int]:

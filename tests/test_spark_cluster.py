@@ -29,6 +29,7 @@ import pytest
 
 from eos_runtime.engine import EngineConfig, EngineError, TaskAttempt, run_tasks, start_tasks
 from eos_runtime.engine.standalone import StandaloneCluster
+from eos_runtime.processes import alive
 
 from task_files import touch, wait_for
 
@@ -115,14 +116,6 @@ def always_failing_task(task: TaskAttempt) -> bytes:
 
 def _payloads(n: int, **cfg) -> list[bytes]:
     return [json.dumps({"n": n, **cfg}).encode() for _ in range(n)]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- tests

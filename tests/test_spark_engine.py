@@ -29,6 +29,7 @@ from eos_runtime.engine import (
     start_tasks,
 )
 from eos_runtime.errors import ConfigError, SetupError
+from eos_runtime.processes import alive
 
 from task_files import touch, wait_for
 
@@ -112,14 +113,6 @@ def sleeping_task(task: TaskAttempt) -> bytes:
 
 def _payloads(n: int, **cfg) -> list[bytes]:
     return [json.dumps({"n": n, **cfg}).encode() for _ in range(n)]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- tests

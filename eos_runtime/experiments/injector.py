@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import KafkaBroker, find_running
+from ..processes import alive
 from ..runtime.progress import read_task_progress
 from .schedule import PAUSES, Fault, Schedule
 
@@ -23,14 +24,6 @@ __all__ = ["Injector", "resume", "alive", "broker_may_stop", "BROKER_REST", "ZOM
 
 ZOMBIE_LINGER = 20.0  # seconds a released zombie may go on after the run before it is killed
 BROKER_REST = 15.0    # seconds the broker stays up between two outages, at least
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def broker_may_stop(now: float, due: float, outage_running: bool,
