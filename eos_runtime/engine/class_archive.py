@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..cache import cache_root
 from ..errors import SetupError
-from .java import spark_java
+from .java import pyspark_home, spark_java
 
 __all__ = ["archive_path", "build", "java_options", "prove", "LOCAL_DRIVER_JAVA_OPTIONS"]
 
@@ -45,25 +45,20 @@ __all__ = ["archive_path", "build", "java_options", "prove", "LOCAL_DRIVER_JAVA_
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def _spark_home() -> Path | None:
-    import importlib.util
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def archive_path() -> Path | None:
     """Where the archive of this machine's java and pyspark is (or would be); None when
-    either is missing. The name digests the JVM's library and every Spark jar (name,
-    size, modification time): what the JVM itself checks before it maps the archive."""
+    either is missing."""
     try:
-        java = Path(os.path.realpath(spark_java()))
+        return _archive_of(spark_java(), pyspark_home())
     except SetupError:
         return None
-    home = _spark_home()
-    if home is None or not (home / "jars").is_dir():
-        return None
+
+
+def _archive_of(java_path: str, home: Path) -> Path:
+    """The archive's path for ``java_path`` and the pyspark at ``home``. The name digests
+    the JVM's library and every Spark jar (name, size, modification time): what the JVM
+    itself checks before it maps the archive."""
+    java = Path(os.path.realpath(java_path))
     digest = hashlib.sha256(LOCAL_DRIVER_JAVA_OPTIONS.encode())
     libjvm = java.parent.parent / "lib" / "server" / "libjvm.so"
     for path in [java, libjvm, *sorted((home / "jars").iterdir())]:
@@ -88,11 +83,7 @@ def build(*, force: bool = False, timeout: float = 300.0) -> Path:
     """Make the archive (unless it is there already and ``force`` is not given); returns
     its path. ``SetupError`` when java or pyspark is missing or the archive could not be
     made or proved."""
-    path = archive_path()
-    if path is None:
-        spark_java()   # raises, naming what to fix
-        raise SetupError("pyspark is not installed with its jars/ directory: "
-                         "pip install pyspark")
+    path = _archive_of(spark_java(), pyspark_home())   # SetupError naming what is missing
     if path.is_file() and not force:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,6 @@ pyspark is not imported here (only located), so this module is cheap to import.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -39,9 +38,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, PortTaken, SetupError
+from ..errors import EngineError, PortTaken
 from ..processes import parent_death_signal_hook
-from .java import spark_java
+from .java import pyspark_home, spark_java
 
 __all__ = ["StandaloneCluster", "pyspark_home"]
 
@@ -50,18 +49,6 @@ _MASTER_MAIN = "org.apache.spark.deploy.master.Master"
 _WORKER_MAIN = "org.apache.spark.deploy.worker.Worker"
 # The master's web UI is on loopback: never ask an http_proxy from the environment.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def pyspark_home() -> Path:
-    """The pip-installed pyspark directory (it holds ``jars/`` and ``bin/``)."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise SetupError("pyspark is not installed in this Python")
-    home = Path(list(spec.submodule_search_locations)[0])
-    if not (home / "jars").is_dir():
-        raise SetupError(f"pyspark at {home} has no jars/ directory: install pyspark from "
-                         f"PyPI (pip install pyspark), not a jar-less build")
-    return home
 
 
 def _free_ports(n: int) -> list[int]:
