@@ -21,6 +21,7 @@ one JSON line to ``path`` first, so an experiment knows when and where its fault
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import signal
 import stat
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from . import clock
@@ -64,6 +66,7 @@ _steps: dict[str, float] = {}      # action "clock": seconds the wall clock step
 _not_before: dict[str, float] = {}   # epoch seconds before which a point's hits do not count
 _record: dict[str, Any] = {}
 _zombie: list[str] = []     # in a zombie: the point it split at
+_stack_out: list[Any] = []  # in a zombie: the file faulthandler writes its stack to
 # Split hooks, (before, after): ``before`` runs in the process about to split, ``after``
 # in the zombie just after the split, before it stops. A client library whose threads do
 # not survive a fork settles its clients before and makes them anew after
@@ -221,6 +224,7 @@ def _split_zombie(name: str) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     _zombie.append(name)
+    _dump_stack_on_request()
     _note(name, "zombie")
     try:
         for _, after in _split_hooks:
@@ -228,6 +232,22 @@ def _split_zombie(name: str) -> None:
     finally:
         os.close(done)   # the parent may die now
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def stack_file(log: str | os.PathLike[str], pid: int) -> Path:
+    """Where zombie ``pid``, recording to fault log ``log``, writes its stack on SIGUSR2."""
+    return Path(f"{os.fspath(log)}.zombie-{pid}.stack")
+
+
+def _dump_stack_on_request() -> None:
+    """A zombie that will not end is killed after its run; on SIGUSR2 before that, it
+    writes where every thread is, so the report can say where it hung."""
+    if not _record:
+        return
+    # Left open for good: faulthandler writes to it whenever the signal comes.
+    out = open(stack_file(_record["_path"], os.getpid()), "w")
+    faulthandler.register(signal.SIGUSR2, file=out, all_threads=True)
+    _stack_out.append(out)
 
 
 def zombie_ended(exc: BaseException | None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import KafkaBroker, find_running
+from ..faults import stack_file
 from ..processes import alive
 from ..runtime.progress import read_task_progress
 from .schedule import PAUSES, Fault, Schedule
@@ -56,6 +57,7 @@ class Injector:
         self.t0 = time.monotonic()
         self.wall0 = time.time()
         self._log_pos = 0
+        self._last_note: dict[int, str] = {}   # pid -> the action of its latest note
         self.attempts: dict[tuple[int, int], dict[str, Any]] = {}
         # (task, attempt, generation) -> when it started (the task's progress file)
         self.generations: dict[tuple[int, int, int], dict[str, Any]] = {}
@@ -78,8 +80,11 @@ class Injector:
         self._read_log()
         for f, rec in self._faults:
             if rec["fired"] or rec.get("missed"):
-                if f.kind == "zombie" and rec["fired"] and not rec.get("released"):
-                    self._release(f, rec, now)
+                if f.kind == "zombie" and rec["fired"]:
+                    if rec.get("released"):
+                        self._wake(rec)
+                    else:
+                        self._release(f, rec, now)
                 continue
             if f.kind == "kill":
                 self._kill(f, rec, now)
@@ -189,6 +194,7 @@ class Injector:
             except ValueError:
                 continue
             t = round(note["time"] - self.wall0, 3)
+            self._last_note[note["pid"]] = str(note.get("action"))
             if note.get("action") == "zombie-end":
                 for f, rec in self._faults:
                     if f.kind == "zombie" and rec.get("zombie_pid") == note["pid"]:
@@ -241,6 +247,17 @@ class Injector:
             os.kill(pid, signal.SIGCONT)
         rec["released"] = round(now, 3)
 
+    def _wake(self, rec: dict[str, Any]) -> None:
+        """Release again a released zombie still stopped at its split: the SIGCONT came
+        between its note and its SIGSTOP (a busy machine can hold a process there), and
+        was lost. Only while its latest note is the split's: a zombie held at a pause
+        later is its pause's to let go."""
+        pid = rec.get("zombie_pid")
+        if (pid is not None and self._last_note.get(pid) == "zombie"
+                and _state(pid) in ("T", "t")):
+            rec["released_again"] = rec.get("released_again", 0) + 1
+            os.kill(pid, signal.SIGCONT)
+
     def finish(self) -> None:
         """After the run: release zombies still stopped, give them a moment to write late,
         then kill what is left of them; wait for broker outages to end (the broker must be
@@ -262,8 +279,11 @@ class Injector:
         for _, rec in zombies:
             pid = rec.get("zombie_pid")
             while pid is not None and alive(pid) and time.monotonic() < deadline:
+                self._read_log()
+                self._wake(rec)
                 time.sleep(0.05)
             if pid is not None and alive(pid):
+                rec.update(_last_words(pid, self.log))
                 os.kill(pid, signal.SIGKILL)
                 # its task may have ended (noted) while the process hung on its way out
                 rec["zombie_end"] = "; ".join(
@@ -295,6 +315,25 @@ def resume(pid: int) -> None:
 
 #: Seconds a pause waits for its task to stop itself before letting it go anyway.
 STOP_WAIT = 60.0
+
+
+def _last_words(pid: int, log: Path) -> dict[str, Any]:
+    """Where a zombie that would not end was: its state letter, what it waits in, and
+    the Python stack it writes when asked (``faults.stack_file``): a report's clue."""
+    out: dict[str, Any] = {"zombie_state": _state(pid)}
+    try:
+        out["zombie_wchan"] = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        pass
+    stack = stack_file(log, pid)
+    if out["zombie_state"] not in ("T", "t") and stack.exists():
+        os.kill(pid, signal.SIGUSR2)   # faulthandler writes every thread's stack
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not stack.stat().st_size:
+            time.sleep(0.05)
+        time.sleep(0.2)   # the other threads' stacks follow the first
+        out["zombie_stack"] = stack.read_text()[-4000:]
+    return out
 
 
 def _state(pid: int) -> str | None:
