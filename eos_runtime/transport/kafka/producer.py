@@ -135,6 +135,25 @@ class _DeliveryState:
         self.permanent_count = 0
 
 
+#: librdkafka asks for an idempotent producer's id when the producer starts, before any
+#: broker connection is up, then again on a timer of this many seconds (its
+#: rdkafka_idempotence.c; confluentinc/librdkafka#5032). A producer's first flush or a
+#: transactional producer's init_transactions waited for it: half a second for each
+#: control record a driver appends, for every idempotent producer's first record.
+_PID_RETRY = 0.5
+
+
+def _ask_for_producer_id(p: _CkProducer) -> None:
+    """Have librdkafka ask for the producer id now. It asks again whenever a metadata
+    answer comes, and a metadata request waits until a broker is up: about 60 ms against
+    the timer's 500 (measured on the project's broker). A failure is left to the call
+    that needs the id, which names it; after ``_PID_RETRY`` the timer has asked anyway."""
+    try:
+        p.list_topics(timeout=_PID_RETRY)
+    except (_KafkaException, RuntimeError):
+        pass
+
+
 class KafkaProducer(Producer):
     """A librdkafka producer: idempotent, ``acks=all``, optionally transactional."""
 
@@ -169,8 +188,12 @@ class KafkaProducer(Producer):
         self._journal: list[tuple[str, int, bytes | None, bytes | None, int]] | None = (
             [] if self.transactional and faults.zombie_armed() else None)
         self._p: _CkProducer | None = _make_client(_CkProducer, full, "producer")
+        # An idempotent producer's id is asked for again at its first flush (a
+        # transactional one's here): when librdkafka first asked, or None once done.
+        self._asked_for_id: float | None = None if self.transactional else time.monotonic()
         if self.transactional:
             try:
+                _ask_for_producer_id(self._p)
                 # Fences every older producer with the same transactional id and
                 # aborts a transaction it left open.
                 self._p.init_transactions(timeout)
@@ -194,7 +217,9 @@ class KafkaProducer(Producer):
             self._conf.update(on_delivery=self._state.on_delivery)
         self._since_poll = 0
         self._p = _make_client(_CkProducer, self._conf, "producer")
+        self._asked_for_id = None if self.transactional else time.monotonic()
         if self.transactional:
+            _ask_for_producer_id(self._p)
             self._p.init_transactions(self._timeout)
             if self._in_transaction:
                 self._p.begin_transaction()
@@ -289,6 +314,10 @@ class KafkaProducer(Producer):
         The offsets are not forgotten here: callers do that once they succeed.
         """
         p = self._handle()
+        if self._asked_for_id is not None:
+            if time.monotonic() - self._asked_for_id < _PID_RETRY:
+                _ask_for_producer_id(p)
+            self._asked_for_id = None
         outstanding = self._serve("flush", p.flush, timeout)
         st = self._state
         if st.failure_count or outstanding or st.fatal is not None:
