@@ -74,6 +74,8 @@ def preload_task(task: TaskAttempt) -> bytes:
                                               "eos_runtime.engine.daemon"} & before_fork),
                        "driver_side": sorted({"eos_runtime.runner", "eos_runtime.cli",
                                               "eos_runtime.run_start"} & before_fork),
+                       "pyspark_from": sys.modules["pyspark.worker"].__file__,
+                       "py4j_from": sys.modules["py4j"].__file__,
                        "parent": Path(f"/proc/{parent}/cmdline").read_bytes().decode(),
                        "parent_threads": len(os.listdir(f"/proc/{parent}/task"))}).encode()
 
@@ -232,6 +234,13 @@ def test_workers_fork_from_a_daemon_that_imported_the_runtime(tmp_path: Path) ->
     assert out[0]["files_dir_before_fork"]
     assert "eos_runtime.engine.daemon" in out[0]["parent"]
     assert out[0]["parent_threads"] == 1
+    # pyspark and py4j as installed, compiled once, not from the zips Spark puts first on
+    # a worker's path: zipimport compiles every module from source in every new daemon
+    # (a second of CPU each run)
+    import py4j
+    import pyspark.worker
+    assert out[0]["pyspark_from"] == pyspark.worker.__file__
+    assert out[0]["py4j_from"] == py4j.__file__
 
 
 @pytest.mark.parametrize("how", ["raise", "sigkill"])

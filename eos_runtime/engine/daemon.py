@@ -49,6 +49,7 @@ def preload() -> None:
     worker that finds it there already skips ``importlib.invalidate_caches()``, which
     re-reads pyspark's and py4j's zip directories (0.07 s and 16 MB per worker)."""
     global imported, path
+    sys.path[:] = _installed_before_zips(sys.path)
     files = os.environ.get(FILES_DIR_ENV)
     if files and files not in sys.path:
         sys.path.insert(1, files)
@@ -59,6 +60,29 @@ def preload() -> None:
             pass
     imported = frozenset(sys.modules)
     path = tuple(sys.path)
+
+
+def _installed_before_zips(entries: list[str]) -> list[str]:
+    """``entries`` with Spark's ``pyspark.zip`` and ``py4j-*-src.zip`` moved last when
+    they are the zips of the pyspark installed on this path (``<dir>/pyspark/python/lib``,
+    ``<dir>`` an entry too), so the same code is imported from the installed copy.
+
+    Spark puts its zips first on a worker's path. zipimport writes no bytecode cache and
+    compiles every module it loads from source, in every new daemon, so once a run (a
+    SparkContext starts one): 1.0-1.1 s of CPU more than the installed, compiled copy for
+    what ``PRELOAD`` imports (measured alone). A Spark of its own (``SPARK_HOME``
+    elsewhere, a cluster's) keeps its zips first: they must match its JVM."""
+    def ours(entry: str) -> bool:
+        lib = os.path.dirname(entry)
+        name = os.path.basename(entry)
+        if not (name == "pyspark.zip" or (name.startswith("py4j-") and name.endswith(".zip"))):
+            return False
+        package = os.path.dirname(os.path.dirname(lib))   # <dir>/pyspark
+        return (os.path.basename(package) == "pyspark"
+                and os.path.dirname(package) in entries
+                and os.path.isfile(os.path.join(package, "__init__.py")))
+    zips = [e for e in entries if ours(e)]
+    return [e for e in entries if e not in zips] + zips
 
 
 if __name__ == "__main__":
