@@ -3,6 +3,8 @@ on both transports where the manager keeps its checkpoints in a topic."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from eos_runtime.errors import ConfigError, TopicNotFound
@@ -112,7 +114,8 @@ def test_a_change_log_write_keeps_state_and_version_and_fences_the_old_generatio
     is kept, and the next recovery starts from the new positions."""
     opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
             else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
-    job = f"cpstate-{kind}"
+    # A name of its own: the session's broker may hold an earlier session's job
+    job = f"cpstate-{kind}-{uuid.uuid4().hex[:8]}"
     with open_transport(**opts) as t:
         t.create_topics([TopicSpec(f"{job}.changelog", 1, keep_forever=True)])
         tp = TopicPartition(f"{job}.changelog", 0)

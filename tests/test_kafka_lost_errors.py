@@ -67,6 +67,7 @@ def _producer(flush_does: str, txn_state: KafkaError | None) -> tuple[KafkaProdu
     # What init_transactions and begin_transaction would have left behind.
     p.transactional = True
     p._in_transaction = True
+    p._asked_for_id = None   # init_transactions asked for the producer id
     handle = _LostReportHandle(p._state, flush_does, txn_state)
     p._discard()
     p._p = handle
