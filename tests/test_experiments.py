@@ -1515,6 +1515,7 @@ waiting_for_something_that_never_comes()
         assert rec["zombie_end"] == "process killed 0 s after the run ended", rec
         assert rec["zombie_state"] == "S" and "released_again" not in rec
         assert "waiting_for_something_that_never_comes" in rec["zombie_stack"], rec
+        assert not list(tmp_path.glob("*.stack"))   # read into the report, not left behind
     finally:
         zombie.kill()
         zombie.wait()

@@ -296,6 +296,8 @@ class Injector:
         self._read_log()   # how the zombies ended
         for _, rec in zombies:
             rec.setdefault("zombie_end", "gone without a word (killed, or died outside its task)")
+            if rec.get("zombie_pid") is not None:   # never asked for: no file left behind
+                stack_file(self.log, rec["zombie_pid"]).unlink(missing_ok=True)
         for rec in self.records:
             if not rec["fired"] and not rec.get("missed"):
                 rec.update(missed=True, note=rec.get("note") or "never reached")
