@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-__all__ = ["alive", "parent_death_signal_hook", "process_gone"]
+__all__ = ["alive", "parent_death_signal_hook", "process_gone", "state"]
 
 #: How much later than a lease's acquire a process with the holder's pid may have started
 #: and still be taken for the holder: /proc's boot time is whole seconds, and the wall
@@ -31,13 +31,19 @@ def parent_death_signal_hook() -> Callable[[], None] | None:
     return hook
 
 
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs: it exists and is neither a zombie nor dead."""
+def state(pid: int) -> str | None:
+    """Process ``pid``'s state letter (``/proc/<pid>/stat``: R, S, D, T stopped, Z zombie,
+    X dead...), None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[0]   # the name may hold spaces
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is neither a zombie nor dead."""
+    return state(pid) not in (None, "Z", "X")
 
 
 def process_gone(pid: int, since_ms: int) -> bool:

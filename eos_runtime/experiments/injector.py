@@ -18,6 +18,7 @@ from typing import Any
 from ..broker import KafkaBroker, find_running
 from ..faults import stack_file
 from ..processes import alive
+from ..processes import state as process_state
 from ..runtime.progress import read_task_progress
 from .schedule import PAUSES, Fault, Schedule
 
@@ -258,7 +259,7 @@ class Injector:
         later is its pause's to let go."""
         pid = rec.get("zombie_pid")
         if (pid is not None and self._last_note.get(pid) == "zombie"
-                and _state(pid) in ("T", "t")):
+                and process_state(pid) in ("T", "t")):
             rec["released_again"] = rec.get("released_again", 0) + 1
             os.kill(pid, signal.SIGCONT)
 
@@ -311,7 +312,7 @@ def resume(pid: int) -> None:
     itself, and a SIGCONT that came between the two would be lost and leave it stopped
     for good (a busy machine did that)."""
     deadline = time.monotonic() + STOP_WAIT
-    while time.monotonic() < deadline and _state(pid) not in ("T", "t", "Z", "X", None):
+    while time.monotonic() < deadline and process_state(pid) not in ("T", "t", "Z", "X", None):
         time.sleep(0.01)
     try:
         os.kill(pid, signal.SIGCONT)
@@ -326,7 +327,7 @@ STOP_WAIT = 60.0
 def _last_words(pid: int, log: Path) -> dict[str, Any]:
     """Where a zombie that would not end was: its state letter, what it waits in, and
     the Python stack it writes when asked (``faults.stack_file``): a report's clue."""
-    out: dict[str, Any] = {"zombie_state": _state(pid)}
+    out: dict[str, Any] = {"zombie_state": process_state(pid)}
     try:
         out["zombie_wchan"] = Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
@@ -340,12 +341,3 @@ def _last_words(pid: int, log: Path) -> dict[str, Any]:
         time.sleep(0.2)   # the other threads' stacks follow the first
         out["zombie_stack"] = stack.read_text()[-4000:]
     return out
-
-
-def _state(pid: int) -> str | None:
-    """The process's state letter (``/proc/<pid>/stat``; T: stopped), None once gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
