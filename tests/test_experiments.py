@@ -1494,8 +1494,8 @@ import time
 from eos_runtime import faults
 faults.record_to({str(log)!r}, task=0, attempt=0)
 faults._dump_stack_on_request()
-faults._note("task.mid_version", "zombie")
 def waiting_for_something_that_never_comes():
+    faults._note("task.mid_version", "zombie")   # noted from here: its stack names this
     time.sleep(600)
 waiting_for_something_that_never_comes()
 """])
