@@ -35,13 +35,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .aggregates import RunningAggregate, aggregating, count, reducing, summing
 from .api_windows import JoinOp, Windowed, WindowOp, check_window, join_streams
 from .errors import ConfigError
 from .kafka_settings import check_settings
 from .limits import check
 from .outage import DEFAULT_BUDGET, check_budget
 from .topic_rules import check_moves, check_name, check_sinks_not_read
-from .user_functions import as_listener, check_arity, function_name
+from .user_functions import as_listener, check_arity, check_call, function_name
 from .values import FORMATS, State, _format, _key_format
 from .windows import Hopping, Session, Tumbling
 
@@ -135,7 +136,7 @@ class _Node:
         if self.kind == "source":
             return f"source {p.topic!r}"
         if self.kind == "step":
-            return f".{p.kind}({p.name})"
+            return f".{p.name}" if isinstance(p.fn, RunningAggregate) else f".{p.kind}({p.name})"
         if self.kind == "key_by":
             return f".key_by({function_name(p.key_fn, 'key_by')})"
         if self.kind == "sink":
@@ -252,6 +253,40 @@ class Stream:
         node = stream._node
         return self._pipeline._stream("lookup", Lookup(table, how, join, table.topic),
                                       (node,), node.keyed, node.roots)
+
+    def count(self) -> Stream:
+        """Each value's key's running count: 1, 2, 3, ... (``aggregates.py``)."""
+        return self._aggregate(count())
+
+    def sum(self, fn: Callable[[Any], Any] | None = None) -> Stream:
+        """Each value's key's running sum of its values, or of ``fn(value)``."""
+        if fn is None:
+            return self._aggregate(summing(None, ""))
+        return self._aggregate(summing(fn, self._aggregate_fn(fn, "sum", ("value",))))
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> Stream:
+        """Each value's key's running ``fn(acc, value)``; the key's first value starts it."""
+        return self._aggregate(reducing(fn, self._aggregate_fn(fn, "reduce",
+                                                              ("acc", "value"))))
+
+    def aggregate(self, initial: Callable[[], Any], add: Callable[[Any, Any], Any]) -> Stream:
+        """Each value's key's running ``add(acc, value)``, from ``initial()``."""
+        self._aggregate_fn(initial, "aggregate initial", ())
+        return self._aggregate(aggregating(initial, add, self._aggregate_fn(
+            add, "aggregate add", ("acc", "value"))))
+
+    def _aggregate_fn(self, fn: object, what: str, args: tuple[str, ...]) -> str:
+        """A running aggregate's function, refused unless it takes ``args``; its name."""
+        if not callable(fn):
+            raise ConfigError(f"{what}: expected a function, got {fn!r}")
+        name = function_name(fn, what)
+        check_call(fn, f"{what}({name})", name, args)
+        return name
+
+    def _aggregate(self, aggregate: RunningAggregate) -> Stream:
+        self._keyed_here(aggregate.name)
+        return self._pipeline._stream("step", Step("map", aggregate, True, aggregate.name),
+                                      (self._node,), True, self._node.roots)
 
     def window(self, spec: Tumbling | Hopping | Session, *, grace: int = 0
                ) -> Windowed[Stream]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import cloudpickle
 
+from .aggregates import RunningAggregate
 from .api import Source
 from .errors import UserFunctionError
 from .graph import Op
@@ -186,6 +187,8 @@ def value_origin(program: tuple[Op, ...], output: int, source: Source | None) ->
     while len(feeding) == 1:
         op = program[feeding[0]]
         step = op.step
+        if step is not None and isinstance(step.fn, RunningAggregate):
+            return f"made by {step.name}"
         if step is not None and step.kind in ("map", "flat_map"):
             return f"{'returned' if step.kind == 'map' else 'yielded'} by {step.kind}({step.name})"
         if op.lookup is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["check_arity", "function_name", "as_listener"]
+__all__ = ["check_arity", "check_call", "function_name", "as_listener"]
 
 
 def function_name(fn: Callable[..., Any], default: str) -> str:
@@ -41,6 +41,23 @@ def check_arity(fn: Callable[..., Any], step: str, name: str, stateful: bool, *,
         fix = "give it one parameter, (value)"
     raise ConfigError(f"{step}: {role} is called as {called}, but its parameters are {sig}: "
                       f"{fix}")
+
+
+def check_call(fn: Callable[..., Any], step: str, name: str, args: tuple[str, ...]) -> None:
+    """Refuse a function that cannot be called with ``args`` (their names, for the
+    message), as ``check_arity`` does for steps."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    if binds(sig, len(args)):
+        return
+    listed = ", ".join(args)
+    called = f"{name if name.isidentifier() else 'fn'}({listed})"
+    fix = f"give it {len(args)} parameter{'s' * (len(args) != 1)}, ({listed})" if args \
+        else "give it no parameters"
+    raise ConfigError(f"{step}: a function is called as {called}, but its parameters are "
+                      f"{sig}: {fix}")
 
 
 def binds(sig: inspect.Signature, n: int) -> bool:

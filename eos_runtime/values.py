@@ -12,13 +12,27 @@ import msgpack
 
 from .errors import ConfigError, UserFunctionError
 
-__all__ = ["FORMATS", "State"]
+__all__ = ["FORMATS", "State", "NO_KEY_STATE"]
+
+NO_KEY_STATE = ("this record has no key, and a stateful step keeps its state per key (keyless "
+                "records would all share one state): key_by(...) before the stateful step, or "
+                "give every record of the source topic a key")
+
+# json.dumps with options builds an encoder per call: one, built once, writes the same.
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _json(value: Any) -> bytes:
+    if type(value) is int:   # a count: JSON's digits, without the encoder
+        return b"%d" % value
+    return _encode_json(value).encode()
+
 
 # Record formats for the edges of a pipeline: user topics hold bytes.
 FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "bytes": (lambda v: v, lambda b: b),
     "utf8": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
-    "json": (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads),
+    "json": (_json, json.loads),
     "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True),
                 lambda b: msgpack.unpackb(b, raw=False)),
 }
@@ -70,10 +84,7 @@ class State:
     def _key(self, name: str) -> bytes:
         prefix = self._prefix
         if not prefix:
-            raise UserFunctionError(
-                "this record has no key, and a stateful step keeps its state per key (keyless "
-                "records would all share one state): key_by(...) before the stateful step, or "
-                "give every record of the source topic a key")
+            raise UserFunctionError(NO_KEY_STATE)
         return prefix + name.encode("utf-8")
 
     def get(self, name: str, default: Any = None) -> Any:

@@ -29,8 +29,9 @@ def example(name: str) -> Pipeline:
 
 
 def as_records(pairs):
-    """(key, value) pairs as the oracles read sink records: bytes, in one partition."""
-    return [Out(0, i, k.encode(), v.encode()) for i, (k, v) in enumerate(pairs)]
+    """(key, value) pairs as the oracles read sink records: bytes, in one partition (a
+    count, as a json sink writes it: its digits)."""
+    return [Out(0, i, k.encode(), str(v).encode()) for i, (k, v) in enumerate(pairs)]
 
 
 def count(word, state):

@@ -20,7 +20,6 @@ from typing import Any
 from ..api import Pipeline
 from ..experiments.workloads import (
     Expected,
-    count,
     page_views,
     pageviews_expected,
     pageviews_pipeline,
@@ -177,8 +176,8 @@ def aggregate_pipeline() -> Pipeline:
                         parallelism=2)
     (pipeline.source("events", value="utf8")
         .key_by(_account)
-        .map(count, stateful=True)
-        .sink("counts", key="utf8", value="utf8"))
+        .count()
+        .sink("counts", key="utf8", value="json"))
     return pipeline
 
 

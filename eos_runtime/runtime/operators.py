@@ -10,10 +10,11 @@ adds the record and where it came from.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
+from ..aggregates import RunningAggregate
 from ..api import Lookup, State, Step
 from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
@@ -63,11 +64,11 @@ class Chain:
 
     def __init__(self, steps: tuple[Step, ...], store: TaskStore | None) -> None:
         self._steps = steps
-        self._states: list[State | None] = []
+        self._states: list[State | Aggregate | None] = []
         for i, step in enumerate(steps):
             if step.stateful:
                 assert store is not None
-                self._states.append(State(*store.accessors(f"step{i}")))
+                self._states.append(_state(step, store.accessors(f"step{i}")))
             else:
                 self._states.append(None)
         if len(steps) == 1:   # most stages: one call per record, no list rebuilt per step
@@ -108,8 +109,9 @@ class Program:
                 if op.lookup is not None:
                     self._states.append(access[0])
                     continue
-                state = State(*access)
-                if op.step is not None and op.step.on_timer is not None:
+                assert op.step is not None
+                state = _state(op.step, access)
+                if op.step.on_timer is not None and isinstance(state, State):
                     self.windows[i] = StepTimers(op.step, i, state, store.accessors(TIMERS))
                 self._states.append(state)
             else:
@@ -188,12 +190,30 @@ def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: by
         raise function_error(f"lookup({lookup.table.topic!r}) join {name}", join, exc) from exc
 
 
-def _apply(step: Step, state: State | None, key_bytes: bytes | None,
+#: A running aggregate's step on its store (``RunningAggregate.over``): (key, value) -> acc
+Aggregate = Callable[[bytes | None, Any], Any]
+
+
+def _state(step: Step, access: tuple[Callable[[bytes], bytes | None],
+                                     Callable[[bytes, bytes], None],
+                                     Callable[[bytes], None]]) -> State | Aggregate:
+    """A stateful step's state: a ``State``, or for a running aggregate its step on the
+    store itself (no ``State`` and no key built per record)."""
+    if isinstance(step.fn, RunningAggregate):
+        return step.fn.over(access[0], access[1])
+    return State(*access)
+
+
+def _apply(step: Step, state: State | Aggregate | None, key_bytes: bytes | None,
            values: list[Any]) -> list[Any]:
     """One step on ``values``."""
     fn = step.fn
     try:
         if state is not None:
+            if type(state) is not State:
+                aggregate = cast(Aggregate, state)
+                return [aggregate(key_bytes, v) for v in values]
+            assert isinstance(state, State)
             state._prefix = key_bytes or b""
             if step.kind == "map":
                 return [fn(v, state) for v in values]
@@ -210,13 +230,26 @@ def _apply(step: Step, state: State | None, key_bytes: bytes | None,
 
 
 def _raised(step: Step, exc: Exception) -> UserFunctionError:
+    if isinstance(step.fn, RunningAggregate):   # "step count()", at the user's own function
+        return function_error(f"step {step.name}", step.fn.user, exc)
     return function_error(f"step {step.kind}({step.name})", step.fn, exc)
 
 
-def _one_step(step: Step, state: State | None) -> Callable[[bytes | None, Any], list[Any]]:
+def _one_step(step: Step, state: State | Aggregate | None
+              ) -> Callable[[bytes | None, Any], list[Any]]:
     """``Chain.run`` for a chain of one step: what the loop above does, for that step only."""
     fn, kind = step.fn, step.kind
+    if state is not None and type(state) is not State:
+        aggregate = cast(Aggregate, state)
+
+        def aggregating(key_bytes: bytes | None, value: Any) -> list[Any]:
+            try:
+                return [aggregate(key_bytes, value)]
+            except Exception as exc:
+                raise _raised(step, exc) from exc
+        return aggregating
     if state is not None:
+        assert isinstance(state, State)
         def stateful(key_bytes: bytes | None, value: Any) -> list[Any]:
             state._prefix = key_bytes or b""
             try:
