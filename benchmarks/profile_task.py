@@ -54,6 +54,8 @@ EXAMPLE = ROOT.parent / "examples" / "wordcount.py"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=50_000)
+    ap.add_argument("--pipeline", default=str(EXAMPLE),
+                    help="a wordcount of your own (a source 'lines', a sink 'counts')")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--guarantee", default="exactly-once",
                     choices=("exactly-once", "at-least-once"))
@@ -72,7 +74,7 @@ def main() -> int:
     opts: dict[str, Any] = ({"bootstrap_servers": args.bootstrap_servers}
                             if args.bootstrap_servers else {"data_dir": str(work / "data")})
     suffix = uuid.uuid4().hex[:8]
-    pipeline = load_pipeline(EXAMPLE)
+    pipeline = load_pipeline(Path(args.pipeline))
     pipeline.rename(f"prof-{suffix}", source=f"prof-lines-{suffix}",
                     sink=f"prof-counts-{suffix}")
     lines = ([value for _, value in aggregate_input(args.lines, args.keys, seed=1)]
