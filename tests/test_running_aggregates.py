@@ -8,11 +8,13 @@ fault-injected runs are the wordcount example's (test_crashes, test_pipelines)."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eos_runtime import Pipeline
 from eos_runtime.aggregates import count, summing
-from eos_runtime.api import State, Step
+from eos_runtime.api import FORMATS, State, Step
 from eos_runtime.errors import ConfigError, UserFunctionError
 from eos_runtime.runtime.operators import Chain, encode_key
 from eos_runtime.state import TaskStore
@@ -173,3 +175,13 @@ def test_a_stream_after_an_aggregate_is_named_by_it():
 def test_an_aggregate_that_cannot_run_is_refused_where_written(write, says):
     with pytest.raises(ConfigError, match=says):
         write(Pipeline("refused"))
+
+
+@pytest.mark.parametrize("value", [0, 3, -5, 2**70, True, False, None, 1.5, "é", [1, "a"],
+                                   {"a": [1, 2.0]}])
+def test_the_json_sink_writes_what_json_dumps_writes(value):
+    """An int takes a shortcut (its digits); nothing else may, a bool least of all."""
+    encode = FORMATS["json"][0]
+    assert encode(value) == json.dumps(value, separators=(",", ":")).encode()
+    with pytest.raises(TypeError):
+        encode({1, 2})
