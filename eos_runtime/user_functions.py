@@ -22,15 +22,12 @@ def check_arity(fn: Callable[..., Any], step: str, name: str, stateful: bool, *,
     """Refuse a function its step could not call: stateful steps call ``fn(value, state)``,
     the others (and key_by) ``fn(value)``. Callables without a signature (some builtins)
     and ``*args`` functions are accepted."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
     args = ("value", "state") if stateful else ("value",)
-    if binds(sig, len(args)):
+    sig = _misfit(fn, args)
+    if sig is None:
         return
     role = role or ("a stateful function" if stateful else "a function")
-    called = f"{name if name.isidentifier() else 'fn'}({', '.join(args)})"
+    called = _called(name, args)
     if stateful:
         fix = "give it two parameters, (value, state)"
         if binds(sig, 1):
@@ -46,18 +43,28 @@ def check_arity(fn: Callable[..., Any], step: str, name: str, stateful: bool, *,
 def check_call(fn: Callable[..., Any], step: str, name: str, args: tuple[str, ...]) -> None:
     """Refuse a function that cannot be called with ``args`` (their names, for the
     message), as ``check_arity`` does for steps."""
+    sig = _misfit(fn, args)
+    if sig is None:
+        return
+    fix = f"give it {len(args)} parameter{'s' * (len(args) != 1)}, ({', '.join(args)})" \
+        if args else "give it no parameters"
+    raise ConfigError(f"{step}: a function is called as {_called(name, args)}, but its "
+                      f"parameters are {sig}: {fix}")
+
+
+def _misfit(fn: Callable[..., Any], args: tuple[str, ...]) -> inspect.Signature | None:
+    """``fn``'s signature when it cannot be called with ``args``; None when it can, or when
+    it has none to check (some builtins)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return
-    if binds(sig, len(args)):
-        return
-    listed = ", ".join(args)
-    called = f"{name if name.isidentifier() else 'fn'}({listed})"
-    fix = f"give it {len(args)} parameter{'s' * (len(args) != 1)}, ({listed})" if args \
-        else "give it no parameters"
-    raise ConfigError(f"{step}: a function is called as {called}, but its parameters are "
-                      f"{sig}: {fix}")
+        return None
+    return None if binds(sig, len(args)) else sig
+
+
+def _called(name: str, args: tuple[str, ...]) -> str:
+    """How a message shows the call: "count(value, state)"."""
+    return f"{name if name.isidentifier() else 'fn'}({', '.join(args)})"
 
 
 def binds(sig: inspect.Signature, n: int) -> bool:
