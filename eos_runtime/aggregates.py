@@ -38,11 +38,8 @@ class RunningAggregate:
     user: Callable[..., Any] | None = None   # the user's function, which errors point to
 
     def __call__(self, value: Any, state: State) -> Any:
-        key = state._key("")
-        raw = state._get(key)
-        acc = self.first(value) if raw is None else self.add(_unpackb(raw, raw=False), value)
-        state._put(key, _pack(acc))
-        return acc
+        # The record's key is the state's prefix: the same key and checks as the record path's
+        return self.over(state._get, state._put)(state._prefix, value)
 
     def over(self, get: Callable[[bytes], bytes | None],
              put: Callable[[bytes, bytes], None]) -> Callable[[bytes | None, Any], Any]:
