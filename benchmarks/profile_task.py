@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import io
 import multiprocessing as mp
 import os
 import pstats
 import resource
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -68,6 +70,9 @@ def main() -> int:
     ap.add_argument("--dump", default=None, help="directory to keep the .prof files in")
     ap.add_argument("--keys", type=int, default=None,
                     help="one word a line from this many keys (the aggregate workload)")
+    ap.add_argument("--memory", action="store_true",
+                    help="break each task's resident set down at its peak (RocksDB, staged "
+                         "changes, recent values, malloc's free pages), sampled every 0.2 s")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="eos-profile-"))
@@ -107,7 +112,8 @@ def main() -> int:
     results: dict[int, dict[str, Any]] = {}
     for wave in waves:
         queue = ctx.Queue()
-        procs = [ctx.Process(target=_one_task, args=(c, queue, dump, not args.no_profile))
+        procs = [ctx.Process(target=_one_task,
+                             args=(c, queue, dump, not args.no_profile, args.memory))
                  for c in wave]
         for p in procs:
             p.start()
@@ -129,6 +135,10 @@ def main() -> int:
               f"{max(r['rss_growth'] for r in mine) / 2**20:,.0f} MiB above the fork's "
               f"(the task that grew most)"
               f"{' (under cProfile)' if not args.no_profile else ''}")
+        if args.memory:
+            grown = max(mine, key=lambda r: r["rss_growth"])
+            print("\nat that task's peak (MiB): "
+                  + ", ".join(f"{k} {v / 2**20:,.1f}" for k, v in grown["memory"].items()))
         if args.no_profile:
             continue
         merged = pstats.Stats(*[str(dump / f"task{t}.prof") for t in stage.task_ids],
@@ -151,9 +161,95 @@ def _resident_bytes() -> int:
         return 0
 
 
-def _one_task(config: Any, queue: Any, dump: Path, profile: bool) -> None:
+class _MemorySampler(threading.Thread):
+    """Where a task's resident set is at its peak: a sample every 0.2 s of the resident
+    set, RocksDB's own accounts (memtables, block cache, index and filter blocks outside
+    it), the stores' staged changes and recent values (their keys' and values' bytes, not
+    the dicts'), and how far glibc's heap grew: in use, and free but kept (``mallinfo2``;
+    RocksDB, librdkafka and Python's larger objects, such as a big dict's table, all
+    allocate there). What the resident growth has beyond malloc's is Python's small
+    objects (its own arenas) and the mapped files."""
+
+    def __init__(self, rss0: int) -> None:
+        super().__init__(daemon=True)
+        self.rss0, self.peak = rss0, 0
+        self._kinds0 = _resident_kinds()
+        self.at_peak: dict[str, int] = {}
+        self.stop = threading.Event()
+        self._mallinfo = _mallinfo2()
+        info = self._mallinfo() if self._mallinfo is not None else None
+        self._malloc0 = (info.uordblks + info.hblkhd, info.fordblks) if info else (0, 0)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            rss = _resident_bytes()
+            if rss > self.peak:
+                self.peak, self.at_peak = rss, self.sample(rss)
+
+    def sample(self, rss: int) -> dict[str, int]:
+        from eos_runtime.state.store import _open_stores
+        kinds = _resident_kinds()
+        out = {"resident growth": rss - self.rss0,
+               **{f"{k} growth": v - self._kinds0.get(k, 0) for k, v in kinds.items()},
+               "memtables": 0, "block cache": 0,
+               "index and filters": 0, "staged": 0, "recent values": 0}
+        for task_store in list(_open_stores):
+            stores = list(getattr(task_store, "_stores", {}).values())
+            for i, st in enumerate(stores):
+                cf = st.cf
+                if cf is None:
+                    continue
+                out["memtables"] += cf.property_int_value("rocksdb.size-all-mem-tables") or 0
+                out["index and filters"] += (
+                    cf.property_int_value("rocksdb.estimate-table-readers-mem") or 0)
+                if i == 0:   # one cache a task
+                    out["block cache"] += cf.property_int_value("rocksdb.block-cache-usage") or 0
+                for name, d in (("staged", st.staged), ("recent values", st.recent)):
+                    items = list(d.items())
+                    out[name] += sum(len(k) + len(v or b"") for k, v in items)
+        if self._mallinfo is not None:
+            info = self._mallinfo()
+            # growth since the fork, as the resident set's
+            out["malloc in use"] = info.uordblks + info.hblkhd - self._malloc0[0]
+            out["malloc free, kept"] = info.fordblks - self._malloc0[1]
+        return out
+
+
+def _resident_kinds() -> dict[str, int]:
+    """The resident set's anonymous and file-backed parts (/proc/self/status)."""
+    out = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("RssAnon:", "RssFile:")):
+                name, kib = line.split()[:2]
+                out[name[3:-1].lower()] = int(kib) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2`` (2.33+), or None."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+def _one_task(config: Any, queue: Any, dump: Path, profile: bool, memory: bool) -> None:
     # what the fork brought along (the parent's input among it) is not the task's
     rss0 = _resident_bytes()
+    sampler = _MemorySampler(rss0) if memory else None
+    if sampler is not None:
+        sampler.start()
     cpu0, started = time.process_time(), time.perf_counter()
     if profile:
         prof = cProfile.Profile()
@@ -162,8 +258,12 @@ def _one_task(config: Any, queue: Any, dump: Path, profile: bool) -> None:
     else:
         stats = run_task(config)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # KiB on Linux
+    if sampler is not None:
+        sampler.stop.set()
+        sampler.join()
     queue.put({**stats.as_dict(), "cpu": time.process_time() - cpu0,
-               "wall": time.perf_counter() - started, "rss_growth": max(0, peak - rss0)})
+               "wall": time.perf_counter() - started, "rss_growth": max(0, peak - rss0),
+               "memory": sampler.at_peak if sampler is not None else {}})
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import rocksdict
 from .. import faults
 from ..errors import ConfigError, EosError, StateError, StateLocked, WireFormatError
 from ..protocol.wire import CheckpointData, decode_checkpoint_data, encode
+from .freed_memory import return_large_frees
 
 __all__ = [
     "TaskStore",
@@ -203,6 +204,8 @@ class TaskStore:
                  recent_kept: int = RECENT_KEPT, recent_bytes: int = RECENT_BYTES) -> None:
         self.path = str(path)
         self._recent_kept, self._recent_bytes = recent_kept, recent_bytes
+        # before RocksDB's first memtable: its flushed blocks go back to the system
+        return_large_frees()
         self._cache = rocksdict.Cache(BLOCK_CACHE_BYTES)
         self._forked = False             # in a fault-injection zombie: never close the DB
         _open_stores.add(self)
