@@ -13,6 +13,7 @@ for the real cost, since cProfile multiplies a call-heavy path's time.
     .venv/bin/python benchmarks/profile_task.py --guarantee at-least-once --top 30
     .venv/bin/python benchmarks/profile_task.py --no-profile                      # CPU µs only
     .venv/bin/python benchmarks/profile_task.py --keys 1000000 --lines 2000000     # big state
+    .venv/bin/python benchmarks/profile_task.py --keys 1000000 --no-profile --memory  # its memory
 
 ``--keys N`` makes the input the bench's aggregate workload instead: one word a line, drawn
 uniformly from N keys, so the counting stage's state grows to N keys (``eos bench
@@ -20,7 +21,9 @@ uniformly from N keys, so the counting stage's state grows to N keys (``eos benc
 
 Prints, per stage: wall and CPU seconds, messages in and out, CPU µs per word, how far the
 resident set of its most-grown task rose above what it had at the fork, and the top
-functions by own time and by cumulative time. ``--dump DIR`` keeps the ``.prof`` files
+functions by own time and by cumulative time; ``--memory``: what that task's resident set
+held at its peak (RocksDB's memtables, cache and index and filter blocks, the staged and
+recent bytes, glibc's heap in use and freed but kept). ``--dump DIR`` keeps the ``.prof`` files
 (for snakeviz or ``python -m pstats``). Measured, never asserted.
 """
 

@@ -16,6 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..state.store import BLOCK_CACHE_BYTES, MEMTABLE_BYTES, MEMTABLES
+from ..transport.kafka.transport import PRODUCER_QUEUE_KBYTES
 from .kafka_streams import COMMIT_INTERVALS
 
 __all__ = ["judge", "markdown_section"]
@@ -186,12 +187,14 @@ def _recovery(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 #: The memory one stateful task's state may take as it grows (docs/state.md, "Memory"):
-#: RocksDB's memtables of its store and the task's block cache, and the store's recent
-#: values (65 536 keys, about 16 MiB at the bench's key sizes). RocksDB's Bloom filters
-#: are not in it: they grow with the keys (about 1.2 bytes a key and copy).
+#: RocksDB's memtables of its store and the task's block cache, the store's recent
+#: values (65 536 keys, about 16 MiB at the bench's key sizes), and its producer's queue,
+#: which a large state's snapshots fill. RocksDB's Bloom filters are not in it: they grow
+#: with the keys (about 1.2 bytes a key and copy).
 ROCKSDB_TASK_MB = (MEMTABLES * MEMTABLE_BYTES + BLOCK_CACHE_BYTES) >> 20
 RECENT_VALUES_MB = 16
-STATE_TASK_MB = ROCKSDB_TASK_MB + RECENT_VALUES_MB
+PRODUCER_QUEUE_MB = PRODUCER_QUEUE_KBYTES >> 10
+STATE_TASK_MB = ROCKSDB_TASK_MB + RECENT_VALUES_MB + PRODUCER_QUEUE_MB
 #: The state-growth targets' span (issue 26: 10³ to 10⁷ keys); a run that spans less of it
 #: is not judged on them.
 GROWTH_SPAN = 10**4
@@ -211,7 +214,7 @@ def _memory(result: dict[str, Any]) -> list[dict[str, Any]]:
         budget_mb = partitions * STATE_TASK_MB
         budget = (f"{system}: peak memory grows by at most the state's budget as state grows "
                   f"({partitions} stateful tasks × {STATE_TASK_MB} MiB = {budget_mb} MiB: "
-                  f"RocksDB's memtables and cache, the recent values)")
+                  f"RocksDB's memtables and cache, the recent values, the producer's queue)")
         rows = [r for r in result.get("memory") or [] if r["system"] == system]
         points = (rows[0].get("points") or []) if rows else []
         if len(points) < 2:
