@@ -33,7 +33,8 @@ _PROBE = textwrap.dedent("""
 
     if sys.argv[1] == "store":
         from eos_runtime.state.store import TaskStore
-        TaskStore(tempfile.mkdtemp(), ["counts"]).close()
+        with tempfile.TemporaryDirectory() as directory:
+            TaskStore(directory, ["counts"]).close()
     # The first large free raises glibc's threshold to 4 MiB, unless it was fixed ...
     libc.free(libc.malloc(4 << 20))
     mapped = libc.mallinfo2().hblkhd

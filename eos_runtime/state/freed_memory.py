@@ -3,8 +3,8 @@
 glibc serves an allocation of at least ``M_MMAP_THRESHOLD`` (128 KiB) from a mapping of
 its own and unmaps it on free. But it raises the threshold to the size of each such
 block freed (up to 32 MiB), so after RocksDB's first flushed memtable its 1 MiB arena
-blocks came from the heap instead, and a flushed memtable stayed there as free memory
-that glibc kept: at 10^7 keys, 154 MiB of a counting task's 264 MiB growth
+blocks (``arena_block_size``) came from the heap instead, and a flushed memtable stayed
+there as free memory that glibc kept: at 10^7 keys, 154 MiB of a counting task's 264 MiB growth
 (``benchmarks/profile_task.py --memory``). Setting the threshold stops glibc moving it
 (and the trim threshold with it), so every block of 1 MiB or more is mapped and given
 back. A 1 MiB allocation then costs a mapping and its page faults, about the cost of
