@@ -44,8 +44,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from eos_runtime.bench.vocabulary import KINDS, Vocabulary
 from eos_runtime.bench.workloads import aggregate_input
-from eos_runtime.experiments.workloads import word_lines
 from eos_runtime.joblog.control import ControlLog
 from eos_runtime.plan import plan_job
 from eos_runtime.runner import create_job_topics, load_pipeline, task_configs
@@ -73,6 +73,12 @@ def main() -> int:
     ap.add_argument("--dump", default=None, help="directory to keep the .prof files in")
     ap.add_argument("--keys", type=int, default=None,
                     help="one word a line from this many keys (the aggregate workload)")
+    ap.add_argument("--vocabulary", choices=KINDS, default="small",
+                    help="the lines' words, as eos bench's --vocabulary (zipf: 8 words a line "
+                         "from 5 000, the bench's default; small: 1 to 8 words from 12)")
+    ap.add_argument("--threads", action="store_true",
+                    help="each task's CPU by thread: Python's and librdkafka's own (rdk:*), "
+                         "sampled every 0.05 s from /proc")
     ap.add_argument("--memory", action="store_true",
                     help="break each task's resident set down at its peak (RocksDB, staged "
                          "changes, recent values, malloc's free pages), sampled every 0.2 s")
@@ -86,7 +92,8 @@ def main() -> int:
     pipeline.rename(f"prof-{suffix}", source=f"prof-lines-{suffix}",
                     sink=f"prof-counts-{suffix}")
     lines = ([value for _, value in aggregate_input(args.lines, args.keys, seed=1)]
-             if args.keys else [line.encode() for line in word_lines(args.lines, seed=1)])
+             if args.keys else [line.encode() for line in
+                               Vocabulary.of(args.vocabulary, None).lines(args.lines, seed=1)])
     words = sum(len(line.split()) for line in lines)
     with open_transport(**opts) as t:
         t.create_topics([TopicSpec(pipeline.source_topic, args.partitions)])
@@ -116,7 +123,8 @@ def main() -> int:
     for wave in waves:
         queue = ctx.Queue()
         procs = [ctx.Process(target=_one_task,
-                             args=(c, queue, dump, not args.no_profile, args.memory))
+                             args=(c, queue, dump, not args.no_profile, args.memory,
+                                   args.threads))
                  for c in wave]
         for p in procs:
             p.start()
@@ -138,6 +146,14 @@ def main() -> int:
               f"{max(r['rss_growth'] for r in mine) / 2**20:,.0f} MiB above the fork's "
               f"(the task that grew most)"
               f"{' (under cProfile)' if not args.no_profile else ''}")
+        if args.threads:
+            by: dict[str, float] = {}
+            for r in mine:
+                for name, seconds in r["threads"].items():
+                    by[name] = by.get(name, 0.0) + seconds
+            print("\nCPU µs per word by thread (all the stage's tasks): " + ", ".join(
+                f"{name} {seconds / max(1, words) * 1e6:.2f}"
+                for name, seconds in sorted(by.items(), key=lambda kv: -kv[1])))
         if args.memory:
             grown = max(mine, key=lambda r: r["rss_growth"])
             print("\nat that task's peak (MiB): "
@@ -247,12 +263,53 @@ def _mallinfo2() -> Any:
     return fn
 
 
-def _one_task(config: Any, queue: Any, dump: Path, profile: bool, memory: bool) -> None:
+class _ThreadCPU(threading.Thread):
+    """Each thread's CPU seconds (/proc/self/task/*/stat), by thread name: the last sample
+    of a thread that ended counts (one shorter than a sample period may be missed). The
+    sampler's own thread is left out."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self._seen: dict[int, tuple[str, float]] = {}
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def run(self) -> None:
+        me = threading.get_native_id()
+        while True:
+            for entry in Path("/proc/self/task").iterdir():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue   # ended between the listing and the read
+                tid = int(entry.name)
+                if tid == me:
+                    continue
+                name = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                self._seen[tid] = (name, (int(fields[11]) + int(fields[12])) / self._tick)
+            if self.stop.wait(0.05):
+                return
+
+    def by_name(self) -> dict[str, float]:
+        """CPU seconds by thread name, librdkafka's brokers' threads as one."""
+        out: dict[str, float] = {}
+        for name, seconds in self._seen.values():
+            name = "rdk:broker" if name.startswith("rdk:broker") else name
+            out[name] = out.get(name, 0.0) + seconds
+        return out
+
+
+def _one_task(config: Any, queue: Any, dump: Path, profile: bool, memory: bool,
+              threads: bool = False) -> None:
     # what the fork brought along (the parent's input among it) is not the task's
     rss0 = _resident_bytes()
     sampler = _MemorySampler(rss0) if memory else None
     if sampler is not None:
         sampler.start()
+    thread_cpu = _ThreadCPU() if threads else None
+    if thread_cpu is not None:
+        thread_cpu.start()
     cpu0, started = time.process_time(), time.perf_counter()
     if profile:
         prof = cProfile.Profile()
@@ -264,7 +321,12 @@ def _one_task(config: Any, queue: Any, dump: Path, profile: bool, memory: bool) 
     if sampler is not None:
         sampler.stop.set()
         sampler.join()
-    queue.put({**stats.as_dict(), "cpu": time.process_time() - cpu0,
+    by_thread: dict[str, float] = {}
+    if thread_cpu is not None:
+        thread_cpu.stop.set()
+        thread_cpu.join()
+        by_thread = thread_cpu.by_name()
+    queue.put({**stats.as_dict(), "cpu": time.process_time() - cpu0, "threads": by_thread,
                "wall": time.perf_counter() - started, "rss_growth": max(0, peak - rss0),
                "memory": sampler.at_peak if sampler is not None else {}})
 

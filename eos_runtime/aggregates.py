@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -36,6 +36,9 @@ class RunningAggregate:
     add: Callable[[Any, Any], Any]
     name: str
     user: Callable[..., Any] | None = None   # the user's function, which errors point to
+    #: whether the step needs the record's value: ``count()`` does not, so the record path
+    #: need not decode it
+    reads_value: ClassVar[bool] = True
 
     def __call__(self, value: Any, state: State) -> Any:
         # The record's key is the state's prefix: the same key and checks as the record path's
@@ -58,6 +61,8 @@ class RunningAggregate:
 
 class _Count(RunningAggregate):
     """``count()``, without a call per record: the most common aggregate, kept tight."""
+
+    reads_value: ClassVar[bool] = False
 
     def over(self, get: Callable[[bytes], bytes | None],
              put: Callable[[bytes, bytes], None]) -> Callable[[bytes | None, Any], Any]:

@@ -34,7 +34,7 @@ FORMATS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "utf8": (lambda v: v.encode("utf-8"), lambda b: b.decode("utf-8")),
     "json": (_json, json.loads),
     "msgpack": (lambda v: msgpack.packb(v, use_bin_type=True),
-                lambda b: msgpack.unpackb(b, raw=False)),
+                msgpack.unpackb),   # raw=False: msgpack 1's default
 }
 
 

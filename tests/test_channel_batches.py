@@ -111,6 +111,23 @@ def test_a_batch_is_capped_and_channel_batch_1_sends_each_message_alone():
         ChannelWriter(prod, "ch", 1, producer_id=1, batch_messages=0)
 
 
+@pytest.mark.parametrize("timestamp", [2**63, -(2**63) - 1, 1.5, "1"])
+def test_a_timestamp_a_batch_cannot_carry_is_refused_as_written_and_nothing_kept(timestamp):
+    """The batch's encoder trusts the writer's timestamps (it checks each as written), so a
+    bad one (an event time a user's function made) is the record's error, not the batch's."""
+    prod = FakeProducer()
+    w = ChannelWriter(prod, "ch", 1, producer_id=1)
+    w.write(1, 1, key("a"), ["kept"], 5)
+    with pytest.raises(ValueError, match="timestamp must be an integer"):
+        w.write(1, 1, key("a"), ["x", "y"], timestamp)
+    w.send()
+    assert [(b.values, b.timestamps) for b in prod.of(0)] == [((wire_pack("kept"),), (5,))]
+
+
+def wire_pack(value: Any) -> bytes:
+    return ChannelWriter.pack([value])[0]
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4), st.sampled_from("abcde"),
                           st.integers(0, 3)), max_size=40),

@@ -133,6 +133,10 @@ def test_encode_batch_is_the_data_batch_encoding(b):
     assert fast == wire.encode(b)
     assert wire.decode_channel(fast) == b
     assert b.last_seq == b.seq + len(b.keys) - 1
+    # the writer's encoder, which leaves the messages' checks to its caller, writes the same
+    assert wire.encode_batch_unchecked(b.producer_id, b.generation, b.version, b.seq,
+                                       list(b.keys), list(b.values),
+                                       list(b.timestamps)) == fast
 
 
 def test_a_data_batch_is_type_4_with_parallel_arrays():

@@ -73,6 +73,17 @@ class Chain:
                 self._states.append(None)
         if len(steps) == 1:   # most stages: one call per record, no list rebuilt per step
             self.run = _one_step(steps[0], self._states[0])  # type: ignore[method-assign,assignment]
+        #: a chain of one built-in running aggregate (``count()``, ``sum``...): its step on
+        #: a record's key and value, which returns the one output value (``run`` without
+        #: the list), for the record path's own loop
+        self.aggregate: Aggregate | None = None
+        if len(steps) == 1 and isinstance(steps[0].fn, RunningAggregate):
+            self.aggregate = cast(Aggregate, self._states[0])
+            self.aggregate_step = steps[0]
+
+    def aggregate_error(self, exc: Exception) -> UserFunctionError:
+        """What ``run`` raises when ``aggregate`` raised ``exc``."""
+        return _raised(self.aggregate_step, exc)
 
     def run(self, key_bytes: bytes | None, value: Any) -> list[Any]:
         values = [value]

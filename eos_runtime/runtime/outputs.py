@@ -25,6 +25,7 @@ from ..errors import UserFunctionError
 from ..faults import crash_point
 from ..protocol import wire
 from ..protocol.recovery import continued_seqs
+from ..protocol.wire.records import INT64 as _INT64
 from ..transport import Producer, TopicPartition
 from .operators import decode_key
 
@@ -139,24 +140,28 @@ class ChannelWriter:
     def append_packed(self, generation: int, version: int, keys: Sequence[bytes | None],
                       packed: list[bytes], timestamp: int) -> None:
         """Values ``pack`` made, each under its key, into their channels' pending batches."""
+        if type(timestamp) is not int or not _INT64[0] <= timestamp <= _INT64[1]:
+            # checked once a call here, not once a message when the batch is encoded
+            raise ValueError(f"a channel message's timestamp must be an integer in "
+                             f"[{_INT64[0]}, {_INT64[1]}], not {timestamp!r}")
         if self._of != (generation, version):
             self.send_pending()
             self._of = (generation, version)
         pending_keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
-        n, most = self.partitions, self.batch_messages
+        n, most, crc32, limit = self.partitions, self.batch_messages, zlib.crc32, BATCH_BYTES
         for key_bytes, v in zip(keys, packed, strict=True):
             if key_bytes is None:
                 self._rr += 1
                 p = self._rr % n
                 size[p] += len(v)
             else:
-                p = zlib.crc32(key_bytes) % n
+                p = crc32(key_bytes) % n
                 size[p] += len(key_bytes) + len(v)
             ks = pending_keys[p]
             ks.append(key_bytes)
             vals[p].append(v)
             stamps[p].append(timestamp)
-            if size[p] >= BATCH_BYTES or len(ks) >= most:
+            if size[p] >= limit or len(ks) >= most:
                 self._send(p)
         self._pending = True
 
@@ -165,7 +170,7 @@ class ChannelWriter:
         if not keys:
             return
         generation, version = self._of
-        self.producer.produce(self.topic, p, wire.encode_batch(
+        self.producer.produce(self.topic, p, wire.encode_batch_unchecked(
             self.producer_id, generation, version, self.seq[p], keys, self._values[p],
             self._stamps[p]))
         self.seq[p] += len(keys)
@@ -345,6 +350,21 @@ class SinkWriter:
         for v in encoded:   # keyless output: round robin
             self._rr += 1
             pending.append((self._rr % self.partitions, k, v, timestamp))
+
+    def write_one(self, key_bytes: bytes | None, value: Any, timestamp: int) -> None:
+        """``write`` of one value: a keyed record's, with no list built for it."""
+        trusted = self._trusted
+        if key_bytes is not None and trusted is not None:
+            known = self._by_key.get(key_bytes)
+            k, partition = known if known is not None else self._key_and_partition(key_bytes)
+            try:
+                encoded = trusted(value)
+            except Exception:
+                pass    # the checked encoding names what failed
+            else:
+                self._pending.append((partition, k, encoded, timestamp))
+                return
+        self.write(key_bytes, [value], timestamp)
 
     def encode(self, key_bytes: bytes | None, values: list[Any],
                timestamp: int) -> list[tuple[int, bytes | None, bytes, int]]:

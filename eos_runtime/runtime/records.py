@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from operator import is_
 from typing import Any, cast
 
 import msgpack
@@ -39,7 +40,9 @@ from .stats import TaskStats
 
 __all__ = ["RecordPath"]
 
-_unpack = partial(msgpack.unpackb, raw=False)   # FORMATS["msgpack"]'s, without a lambda
+# FORMATS["msgpack"]'s decoder (raw=False is msgpack 1's default): a partial with keyword
+# arguments took 270 ns a message, where the plain call takes 110
+_unpack = msgpack.unpackb
 _PACKED_NONE = msgpack.packb(None)              # a table row that deletes its key
 
 
@@ -97,6 +100,8 @@ class RecordPath:
         if not lag and self._savepoint is None and self._windows is None \
                 and isinstance(self.chain, Chain):
             self._messages = self._chain_messages   # type: ignore[method-assign]
+            if self.chain.aggregate is not None and self.sink is not None and dead is None:
+                self._messages = self._aggregate_messages   # type: ignore[method-assign]
         if stage.source is not None:
             src = stage.source
             self._src_key = FORMATS[src.key_format][1] if src.key_format else None
@@ -294,6 +299,35 @@ class RecordPath:
             self.stats.emitted += emitted
         self.stats.processed += len(keys)
 
+    def _aggregate_messages(self, keys: tuple[bytes | None, ...],
+                            values: tuple[bytes | None, ...], stamps: tuple[int, ...],
+                            topic: str, partition: int, offset: int, version: int) -> None:
+        """``_chain_messages`` for a stage that is one built-in running aggregate into a
+        sink (``.count().sink(...)``), with no dead letters: each message's aggregate
+        straight to the sink, one value a record, and for ``count()`` no value decoded.
+        Without dead letters any error stops the task, so one ``try`` covers the loop."""
+        chain, sink = cast(Chain, self.chain), self.sink
+        aggregate, write = chain.aggregate, cast(SinkWriter, sink).write_one
+        assert aggregate is not None
+        reads_value = cast(Any, chain.aggregate_step.fn).reads_value
+        key_bytes: bytes | None = None
+        value: bytes | None = None
+        timestamp = 0
+        try:
+            for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
+                read = _unpack(cast(bytes, value)) if reads_value else None
+                try:
+                    acc = aggregate(key_bytes, read)
+                except Exception as exc:
+                    raise chain.aggregate_error(exc) from exc
+                write(key_bytes, acc, timestamp)
+        except Exception as exc:
+            if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                raise
+            self._user_error(exc, topic, partition, offset, timestamp, key_bytes, value)
+        self.stats.processed += len(keys)
+        self.stats.emitted += len(keys)
+
     def _emit(self, key_bytes: bytes | None, outs: list[Any], timestamp: int,
               version: int) -> None:
         """The record's output, in one write (which keeps all of it or nothing)."""
@@ -309,9 +343,20 @@ class RecordPath:
                  version: int) -> None:
         channels = self.channels
         assert channels is not None
-        encoded = _keys(self._key_fn, outs, key_bytes)
-        channels.append_packed(channels.generation, version, encoded, self._pack(0, outs),
-                               timestamp)
+        key_fn = self._key_fn
+        if key_fn is None:
+            encoded = _keys(None, outs, key_bytes)
+            packed = self._pack(0, outs)
+        else:
+            keys = _key_values(key_fn, outs)
+            if all(map(is_, keys, outs)) and set(map(type, keys)) == _STR:
+                # Each value its own key, a str (key_by(lambda word: word)): a str key is
+                # encoded as its value is, so one encoding serves both
+                packed = encoded = self._pack(0, outs)
+            else:
+                encoded = _encoded_keys(key_fn, keys)
+                packed = self._pack(0, outs)
+        channels.append_packed(channels.generation, version, encoded, packed, timestamp)
 
     def _pack(self, output: int, values: list[Any]) -> list[bytes]:
         """``values`` as output ``output``'s channels carry them; a value msgpack cannot
@@ -435,15 +480,32 @@ def _keys(key_fn: Any, values: list[Any], key_bytes: bytes | None) -> list[bytes
     if key_fn is None:
         assert key_bytes is not None
         return [key_bytes] * len(values)
-    name = getattr(key_fn, "__name__", None) or "key_by"
+    return _encoded_keys(key_fn, _key_values(key_fn, values))
+
+
+def _key_values(key_fn: Any, values: list[Any]) -> list[Any]:
+    """``key_fn`` of each value; one that raises is the user's error, naming the key_by."""
     try:
-        keys = [key_fn(value) for value in values]
+        return [key_fn(value) for value in values]
     except Exception as exc:
-        raise function_error(f"key_by({name})", key_fn, exc) from exc
+        raise function_error(f"key_by({_key_by_name(key_fn)})", key_fn, exc) from exc
+
+
+def _encoded_keys(key_fn: Any, keys: list[Any]) -> list[bytes]:
+    """``keys`` (what ``key_fn`` returned) encoded; a key of a type keys cannot be is the
+    user's error, naming the key_by."""
     try:
         return [encode_key(key) for key in keys]
     except UserFunctionError as exc:
-        raise UserFunctionError(f"key_by({name}) returned a bad key: {exc}") from None
+        raise UserFunctionError(f"key_by({_key_by_name(key_fn)}) returned a bad key: "
+                                f"{exc}") from None
+
+
+def _key_by_name(key_fn: Any) -> str:
+    return getattr(key_fn, "__name__", None) or "key_by"
+
+
+_STR = {str}
 
 
 def _origins(stage: StagePlan, output: int) -> tuple[str, str]:

@@ -31,7 +31,7 @@ from .decoding import (
     decode_checkpoint_data,
     decode_control,
 )
-from .encoding import encode, encode_batch, encode_changes, encode_data
+from .encoding import encode, encode_batch, encode_batch_unchecked, encode_changes, encode_data
 from .records import (
     FORMAT_VERSION,
     LEASE_ACTIONS,
@@ -91,6 +91,7 @@ __all__ = [
     "encode",
     "encode_data",
     "encode_batch",
+    "encode_batch_unchecked",
     "encode_changes",
     "decode",
     "decode_channel",
