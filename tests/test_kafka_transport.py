@@ -222,7 +222,9 @@ def test_a_transactions_unreported_output_reports_the_same_last_offsets(transpor
     report, each partition's last offset, is what it would be with every one reported;
     every record is committed, in order."""
     name, other = new_topic(transport, partitions=3), new_topic(transport)
-    records = [(i % 2, None, b"%d" % i, 0) for i in range(101)]   # none to partition 2
+    base = 1_600_000_000_000
+    records = [(i % 2, b"k%d" % i if i % 3 else None, b"%d" % i, base + i)
+               for i in range(101)]   # none to partition 2
     with transport.producer(transactional_id=txn_id()) as p:
         p.begin_transaction()
         p.produce_many(name, records if as_list else iter(records), reported=False)
@@ -235,6 +237,31 @@ def test_a_transactions_unreported_output_reports_the_same_last_offsets(transpor
                            (1, [b"%d" % i for i in range(1, 101, 2)] + [b"tail"])):
         got = read_all(transport, {TopicPartition(name, part): 0}, len(expected))
         assert [r.value for r in got] == expected
+        sent = [(k, v, t) for q, k, v, t in records if q == part]
+        assert [(r.key, r.value, r.timestamp) for r in got[:len(sent)]] == sent
+
+
+def test_every_produce_path_writes_each_record_s_key_partition_and_timestamp(transport):
+    """The client's ``produce`` is called with positional arguments (its keywords cost
+    more than the rest of the call): each path must still put every field in its place,
+    and report each record's offset."""
+    name = new_topic(transport, partitions=2)
+    base = 1_500_000_000_000
+    with transport.producer() as p:
+        p.produce(name, 1, b"one", b"key-one", base + 1)
+        p.produce_many(name, [(0, b"key-two", b"two", base + 2), (1, None, b"three", base + 3)])
+        assert p.flush(timeout=20) == {TopicPartition(name, 0): 0, TopicPartition(name, 1): 1}
+    with transport.producer(transactional_id=txn_id()) as p:
+        p.begin_transaction()
+        p.produce(name, 0, b"four", None, base + 4)
+        p.produce_many(name, [(1, b"key-five", b"five", base + 5)])
+        assert p.commit_transaction(timeout=20) == {TopicPartition(name, 0): 1,
+                                                   TopicPartition(name, 1): 2}
+    got = read_all(transport, {TopicPartition(name, 0): 0, TopicPartition(name, 1): 0}, 5)
+    assert sorted((r.timestamp, r.partition, r.key, r.value) for r in got) == [
+        (base + 1, 1, b"key-one", b"one"), (base + 2, 0, b"key-two", b"two"),
+        (base + 3, 1, None, b"three"), (base + 4, 0, None, b"four"),
+        (base + 5, 1, b"key-five", b"five")]
 
 
 def test_unreported_output_the_broker_refuses_fails_the_commit_naming_its_topic(

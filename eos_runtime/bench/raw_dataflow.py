@@ -190,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 part = zlib.crc32(key) % parts
                 while True:
                     try:
-                        produce(out_topic, value, key, partition=part)
+                        # positional, as eos_runtime's producer calls it: the client
+                        # parses keywords on every call
+                        produce(out_topic, value, key, part)
                         break
                     except BufferError:
                         producer.poll(0.05)
