@@ -471,7 +471,47 @@ def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_
         spent = sampler.cpu_seconds()
         # its burn, not its interpreter's start-up (before the first sample)
         assert spent is not None and 0.35 <= spent < 0.7, spent
+        assert list(sampler.cpu_by_kind()) == ["other"]   # no JVM in this tree
+        assert sum(sampler.cpu_by_kind().values()) == pytest.approx(spent)
         assert sampler.close() > 0
+    finally:
+        root.communicate("")
+
+
+def test_a_process_trees_cpu_is_split_into_the_jvm_and_the_python_under_it():
+    """Spark's tasks run in Python processes a JVM starts: the bench tells their CPU from
+    the JVM's own and the driver's (``cpu_by_kind``). Here a process that names itself
+    ``java`` (as a JVM's is) starts a Python child that burns 0.3 s."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from eos_runtime.bench.memory import TreeSampler
+
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc")
+    child = ("import sys, time; sys.stdin.readline(); t = time.process_time()\n"
+             "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)")
+    jvm = ("import ctypes, subprocess, sys\n"
+           "ctypes.CDLL(None).prctl(15, b'java', 0, 0, 0)\n"   # PR_SET_NAME
+           f"p = subprocess.Popen([sys.executable, '-c', {child!r}], stdin=sys.stdin)\n"
+           "print('up', flush=True); p.wait()")
+    root = subprocess.Popen([sys.executable, "-c", jvm], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert root.stdout is not None and root.stdin is not None
+        assert root.stdout.readline() == "up\n"
+        sampler = TreeSampler(lambda: [root.pid], every=0.05)
+        sampler.count_cpu()
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        assert root.stdout.readline() == "done\n"
+        sampler.cpu_seconds()
+        by_kind = sampler.cpu_by_kind()
+        assert set(by_kind) == {"java", "python under java"}, by_kind
+        assert 0.25 <= by_kind["python under java"] < 0.6, by_kind
+        assert by_kind["java"] < 0.15, by_kind
+        sampler.close()
     finally:
         root.communicate("")
 

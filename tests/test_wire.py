@@ -152,7 +152,9 @@ def test_a_data_batch_is_type_4_with_parallel_arrays():
     ([1, 2, 3, 0, [], [], []], "at least one"),
     ([1, 2, 3, 0, [b"k"], [b"v", b"w"], [1]], "1 keys, 2 values and 1 timestamps"),
     ([1, 2, 3, 0, ["k"], [b"v"], [1]], "key is not bytes"),
+    ([1, 2, 3, 0, [b"k", None, "k"], [b"v"] * 3, [1] * 3], "key is not bytes"),
     ([1, 2, 3, 0, [b"k"], [7], [1]], "value is not bytes"),
+    ([1, 2, 3, 0, [b"k"] * 2, [b"v", [b"v"]], [1, 1]], "value is not bytes"),
     ([1, 2, 3, 0, [b"k"], [b"v"], [True]], "timestamp is not an integer"),
     ([1, 2, 3, 0, [b"k"], [b"v"], [2**64 - 1]], "timestamp is not an integer"),
     ([1, 2, 3, 2**63 - 1, [b"k", b"l"], [b"v", b"w"], [1, 2]], "last seq"),
@@ -161,6 +163,13 @@ def test_a_data_batch_is_type_4_with_parallel_arrays():
 ])
 def test_malformed_data_batches_are_named(fields, error):
     _refused_by_name(wire.RecordType.DATA_BATCH, fields, wire.decode_channel, error)
+
+
+def test_a_data_batch_s_keys_and_values_may_be_nil_among_bytes():
+    raw = bytes((wire.FORMAT_VERSION, wire.RecordType.DATA_BATCH)) + msgpack.packb(
+        [1, 2, 3, 0, [None, b"k"], [b"v", None], [5, 6]], use_bin_type=True)
+    batch = wire.decode_channel(raw)
+    assert (batch.keys, batch.values) == ((None, b"k"), (b"v", None))
 
 
 def _refused_by_name(record_type: int, fields: list, decode, error: str) -> None:

@@ -178,6 +178,8 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                 spent = cpu.cpu_seconds()
                 if spent is not None and incomplete is None:
                     row["cpu_seconds"] = round(spent, 2)
+                    row["cpu_seconds_by_process"] = {
+                        kind: round(seconds, 2) for kind, seconds in cpu.cpu_by_kind().items()}
             row["produce_seconds"] = burst.finish()
             if watch.first_read_at is not None:
                 row["output_read_after_seconds"] = round(watch.first_read_at - went, 3)

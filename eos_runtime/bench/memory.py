@@ -45,6 +45,18 @@ def _scan() -> dict[int, tuple[int, int, int]]:
     return out
 
 
+def _kind_of(pid: int, ppid: int, known: dict[int, str]) -> str:
+    """What a process of a system is (``TreeSampler.cpu_by_kind``), from its name and its
+    parent's kind."""
+    try:
+        name = (_PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        name = ""
+    if name == "java":
+        return "java"
+    return "python under java" if known.get(ppid) in ("java", "python under java") else "other"
+
+
 def _tree(roots: Iterable[int], procs: dict[int, tuple[int, int, int]]) -> set[int]:
     """``roots`` and all their descendants, each process once."""
     children: dict[int, list[int]] = {}
@@ -84,6 +96,7 @@ class TreeSampler(threading.Thread):
         self._first: dict[int, int] | None = None
         self._last: dict[int, int] = {}
         self._counting = False
+        self._kind: dict[int, str] = {}   # each process's kind, from its first sample
         self._lock = threading.Lock()
         self._halt = threading.Event()
         if self.peak is not None:
@@ -113,6 +126,21 @@ class TreeSampler(threading.Thread):
             # a process seen at the baseline counts from there; a later one from its start
             self._first.setdefault(pid, ticks if baseline else 0)
             self._last[pid] = ticks
+        for pid in sorted(pids - self._kind.keys()):   # a parent before its children
+            self._kind[pid] = _kind_of(pid, procs[pid][0], self._kind)
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """The CPU seconds ``cpu_seconds`` counted, by kind of process: ``java`` (a JVM),
+        ``python under java`` (Spark's Python daemon and workers, where the tasks run), and
+        ``other`` (a driver, the raw dataflow's or a Python peer's processes)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        with self._lock:
+            first = self._first or {}
+            for pid, last in self._last.items():
+                kind = self._kind.get(pid, "other")
+                out[kind] = out.get(kind, 0.0) + (last - first.get(pid, 0)) / tick
+        return out
 
     def run(self) -> None:
         while True:

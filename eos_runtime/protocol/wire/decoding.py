@@ -103,9 +103,9 @@ def _read_batch(f: list[Any]) -> DataBatch:
     if n == 0 or len(values) != n or len(stamps) != n:
         raise _Malformed(f"data batch holds {len(keys)} keys, {len(values)} values and "
                          f"{len(stamps)} timestamps, expected as many of each, at least one")
-    if not {type(k) for k in keys} <= OPTIONAL_BYTES:
+    if not _all_bytes(keys) and not {type(k) for k in keys} <= OPTIONAL_BYTES:
         raise _Malformed("a batch key is not bytes or nil")
-    if not {type(v) for v in values} <= OPTIONAL_BYTES:
+    if not _all_bytes(values) and not {type(v) for v in values} <= OPTIONAL_BYTES:
         raise _Malformed("a batch value is not bytes or nil")
     if not {type(t) for t in stamps} <= INTEGER or min(stamps) < INT64[0] or \
             max(stamps) > INT64[1]:
@@ -114,6 +114,17 @@ def _read_batch(f: list[Any]) -> DataBatch:
     _int(seq + n - 1, INT64, "last seq")
     return DataBatch(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
                      _int(f[2], INT64, "version"), seq, tuple(keys), tuple(values), tuple(stamps))
+
+
+def _all_bytes(items: list[Any]) -> bool:
+    """Whether every item is bytes, in one pass in C (a fifth of the cost of collecting
+    their types): ``join`` refuses anything else msgpack decodes to (it makes no
+    bytearray or memoryview). False: look closer (None is allowed)."""
+    try:
+        b"".join(items)
+    except TypeError:
+        return False
+    return True
 
 
 def _optional_tail(f: list[Any], n: int, name: str) -> int | None:
