@@ -29,8 +29,8 @@ from ..protocol.wire.records import INT64 as _INT64
 from ..transport import Producer, TopicPartition
 from .operators import decode_key
 
-__all__ = ["ChannelFanout", "ChannelWriter", "SinkWriter", "channels_of", "kafka_partition",
-           "murmur2"]
+__all__ = ["ChannelFanout", "ChannelWriter", "SinkWriter", "channels_of", "check_timestamp",
+           "kafka_partition", "murmur2"]
 
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
@@ -89,6 +89,13 @@ BATCH_MESSAGES = 4096
 BATCH_BYTES = 256 << 10
 
 
+def check_timestamp(timestamp: int) -> None:
+    """A channel message's timestamp, which its batch's encoder trusts: an INT64."""
+    if type(timestamp) is not int or not _INT64[0] <= timestamp <= _INT64[1]:
+        raise ValueError(f"a channel message's timestamp must be an integer in "
+                         f"[{_INT64[0]}, {_INT64[1]}], not {timestamp!r}")
+
+
 class ChannelWriter:
     """Output to the next stage's channels, as data batches (``wire.DataBatch``).
 
@@ -140,16 +147,20 @@ class ChannelWriter:
     def append_packed(self, generation: int, version: int, keys: Sequence[bytes | None],
                       packed: list[bytes], timestamp: int) -> None:
         """Values ``pack`` made, each under its key, into their channels' pending batches."""
-        if type(timestamp) is not int or not _INT64[0] <= timestamp <= _INT64[1]:
-            # checked once a call here, not once a message when the batch is encoded
-            raise ValueError(f"a channel message's timestamp must be an integer in "
-                             f"[{_INT64[0]}, {_INT64[1]}], not {timestamp!r}")
+        check_timestamp(timestamp)   # once a call here, not once a message in the batch
+        self.append_stamped(generation, version, keys, packed, [timestamp] * len(packed))
+
+    def append_stamped(self, generation: int, version: int, keys: Sequence[bytes | None],
+                       packed: list[bytes], stamps: Sequence[int]) -> None:
+        """``append_packed`` with a timestamp per value, each checked by the caller
+        (``check_timestamp``): a poll batch's output of many records in one call."""
         if self._of != (generation, version):
             self.send_pending()
             self._of = (generation, version)
-        pending_keys, vals, stamps, size = self._keys, self._values, self._stamps, self._bytes
-        n, most, crc32, limit = self.partitions, self.batch_messages, zlib.crc32, BATCH_BYTES
-        for key_bytes, v in zip(keys, packed, strict=True):
+        pending_keys, vals, pending_stamps = self._keys, self._values, self._stamps
+        size, n, most = self._bytes, self.partitions, self.batch_messages
+        crc32, limit = zlib.crc32, BATCH_BYTES
+        for key_bytes, v, timestamp in zip(keys, packed, stamps, strict=True):
             if key_bytes is None:
                 self._rr += 1
                 p = self._rr % n
@@ -160,7 +171,7 @@ class ChannelWriter:
             ks = pending_keys[p]
             ks.append(key_bytes)
             vals[p].append(v)
-            stamps[p].append(timestamp)
+            pending_stamps[p].append(timestamp)
             if size[p] >= limit or len(ks) >= most:
                 self._send(p)
         self._pending = True

@@ -35,7 +35,7 @@ from ..transport import Record
 from ..user_code import cannot_cross, crossing_text, function_error, short, value_origin
 from . import letters
 from .operators import Chain, Program, decode_key, encode_key, event_time_of
-from .outputs import ChannelWriter, SinkWriter
+from .outputs import ChannelWriter, SinkWriter, check_timestamp
 from .stats import TaskStats
 
 __all__ = ["RecordPath"]
@@ -109,6 +109,10 @@ class RecordPath:
             self._src_time = src.timestamp
             if src.table:
                 self.source_record = self._table_record   # type: ignore[method-assign]
+            elif self.channels is not None and self._key_fn is not None and not lag \
+                    and self._savepoint is None and self._windows is None \
+                    and self.event_highs is None:
+                self.source_records = self._source_batch   # type: ignore[method-assign]
         # The table rows this task keeps, by the producer that sends them (a table's task).
         self._rows: dict[int, tuple[Any, Any]] = {}
         if stage.table_rows:
@@ -147,6 +151,56 @@ class RecordPath:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
                 raise  # the runtime's own failure, not the user's function
             self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key, r.value)
+
+    def source_records(self, records: Sequence[Record], version: int) -> None:
+        """A poll batch of raw input records of a source task, in turn, processed in
+        ``version``."""
+        process = self.source_record
+        for r in records:
+            process(r, version)
+
+    def _source_batch(self, records: Sequence[Record], version: int) -> None:
+        """``source_records`` for the common source stage: a chain into the next stage's
+        channels, with no lag, savepoint, windows or watermarks. The batch's output is
+        gathered, a record's all or nothing, and goes to the channels in one call: the
+        calls per record (``_emit``, ``_shuffle``, the writer's) were most of the cost of
+        a one-value record (4.7 of 16.6 µs under cProfile in ``append_packed`` alone)."""
+        key_de, value_de, time_fn = self._src_key, self._src_value, self._src_time
+        run, key_fn, pack, channels = self.chain.run, self._key_fn, self._pack, self.channels
+        assert channels is not None
+        out_keys: list[bytes | None] = []
+        out_values: list[bytes] = []
+        out_stamps: list[int] = []
+        for r in records:
+            try:
+                key = key_de(r.key) if key_de is not None and r.key is not None else None
+                kb = encode_key(key) if key is not None else None
+                # A null value reaches the format, which names it as the record's error.
+                value = value_de(cast(bytes, r.value))
+                t = r.timestamp if time_fn is None else self._event_time(value)
+                outs = run(kb, value)
+                if not outs:
+                    continue
+                keys = _key_values(key_fn, outs)
+                if all(map(is_, keys, outs)) and set(map(type, keys)) == _STR:
+                    packed = encoded = pack(0, outs)   # as in _shuffle
+                else:
+                    encoded = _encoded_keys(key_fn, keys)
+                    packed = pack(0, outs)
+                check_timestamp(t)
+            except Exception as exc:
+                if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
+                    raise
+                self._user_error(exc, r.topic, r.partition, r.offset, r.timestamp, r.key,
+                                 r.value)
+                continue
+            out_keys += encoded
+            out_values += packed
+            out_stamps += [t] * len(packed)
+        if out_keys:
+            channels.append_stamped(channels.generation, version, out_keys, out_values,
+                                    out_stamps)
+            self.stats.emitted += len(out_keys)
 
     def _event_time(self, value: Any) -> int:
         src = self.stage.source

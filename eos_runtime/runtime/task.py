@@ -323,7 +323,7 @@ class _Task:
         src = SourceSide(self.transport, self.consumer, self.plan, self.stage, self.id,
                          self.config, commit, restored, guarantee=self.guarantee)
         self._closers.append(src)
-        process = self.records.source_record
+        process = self.records.source_records
         highs = self.records.event_highs
         # the driver's "read" and "committed" figures: where the task is, and what its
         # last checkpoint committed (after a restart: where it resumed)
@@ -332,9 +332,7 @@ class _Task:
         while not src.finished():
             batch = src.poll(self.config.poll_records, 0.2)
             self.progress.tick()
-            version = src.versions.open
-            for r in batch:
-                process(r, version)
+            process(batch, src.versions.open)
             self.stats.processed += len(batch)
             if highs:
                 src.read_event_times(highs)
