@@ -401,7 +401,8 @@ class SinkWriter:
             skip = _STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
             k = (key_bytes[skip:] if skip is not None else
                  self._encode(self._key, self.key_format, "key", decode_key(key_bytes)))
-            partition = kafka_partition(k, self.partitions)
+            # kafka_partition, inlined: most records of a large key space come here
+            partition = (_c_murmur2(k, _MURMUR2_SEED) & 0x7FFFFFFF) % self.partitions
         if len(self._by_key) >= _KEY_PARTITIONS_KEPT:
             self._by_key.clear()
         self._by_key[key_bytes] = (k, partition)
