@@ -114,6 +114,20 @@ def test_a_timestamp_function_that_is_not_whole_ms_names_the_source():
         test.send([{"page": "/", "ts": "soon"}])
 
 
+@pytest.mark.parametrize("ts", [2**63, -(2**63) - 1])
+def test_an_event_time_beyond_64_bits_is_the_record_s_error_naming_the_source(ts):
+    """Every record carries its event time as a signed 64-bit number (channel batches,
+    Kafka's timestamps): one beyond is refused where the user's function made it."""
+    from eos_runtime.errors import UserFunctionError
+
+    p = Pipeline("t")
+    p.source("views", value="json", timestamp=lambda v: v["ts"]).sink("o", value="json")
+    with TestRun(p) as test, pytest.raises(UserFunctionError, match=r"source 'views' "
+                                           r"timestamp function returned -?\d+: an event "
+                                           r"time .*64-bit"):
+        test.send([{"ts": ts}])
+
+
 def sessions(agg=lambda w: w.count(), emit: str = "final") -> Pipeline:
     from eos_runtime.windows import session
 

@@ -47,12 +47,19 @@ def event_time_of(fn: Callable[[Any], Any], topic: str, value: Any) -> int:
     except Exception as exc:
         raise UserFunctionError(f"source {topic!r} timestamp function raised "
                                 f"{type(exc).__name__}: {exc}") from exc
-    if type(t) is int:
-        return t
     if isinstance(t, float) and t.is_integer():
-        return int(t)
+        t = int(t)
+    if type(t) is int:
+        if _INT64_MIN <= t <= _INT64_MAX:
+            return t
+        raise UserFunctionError(f"source {topic!r} timestamp function returned {t}: an event "
+                                f"time is milliseconds in a signed 64-bit number (every "
+                                f"record carries it so, as Kafka's timestamps do)")
     raise UserFunctionError(f"source {topic!r} timestamp function returned {t!r}: an event "
                             f"time is whole milliseconds (an int)")
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def decode_key(raw: bytes | None) -> Any:
