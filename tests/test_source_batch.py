@@ -1,6 +1,7 @@
-"""A source stage that feeds the next stage's channels (a chain, then ``key_by``) takes a
-poll batch at a time (``RecordPath.source_records``): it gathers the batch's output, a
-record's all or nothing, and hands it to the channels in one call. It must send what the
+"""A stage that feeds the next stage's channels (a chain, then ``key_by``) takes a batch at
+a time: a source stage its poll batch (``RecordPath.source_records``), a channel stage a
+data batch's messages (``_channel_batch``). It gathers the batch's output, a record's all
+or nothing, and hands it to the channels in one call. It must send what the
 record-at-a-time path sends, message for message, and set aside or stop on the same
 records with the same errors."""
 
@@ -14,6 +15,8 @@ from eos_runtime import Pipeline
 from eos_runtime.api import Sink
 from eos_runtime.errors import TaskFailed
 from eos_runtime.plan import plan_job
+from eos_runtime.protocol import wire
+from eos_runtime.runtime.operators import encode_key
 from eos_runtime.runtime.outputs import ChannelWriter, SinkWriter
 from eos_runtime.runtime.records import RecordPath
 from eos_runtime.runtime.stats import TaskStats
@@ -41,19 +44,31 @@ def _key(word: str) -> Any:
     return word if word != "seven" else 7
 
 
-def _path(tmp_path, name: str, dead_letters: bool) -> tuple[RecordPath, Captured,
-                                                             SinkWriter | None]:
+def _shout(word: Any) -> str:
+    if word == "boom":
+        raise ValueError("a word that breaks the map")
+    return word.upper() if isinstance(word, str) else word
+
+
+def _path(tmp_path, name: str, dead_letters: bool, *, channel_stage: bool = False
+          ) -> tuple[RecordPath, Captured, SinkWriter | None]:
+    """The source stage's record path (``channel_stage``: the stage after it, a ``map``
+    between two ``key_by``s), writing into captured channels."""
     t = open_transport(data_dir=str(tmp_path / f"data-{name}"))
     t.create_topics([TopicSpec(f"{name}.lines", 2)])
     p = Pipeline(name, dead_letters=dead_letters)
-    p.source(f"{name}.lines", value="utf8").flat_map(_words).key_by(_key).sink(
-        f"{name}.out", key="json", value="json")
+    source = p.source(f"{name}.lines", value="utf8")
+    stream = (source.key_by(_key).map(_shout).key_by(_key) if channel_stage
+              else source.flat_map(_words).key_by(_key))
+    stream.sink(f"{name}.out", key="json", value="json")
     plan = plan_job(p, t)
-    stage = plan.stages[0]
+    stage = plan.stages[1 if channel_stage else 0]
     captured = Captured()
-    channels = ChannelWriter(captured, stage.outputs[0].topic, 3, producer_id=0)  # type: ignore[arg-type]
+    channels = ChannelWriter(captured, stage.outputs[0].topic, 3,  # type: ignore[arg-type]
+                             producer_id=int(channel_stage))
     dead = SinkWriter(Sink(f"{name}.dead-letters", None, "json"), 1) if dead_letters else None
-    path = RecordPath(name, 0, stage, [channels], dead, TaskStats(0), plan=plan)
+    path = RecordPath(name, 2 if channel_stage else 0, stage, [channels], dead,
+                      TaskStats(2 if channel_stage else 0), plan=plan)
     return path, captured, dead
 
 
@@ -90,3 +105,36 @@ def test_without_dead_letters_the_batch_stops_at_the_first_bad_record(tmp_path):
     batched, got, _ = _path(tmp_path, "stops", dead_letters=False)
     with pytest.raises(TaskFailed, match=r"offset=102.*a line that breaks the split"):
         batched.source_records(_records("stops"), 3)
+
+
+_WORDS: list[Any] = ["a", "b", "boom", 7, "listed", ["x"], "é", "c"]
+
+
+def _batch() -> wire.DataBatch:
+    import msgpack
+    keys = tuple(encode_key(w if isinstance(w, (str, int)) else "k") for w in _WORDS)
+    return wire.DataBatch(0, 0, 1, 0, keys, tuple(msgpack.packb(w) for w in _WORDS),
+                          tuple(2_000 + i for i in range(len(_WORDS))))
+
+
+def test_a_channel_stage_s_batch_sends_what_one_message_at_a_time_sends(tmp_path):
+    batched, got, batched_dead = _path(tmp_path, "batched", dead_letters=True, channel_stage=True)
+    single, expected, single_dead = _path(tmp_path, "single", dead_letters=True, channel_stage=True)
+    assert batched._messages == batched._channel_batch     # the path under test is taken
+    batched.data(_batch(), "ch", 0, 40, 3)
+    RecordPath._messages(single, *_fields(_batch()), "ch", 0, 40, 3)   # message by message
+    for path in (batched, single):
+        assert path.channels is not None
+        path.channels.send_pending()
+    assert [(p, v) for _, p, v in got.records] == [(p, v) for _, p, v in expected.records]
+    assert got.records
+    assert batched.stats.emitted == single.stats.emitted == 6
+    assert batched.stats.processed == single.stats.processed == len(_WORDS)
+    assert batched_dead is not None and single_dead is not None
+    letters = [v.replace(b"batched", b"single") for _, _, v, _ in batched_dead._pending]
+    assert letters == [v for _, _, v, _ in single_dead._pending]
+    assert len(letters) == 2     # the map that raises, the key that is a list
+
+
+def _fields(b: wire.DataBatch) -> tuple[Any, Any, Any]:
+    return b.keys, b.values, b.timestamps
