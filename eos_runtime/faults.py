@@ -38,7 +38,7 @@ from . import clock
 from .errors import ConfigError
 
 __all__ = ["CRASH_POINTS", "ACTIONS", "arm", "disarm", "is_armed", "crash_point", "record_to",
-           "zombie_ended", "zombie_armed", "on_split"]
+           "zombie_ended", "zombie_armed", "in_zombie", "on_split"]
 
 CRASH_POINTS: dict[str, str] = {
     "locallog.append.mid_data": "local log append: half of a batch's frames are written",
@@ -125,6 +125,11 @@ def disarm() -> None:
     _steps.clear()
     _not_before.clear()
     _record.clear()
+
+
+def in_zombie() -> bool:
+    """Whether this process is a zombie split off a task (``zombie``)."""
+    return bool(_zombie)
 
 
 def zombie_armed() -> bool:

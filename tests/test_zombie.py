@@ -216,3 +216,27 @@ def test_a_zombie_s_rewind_does_not_take_the_task_back_from_its_successor(kind, 
         for s in stores:
             s.close()
         job.close()
+
+
+@pytest.mark.parametrize("zombie", [True, False])
+def test_a_zombie_leaves_its_consumers_unclosed(zombie, monkeypatch):
+    """A zombie's consumer close was seen to block in librdkafka for over a minute (its
+    experiment then killed it, 60 s after the run): in a zombie, closing a consumer gives
+    its handle up instead (it holds no group; the process ends right after)."""
+    from eos_runtime import faults
+    from eos_runtime.transport.kafka.consumer import KafkaConsumer
+
+    class Handle:
+        closed = False
+
+        def close(self) -> None:
+            Handle.closed = True
+
+    consumer = KafkaConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unused"})
+    real, consumer._c = consumer._c, Handle()  # type: ignore[assignment]
+    if zombie:
+        monkeypatch.setattr(faults, "_zombie", ["task.checkpoint.before_commit"])
+    consumer.close()
+    assert Handle.closed is not zombie
+    assert consumer._c is None
+    real.close()
