@@ -65,5 +65,5 @@ def test_wire_api_names_exist():
 
 def test_faults_api():
     assert sorted(faults.__all__) == ["ACTIONS", "CRASH_POINTS", "arm", "crash_point", "disarm",
-                                      "is_armed", "on_split", "record_to", "zombie_armed",
-                                      "zombie_ended"]
+                                      "in_zombie", "is_armed", "on_split", "record_to",
+                                      "zombie_armed", "zombie_ended"]
