@@ -445,12 +445,26 @@ def test_a_process_tree_has_resident_memory():
         child.communicate(b"")
 
 
+def _sampled_burn(root):
+    """A sampler counting ``root``'s tree from once it is up until its burn is done (it
+    prints "up", burns on "go", prints "done")."""
+    from eos_runtime.bench.memory import TreeSampler
+
+    assert root.stdout is not None and root.stdin is not None
+    assert root.stdout.readline() == "up\n"
+    sampler = TreeSampler(lambda: [root.pid], every=0.05)
+    sampler.count_cpu()
+    root.stdin.write("go\n")
+    root.stdin.flush()
+    assert root.stdout.readline() == "done\n"
+    return sampler
+
+
 def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_too():
     import subprocess
     import sys
     from pathlib import Path
 
-    from eos_runtime.bench.memory import TreeSampler
 
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
@@ -461,13 +475,7 @@ def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_
     root = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0"; true', burn],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert root.stdout is not None and root.stdin is not None
-        assert root.stdout.readline() == "up\n"
-        sampler = TreeSampler(lambda: [root.pid], every=0.05)
-        sampler.count_cpu()
-        root.stdin.write("go\n")
-        root.stdin.flush()
-        assert root.stdout.readline() == "done\n"
+        sampler = _sampled_burn(root)
         spent = sampler.cpu_seconds()
         # its burn, not its interpreter's start-up (before the first sample)
         assert spent is not None and 0.35 <= spent < 0.7, spent
@@ -486,7 +494,6 @@ def test_a_process_trees_cpu_is_split_into_the_jvm_and_the_python_under_it():
     import sys
     from pathlib import Path
 
-    from eos_runtime.bench.memory import TreeSampler
 
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
@@ -499,13 +506,7 @@ def test_a_process_trees_cpu_is_split_into_the_jvm_and_the_python_under_it():
     root = subprocess.Popen([sys.executable, "-c", jvm], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
-        assert root.stdout is not None and root.stdin is not None
-        assert root.stdout.readline() == "up\n"
-        sampler = TreeSampler(lambda: [root.pid], every=0.05)
-        sampler.count_cpu()
-        root.stdin.write("go\n")
-        root.stdin.flush()
-        assert root.stdout.readline() == "done\n"
+        sampler = _sampled_burn(root)
         sampler.cpu_seconds()
         by_kind = sampler.cpu_by_kind()
         assert set(by_kind) == {"java", "python under java"}, by_kind
