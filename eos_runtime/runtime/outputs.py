@@ -330,18 +330,31 @@ class SinkWriter:
         them there instead, for ``hold``). A value or key the format cannot encode is a
         ``UserFunctionError`` naming the sink, the format and what to change; nothing of
         the record is held."""
+        if key_bytes is not None and len(values) == 1 and into is None:
+            self.write_one(key_bytes, values[0], timestamp)
+        else:
+            self._write_all(key_bytes, values, timestamp, into)
+
+    def write_one(self, key_bytes: bytes | None, value: Any, timestamp: int) -> None:
+        """``write`` of one value: the common record, a keyed one, with no list built."""
+        trusted = self._trusted
+        if key_bytes is not None and trusted is not None:
+            known = self._by_key.get(key_bytes)
+            k, partition = known if known is not None else self._key_and_partition(key_bytes)
+            try:
+                encoded = trusted(value)
+            except Exception:
+                pass    # the checked encoding names what failed
+            else:
+                self._pending.append((partition, k, encoded, timestamp))
+                return
+        self._write_all(key_bytes, [value], timestamp, None)
+
+    def _write_all(self, key_bytes: bytes | None, values: list[Any], timestamp: int,
+                   into: list[tuple[int, bytes | None, bytes, int]] | None) -> None:
         if key_bytes is not None:
             known = self._by_key.get(key_bytes)
             k, fixed = known if known is not None else self._key_and_partition(key_bytes)
-            if len(values) == 1 and into is None and self._trusted is not None:
-                # The common record, one value under a key: no list built for it.
-                try:
-                    value = self._trusted(values[0])
-                except Exception:
-                    pass    # the checked encoding below names what failed
-                else:
-                    self._pending.append((fixed, k, value, timestamp))
-                    return
         else:
             k, fixed = None, None
         encoded: list[bytes] | None = None
@@ -361,21 +374,6 @@ class SinkWriter:
         for v in encoded:   # keyless output: round robin
             self._rr += 1
             pending.append((self._rr % self.partitions, k, v, timestamp))
-
-    def write_one(self, key_bytes: bytes | None, value: Any, timestamp: int) -> None:
-        """``write`` of one value: a keyed record's, with no list built for it."""
-        trusted = self._trusted
-        if key_bytes is not None and trusted is not None:
-            known = self._by_key.get(key_bytes)
-            k, partition = known if known is not None else self._key_and_partition(key_bytes)
-            try:
-                encoded = trusted(value)
-            except Exception:
-                pass    # the checked encoding names what failed
-            else:
-                self._pending.append((partition, k, encoded, timestamp))
-                return
-        self.write(key_bytes, [value], timestamp)
 
     def encode(self, key_bytes: bytes | None, values: list[Any],
                timestamp: int) -> list[tuple[int, bytes | None, bytes, int]]:

@@ -4,7 +4,7 @@ record that would not decode is never written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -84,27 +84,24 @@ def encode_batch(producer_id: int, generation: int, version: int, seq: int,
                  values: list[bytes | None] | tuple[bytes | None, ...],
                  timestamps: list[int] | tuple[int, ...]) -> bytes:
     """The bytes of a data batch, from plain lists (hot path: no ``DataBatch`` object)."""
-    _check(producer_id, INT32, "producer_id")
-    _check(generation, INT32, "generation")
-    _check(version, INT64, "version")
     _check(seq, INT64, "seq")
     n = len(keys)
     if n == 0 or len(values) != n or len(timestamps) != n:
         raise ValueError(f"a data batch needs as many keys, values and timestamps, at least "
                          f"one (got {len(keys)}, {len(values)}, {len(timestamps)})")
-    _check(seq + n - 1, INT64, "last seq")
     if not {type(k) for k in keys} <= OPTIONAL_BYTES or \
             not {type(v) for v in values} <= OPTIONAL_BYTES:
         raise ValueError("batch keys and values must be bytes or None")
     if not {type(t) for t in timestamps} <= INTEGER or min(timestamps) < INT64[0] or \
             max(timestamps) > INT64[1]:
         raise ValueError(f"batch timestamps must be integers in [{INT64[0]}, {INT64[1]}]")
-    return _H_BATCH + _packb((producer_id, generation, version, seq, keys, values, timestamps))
+    return encode_batch_unchecked(producer_id, generation, version, seq, keys, values,
+                                  timestamps)
 
 
 def encode_batch_unchecked(producer_id: int, generation: int, version: int, seq: int,
-                           keys: list[bytes | None], values: list[bytes | None],
-                           timestamps: list[int]) -> bytes:
+                           keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                           timestamps: Sequence[int]) -> bytes:
     """``encode_batch`` for a caller that made every key and value bytes (or None) and
     checked every timestamp itself (``ChannelWriter``): its per-message checks were half
     the cost of a batch. The reader checks them all the same (``_read_batch``)."""
