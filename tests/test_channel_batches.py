@@ -20,6 +20,7 @@ class FakeProducer:
     def __init__(self) -> None:
         self.records: list[tuple[str, int, Any]] = []
         self.sends = 0
+        self.flushes: list[int] = []   # records produced by each flush
 
     def produce(self, topic: str, partition: int, value: bytes | None,
                 key: bytes | None = None, timestamp: int | None = None) -> None:
@@ -29,6 +30,7 @@ class FakeProducer:
         self.sends += 1
 
     def flush(self, timeout: float = 30.0) -> dict[Any, int]:
+        self.flushes.append(len(self.records))
         return {}
 
     def of(self, partition: int) -> list[Any]:
@@ -93,6 +95,29 @@ def test_everything_else_on_a_channel_follows_the_pending_messages(command):
             assert prod.of(p)[1].seq == w.seq[p]   # the marker's seq: messages before it
         if command == "restore":
             assert kinds == ["DataBatch", "Restore"]
+
+
+def test_markers_are_flushed_once_and_a_checkpoints_need_not_wait():
+    """A checkpoint's markers need no acknowledgement before the task goes on (a restart
+    sends its last marker again, and the producer keeps each channel's order): with
+    ``wait=False`` they are handed on, not flushed. Waited for, one flush after the
+    last; the flush halfway exists for the crash point there, so only an armed one gets
+    it."""
+    from eos_runtime import faults
+    prod = FakeProducer()
+    w = ChannelWriter(prod, "ch", 4, producer_id=1)
+    w.markers(1, 5)
+    assert prod.flushes == [4]
+    prod.flushes.clear()
+    w.markers(1, 6, wait=False)
+    assert prod.flushes == [] and prod.sends == 1
+    assert [type(r).__name__ for _, _, r in prod.records[4:]] == ["Marker"] * 4
+    faults.arm("task.checkpoint.mid_marker_fanout", hit=1000)
+    try:
+        w.markers(1, 7, wait=False)
+    finally:
+        faults.disarm()
+    assert prod.flushes == [10]   # the first half of this fan-out, durable before the point
 
 
 def test_a_batch_is_capped_and_channel_batch_1_sends_each_message_alone():

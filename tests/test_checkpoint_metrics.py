@@ -31,3 +31,11 @@ def test_only_measured_metrics_are_reported():
     m = CheckpointMetrics()
     m.record(duration_ms=3.0, commit_ms=1.0, alignment_ms=None)
     assert set(m.summary()) == {"duration_ms", "commit_ms"}
+
+
+def test_every_metric_is_in_the_cli_docs_table():
+    from pathlib import Path
+
+    from eos_runtime.runtime.metrics import METRICS
+    table = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    assert [n for n in METRICS if f"| `{n}` |" not in table] == []

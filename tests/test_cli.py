@@ -168,6 +168,10 @@ def test_run_json_summary(wordcount_run):
         m = t["checkpoint_metrics"]
         assert m["duration_ms"]["count"] == m["commit_ms"]["count"] == t["checkpoints"] > 0
         assert 0 <= m["commit_ms"]["p50"] <= m["duration_ms"]["max"]
+        # each step timed on its own, within the whole; the thread's CPU beside it
+        steps = ("flush_ms", "changelog_ms", "commit_ms", "store_ms", "markers_ms")
+        assert {m[s]["count"] for s in (*steps, "cpu_ms")} == {t["checkpoints"]}
+        assert sum(m[s]["mean"] for s in steps) <= m["duration_ms"]["mean"] + 0.01, m
         stage = 0 if t["task_id"] < 2 else 1
         assert ("alignment_ms" in m) == ("start_delay_ms" in m) == (stage == 1), m
         if stage == 1:

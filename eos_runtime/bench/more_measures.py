@@ -118,8 +118,8 @@ def _memory_point(keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return point
 
 
-_METRICS = ("duration_ms", "commit_ms", "alignment_ms", "start_delay_ms", "buffered_bytes",
-            "changelog_bytes")
+_METRICS = ("duration_ms", "flush_ms", "changelog_ms", "commit_ms", "store_ms", "markers_ms",
+            "cpu_ms", "alignment_ms", "start_delay_ms", "buffered_bytes", "changelog_bytes")
 
 
 def summarize_checkpoints(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,8 +16,9 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     3. the commit record, sealed (flush, or the Kafka transaction's commit): THE commit point
     4. the RocksDB batch: staged state + checkpoint data
     5. marker fan-out to every channel, where the guarantee sends markers at every
-       checkpoint (G1; else ``end_run`` sends the run's end); after a snapshot, the log
-       below it deleted (C9)
+       checkpoint (G1; else ``end_run`` sends the run's end), handed on unacknowledged
+       (a restart sends its last marker again; the run's end waits for them); after a
+       snapshot, the log below it deleted (C9)
     6. a source task's bookkeeping (its topic or file-system checkpoint store, its
        used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
@@ -222,11 +223,13 @@ class Committer:
         are told."""
         log = self.log
         assert log is not None
+        cpu_started = time.thread_time()
         started = time.monotonic()
         # 1. flush output
         if self.channels is not None:
             self.channels.flush()
         ranges = self.output.at_checkpoint(log)
+        flushed = time.monotonic()
         faults.crash_point("task.checkpoint.after_output_flush")
         # 2. change-log records of the staged state, or a snapshot (C7-C9)
         snapshot = self._snapshot_ranges(ranges)
@@ -236,6 +239,7 @@ class Committer:
             ranges = snapshot
             written, changes, changelog_bytes = log.snapshot(version, self.store)
         self._batched += changes - written
+        logged = time.monotonic()
         produced = sum(w.produced for w in self._sinks)
         sink_records = self.stats.sink_records + produced - self._sink_base
         lettered = sum(w.produced for w in self._dead)
@@ -257,13 +261,15 @@ class Committer:
         faults.crash_point("task.checkpoint.after_commit")
         # 4. the RocksDB batch with the checkpoint data
         self.store.commit(wire.CheckpointData(offset, self.generation, version))
+        stored = time.monotonic()
         self.watermark = watermark
         faults.crash_point("task.checkpoint.after_store")
         # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
-            self.step_markers.markers(self.generation, version, watermark)
+            self.step_markers.markers(self.generation, version, watermark, wait=False)
         if snapshot is not None:
             self._cut(offset - written - 1, version, written, changes)
+        marked = time.monotonic()
         self.stats.checkpoints += 1
         # 6. listeners, once the source side recorded the commit (its store; its
         # Startpoints deleted): a listener sees the checkpoint's consequences.
@@ -271,7 +277,12 @@ class Committer:
             recorded()
         self.listeners.checkpointed({(i.topic, i.partition): i.offset for i in inputs})
         self.metrics.record(duration_ms=(time.monotonic() - started) * 1000,
+                            flush_ms=(flushed - started) * 1000,
+                            changelog_ms=(logged - flushed) * 1000,
                             commit_ms=(committed - committing) * 1000,
+                            store_ms=(stored - committed) * 1000,
+                            markers_ms=(marked - stored) * 1000,
+                            cpu_ms=(time.thread_time() - cpu_started) * 1000,
                             changelog_bytes=changelog_bytes, **(alignment or {}))
 
     def _snapshot_ranges(self, ranges: tuple[wire.OutputRange, ...]
@@ -307,8 +318,11 @@ class Committer:
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
         self.checkpoint(end, inputs, recorded=recorded, watermark=watermark)
-        if self.channels is not None and self.step_markers is None:
-            self.channels.markers(self.generation, end, watermark)
+        if self.channels is not None:
+            if self.step_markers is None:
+                self.channels.markers(self.generation, end, watermark)
+            else:   # step 5 handed them on: the run ends once they are acknowledged
+                self.channels.flush()
         self.await_readable()
 
     def await_readable(self) -> None:

@@ -17,8 +17,14 @@ __all__ = ["Distribution", "CheckpointMetrics", "METRICS"]
 #: name -> what it measures (docs/cli.md lists the same).
 METRICS = {
     "duration_ms": "the five checkpoint steps, from output flush to markers sent",
+    "flush_ms": "step 1 alone: the channels flushed, the sink output handed on",
+    "changelog_ms": "step 2 alone: the state's changes (or a snapshot) produced",
     "commit_ms": "step 3 alone: the commit record written and sealed (a transaction commit "
                  "on Kafka)",
+    "store_ms": "step 4 alone: the RocksDB batch written",
+    "markers_ms": "step 5 alone: the markers sent and flushed (a snapshot's cut included)",
+    "cpu_ms": "the task thread's CPU over the steps (librdkafka's threads and the broker's "
+              "not counted)",
     "alignment_ms": "from the first marker of the checkpoint read to the checkpoint taken "
                     "(exactly-once tasks with input channels)",
     "start_delay_ms": "from that first marker's timestamp (its producer's commit) to it being "
