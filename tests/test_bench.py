@@ -522,16 +522,48 @@ def test_the_report_gives_each_systems_cpu_per_result():
 
     row = {"workload": "wordcount", "unit": "words", "guarantee": "none", "verified": True,
            "system": "raw-kafka", "results_expected": 1000}
-    runs = [{**row, "round": n, "throughput": 100.0, "cpu_seconds": cpu}
+    runs = [{**row, "round": n, "throughput": 100.0, "cpu_seconds": cpu,
+             **({"broker_cpu_seconds": 0.002 * n} if n < 3 else {})}
             for n, cpu in ((1, 0.004), (2, 0.006), (3, 0.005))]
     summary = summarize(runs, skipped={})
     assert summary["wordcount"]["systems"]["raw-kafka"]["cpu_us_per_result"] == 5.0
+    # the broker's, where the bench found it: the median of the rounds that have it
+    assert summary["wordcount"]["systems"]["raw-kafka"]["broker_cpu_us_per_result"] == 3.0
     result = {"command": "eos bench", "started": "now", "summary": summary, "skipped": {},
               "machine": {"cpus": 2, "python": "3.11"}, "settings": {
                   "bootstrap_servers": "b", "records": 10, "rounds": 3, "partitions": 2,
                   "commit_interval": 1.0}}
-    assert "| raw-kafka | none | 100 | 100 – 100 | 0% | 5.0 | 3/3 |" in \
+    assert "| raw-kafka | none | 100 | 100 – 100 | 0% | 5.0 | 3.0 | 3/3 |" in \
         markdown(result, "throughput.png")
+
+
+def test_the_broker_is_the_process_listening_on_the_bootstrap_port():
+    """``BrokerCPU`` finds a broker on this machine by its listening socket (here the test
+    itself listens) and counts its CPU; a remote one, or a port nobody listens on, is
+    None rather than a guess."""
+    import os
+    import socket
+    import time
+
+    from eos_runtime.bench.memory import BrokerCPU, listening_pid
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert listening_pid(port) == os.getpid()
+        broker = BrokerCPU(f"127.0.0.1:{port},other:9092")
+        assert broker.pid == os.getpid()
+        broker.start()
+        t = time.process_time()
+        while time.process_time() - t < 0.2:
+            pass
+        spent = broker.spent()
+        assert spent is not None and 0.1 <= spent < 5, spent
+    assert listening_pid(port) is None   # closed
+    assert BrokerCPU(f"broker.example:{port}").pid is None
+    unstarted = BrokerCPU(f"localhost:{port}")
+    assert unstarted.pid is None and unstarted.spent() is None
 
 
 def test_latency_recovery_and_memory_of_a_wrong_run_are_not_ranked():

@@ -46,7 +46,7 @@ from ..experiments.verify import compare
 from ..experiments.workloads import Expected
 from .kafka import BenchKafka, OutputWatch
 from .latency import SteadyInput, probe_latencies, recovery
-from .memory import TreeSampler
+from .memory import BrokerCPU, TreeSampler
 from .percentiles import percentiles
 from .systems import Setup, System, remove_scratch, scratch_dir
 from .visibility import VisibilityClock
@@ -150,12 +150,15 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
         killed: list[int] = []
         # a burst's CPU per result: the throughput runs', and the memory runs' as state grows
         cpu = None
+        broker = None
         if load.steady is None:
             if sampler is None:
                 sampler = TreeSampler(running.pids, cpu=True)
             else:
                 sampler.count_cpu()
             cpu = sampler
+            broker = BrokerCPU(settings.bootstrap)
+            broker.start()
         try:
             burst.go()
             went = time.monotonic()
@@ -180,6 +183,9 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
                     row["cpu_seconds"] = round(spent, 2)
                     row["cpu_seconds_by_process"] = {
                         kind: round(seconds, 2) for kind, seconds in cpu.cpu_by_kind().items()}
+                    broker_spent = broker.spent() if broker is not None else None
+                    if broker_spent is not None:
+                        row["broker_cpu_seconds"] = round(broker_spent, 2)
             row["produce_seconds"] = burst.finish()
             if watch.first_read_at is not None:
                 row["output_read_after_seconds"] = round(watch.first_read_at - went, 3)

@@ -50,6 +50,10 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     cpu = [c for c in map(_cpu_per_result, rows) if c is not None]
     if cpu:
         out["cpu_us_per_result"] = round(statistics.median(cpu), 1)
+    broker = [c for c in (_cpu_per_result(r, "broker_cpu_seconds") for r in rows)
+              if c is not None]
+    if broker:
+        out["broker_cpu_us_per_result"] = round(statistics.median(broker), 1)
     if out["status"] == "ok" and xs:
         med = statistics.median(xs)
         out.update(median=round(med, 1), min=min(xs), max=max(xs),
@@ -63,9 +67,10 @@ def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
     return _by_round(rows, num, den, lambda r: r.get("throughput"), "paired")
 
 
-def _cpu_per_result(run: dict[str, Any]) -> float | None:
-    """A verified run's CPU µs per result (its system's processes, the broker's not)."""
-    cpu, results = run.get("cpu_seconds"), run.get("results_expected")
+def _cpu_per_result(run: dict[str, Any], field: str = "cpu_seconds") -> float | None:
+    """A verified run's CPU µs per result: its system's processes (the broker's not), or
+    the broker's (``broker_cpu_seconds``, where the bench found it on this machine)."""
+    cpu, results = run.get(field), run.get("results_expected")
     if not run.get("verified") or cpu is None or not results:
         return None
     return float(cpu) / results * 1e6
@@ -206,10 +211,11 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         lines += [f"## {workload}", ""]
         if workload == "wordcount" and s.get("vocabulary"):
             lines += [f"Input: {s['vocabulary']['text']}.", ""]
+        one = unit[:-1] if unit.endswith('s') else unit
         lines += [f"| system | guarantee | median {unit}/s | min – max | spread | CPU µs per "
-                  f"{unit[:-1] if unit.endswith('s') else unit} | verified rounds | "
+                  f"{one} | the broker's CPU µs per {one} | verified rounds | "
                   f"duplicates | status |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, st in w["systems"].items():
             rng = (f"{_fmt(st.get('min'))} – {_fmt(st.get('max'))}" if "median" in st else "–")
             spread = f"{st['spread']:.0%}" if st.get("spread") is not None else "–"
@@ -217,6 +223,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
                 f"**{st['status']}**: {'; '.join(st['errors'])[:200]}"
             lines.append(f"| {name} | {st['guarantee']} | {_fmt(st.get('median'))} | {rng} | "
                          f"{spread} | {_fmt(st.get('cpu_us_per_result'), 1)} | "
+                         f"{_fmt(st.get('broker_cpu_us_per_result'), 1)} | "
                          f"{st['verified_rounds']}/{st['rounds']} | "
                          f"{st['duplicates']:,} | {status} |")
         if w["ratios"]:
