@@ -87,12 +87,20 @@ class State:
             raise UserFunctionError(NO_KEY_STATE)
         return prefix + name.encode("utf-8")
 
+    # get and set spell ``_key`` out: a stateful step calls them on every record, and the
+    # call and the keyword arguments cost more than the work
     def get(self, name: str, default: Any = None) -> Any:
-        raw = self._get(self._key(name))
-        return default if raw is None else _unpackb(raw, raw=False)
+        prefix = self._prefix
+        if not prefix:
+            raise UserFunctionError(NO_KEY_STATE)
+        raw = self._get(prefix + name.encode())
+        return default if raw is None else _unpackb(raw)   # raw=False: msgpack 1's default
 
     def set(self, name: str, value: Any) -> None:
-        self._put(self._key(name), _pack(value))
+        prefix = self._prefix
+        if not prefix:
+            raise UserFunctionError(NO_KEY_STATE)
+        self._put(prefix + name.encode(), _pack(value))
 
     def delete(self, name: str) -> None:
         self._delete(self._key(name))

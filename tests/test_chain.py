@@ -128,6 +128,22 @@ def test_a_keyless_record_has_no_state_with_one_step_or_many(tmp_path):
                 Chain(steps, store).run(None, "v")
 
 
+def test_every_state_call_of_a_keyless_record_raises_and_nothing_is_staged(tmp_path):
+    from eos_runtime.values import State
+    with TaskStore(tmp_path / "s", ("step0",)) as store:
+        state = State(*store.accessors("step0"))
+        for call in (lambda: state.get("n"), lambda: state.set("n", 1),
+                     lambda: state.delete("n")):
+            with pytest.raises(UserFunctionError, match="this record has no key"):
+                call()
+        assert store.staged() == []
+        state._prefix = encode_key("k")
+        state.set("n", [1, "a"])
+        assert state.get("n") == [1, "a"] and state.get("m", 5) == 5
+        assert store.staged() == [("step0", encode_key("k") + b"n", store.get(
+            "step0", encode_key("k") + b"n"))]
+
+
 def test_encode_key_takes_str_bytes_and_int_and_names_anything_else():
     import msgpack
     for key in ("w", "", "é", b"b", 7, -1, 2**40):
