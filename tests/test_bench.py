@@ -465,7 +465,6 @@ def test_a_process_trees_cpu_counts_from_the_first_sample_and_descendants_count_
     import sys
     from pathlib import Path
 
-
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
     # A shell (the root) whose child burns 0.4 s of CPU once told to, after its start-up.
@@ -493,7 +492,6 @@ def test_a_process_trees_cpu_is_split_into_the_jvm_and_the_python_under_it():
     import subprocess
     import sys
     from pathlib import Path
-
 
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")

@@ -31,6 +31,11 @@ def _stat_fields(pid: int) -> list[str] | None:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _cpu_ticks(fields: list[str]) -> int:
+    """A process's CPU so far (user and system), in clock ticks, from ``_stat_fields``."""
+    return int(fields[11]) + int(fields[12])
+
+
 def _scan() -> dict[int, tuple[int, int, int]]:
     """Every process: its parent, CPU ticks so far (user and system) and resident bytes,
     from one read of its /proc/<pid>/stat (one pass over /proc a sample)."""
@@ -41,7 +46,7 @@ def _scan() -> dict[int, tuple[int, int, int]]:
         f = _stat_fields(int(entry.name))
         if f is not None:   # else gone meanwhile
             # ppid, utime + stime, rss in pages (what VmRSS counts)
-            out[int(entry.name)] = (int(f[1]), int(f[11]) + int(f[12]), int(f[21]) * _PAGE)
+            out[int(entry.name)] = (int(f[1]), _cpu_ticks(f), int(f[21]) * _PAGE)
     return out
 
 
@@ -217,7 +222,7 @@ class BrokerCPU:
 
     def _ticks(self) -> int | None:
         f = _stat_fields(self.pid) if self.pid is not None else None
-        return None if f is None else int(f[11]) + int(f[12])
+        return None if f is None else _cpu_ticks(f)
 
     def start(self) -> None:
         self._start = self._ticks()
