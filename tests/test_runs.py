@@ -10,11 +10,13 @@ from eos_runtime.protocol.runs import (
     AT_LEAST_ONCE,
     EXACTLY_ONCE,
     MAX_RUN,
+    RUN_BITS,
     OutputMode,
     announcement,
     checkpoint_needed,
     first_version,
     guarantee_named,
+    markers_awaited,
     run_end,
     run_of,
     source_start_version,
@@ -91,6 +93,14 @@ def test_a_restart_resends_the_last_marker_it_sent(run, restored):
     assert eo[-1] == ("restore", restored)
     assert (("marker", restored) in eo) == (restored > 0)
     assert alo == ((("marker", restored),) if restored >= end else ())
+
+
+@given(st.integers(0, 3), st.integers(0, 2 ** RUN_BITS - 1))
+def test_only_the_runs_end_markers_are_waited_for(run, step):
+    """A restart sends the last marker again, but a task that ended its run exits and is
+    not restarted: its end markers are the only ones it must see acknowledged."""
+    version = min(first_version(run) + step, run_end(run))
+    assert markers_awaited(version, run) == (version == run_end(run))
 
 
 def test_only_at_least_once_skips_a_timer_checkpoint_that_moved_no_input():

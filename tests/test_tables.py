@@ -177,6 +177,18 @@ def test_clickstream_on_kafka(tmp_path, kafka_bootstrap):
         {"point": "task.checkpoint.before_commit", "task": 4, "hit": 2, "attempt": 0}])
 
 
+@pytest.mark.kafka
+@pytest.mark.timeout(150)
+def test_a_middle_stage_waits_for_its_end_markers_before_it_exits(tmp_path, kafka_bootstrap):
+    """The lookup tasks read channels and write channels: they end the run with the
+    aligned checkpoint of the run's end, and exit. Its markers are the last the counting
+    tasks wait for, and no restart sends them again. Producers that hold what is not
+    flushed for seconds (``linger.ms``) make a marker handed on unacknowledged, then
+    purged by the producer's close, certain to be lost: the run then hung."""
+    run_clicks(tmp_path, {"bootstrap_servers": kafka_bootstrap,
+                          "client_config": {"linger.ms": 3000}})
+
+
 def test_eos_produce_writes_a_tables_keyed_rows_and_deletes(tmp_path):
     from click.testing import CliRunner
 

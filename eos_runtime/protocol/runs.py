@@ -39,7 +39,7 @@ from ..errors import ProtocolViolation
 __all__ = ["RUN_BITS", "MAX_RUN", "AT_LEAST_ONCE", "EXACTLY_ONCE", "Guarantee", "OutputMode",
            "SourceVersions", "announcement", "checkpoint_needed", "finished_run",
            "guarantee_named",
-           "first_version", "grid_ceiling", "grid_line", "run_end", "run_of",
+           "first_version", "markers_awaited", "grid_ceiling", "grid_line", "run_end", "run_of",
            "source_start_version", "step_markers", "time_version"]
 
 #: Versions per run: 2**40, a millisecond each (``time_version``).
@@ -209,6 +209,17 @@ def announcement(guarantee: Guarantee, restored: int, run: int) -> tuple[tuple[s
                    else restored >= run_end(run))
     return ((("marker", restored),) if sent_marker else ()) + \
         ((("restore", restored),) if guarantee.restores else ())
+
+
+def markers_awaited(version: int, run: int) -> bool:
+    """Whether a checkpoint's markers must be acknowledged before the task goes on.
+
+    Not inside a run: a task that dies before they are sent is restarted and sends its
+    last marker again (``announcement``), and its producer keeps each channel's order.
+    At the run's end, yes: the task exits after that checkpoint, its producer's close
+    drops what is not yet sent, and nothing restarts it, so downstream would wait for
+    them for ever."""
+    return version >= run_end(run)
 
 
 def finished_run(restored: int, run: int) -> bool:

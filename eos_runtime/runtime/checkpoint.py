@@ -17,8 +17,9 @@ Checkpoint steps (SEP-10 3.3-3.9; Quix Streams' numbered commit; docs/protocol.m
     4. the RocksDB batch: staged state + checkpoint data
     5. marker fan-out to every channel, where the guarantee sends markers at every
        checkpoint (G1; else ``end_run`` sends the run's end), handed on unacknowledged
-       (a restart sends its last marker again; the run's end waits for them); after a
-       snapshot, the log below it deleted (C9)
+       but for the run's end (``runs.markers_awaited``: a restart sends its last marker
+       again; nothing restarts a task that ended its run); after a snapshot, the log
+       below it deleted (C9)
     6. a source task's bookkeeping (its topic or file-system checkpoint store, its
        used-up Startpoints deleted), then the checkpoint listeners (``joblog/listeners.py``),
        after the commit point and not atomic with it: a crash before them skips the
@@ -49,7 +50,7 @@ from ..protocol.recovery import (
     next_generation,
     snapshot_due,
 )
-from ..protocol.runs import Guarantee, announcement, run_end, step_markers
+from ..protocol.runs import Guarantee, announcement, markers_awaited, run_end, step_markers
 from ..state import TaskStore
 from ..transport import PendingProducer, TopicPartition, Transport
 from .metrics import CheckpointMetrics
@@ -266,7 +267,8 @@ class Committer:
         faults.crash_point("task.checkpoint.after_store")
         # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
-            self.step_markers.markers(self.generation, version, watermark, wait=False)
+            self.step_markers.markers(self.generation, version, watermark,
+                                      wait=markers_awaited(version, self.run))
         if snapshot is not None:
             self._cut(offset - written - 1, version, written, changes)
         marked = time.monotonic()
@@ -318,11 +320,8 @@ class Committer:
         markers at step 5 like any checkpoint; at-least-once sends only these."""
         end = run_end(self.run)
         self.checkpoint(end, inputs, recorded=recorded, watermark=watermark)
-        if self.channels is not None:
-            if self.step_markers is None:
-                self.channels.markers(self.generation, end, watermark)
-            else:   # step 5 handed them on: the run ends once they are acknowledged
-                self.channels.flush()
+        if self.channels is not None and self.step_markers is None:
+            self.channels.markers(self.generation, end, watermark)
         self.await_readable()
 
     def await_readable(self) -> None:
