@@ -577,7 +577,8 @@ def test_latency_recovery_and_memory_of_a_wrong_run_are_not_ranked():
             {**base, "measure": "memory", "system": "a", "verified": True,
              "state_keys": 10, "peak_rss_bytes": 100 * 2**20},
             {**base, "measure": "memory", "system": "a", "verified": True,
-             "state_keys": 100, "peak_rss_bytes": 150 * 2**20},
+             "state_keys": 100, "peak_rss_bytes": 150 * 2**20, "results_expected": 1000,
+             "cpu_seconds": 0.02, "broker_cpu_seconds": 0.005},
             {**base, "measure": "throughput", "system": "eos-exactly-once", "verified": True,
              "throughput": 5.0, "unit": "words",
              "checkpoint_metrics": {"0": {"commit_ms": {"count": 2, "mean": 4.0, "p50": 3.0,
@@ -591,6 +592,11 @@ def test_latency_recovery_and_memory_of_a_wrong_run_are_not_ranked():
     assert rec["recovery_ms"] == 900 and rec["baseline_p50_ms"] == 10
     (mem,) = more.summarize_memory(runs)
     assert [p["peak_rss_mb"] for p in mem["points"]] == [100, 150] and mem["growth"] == 1.5
+    small, large = mem["points"]
+    assert "broker_cpu_us_per_result" not in small   # a remote broker's: not measured
+    assert (large["cpu_us_per_result"], large["broker_cpu_us_per_result"]) == (20, 5)
+    table = "\n".join(more.markdown_sections({"memory": [mem]}))
+    assert "| 100 | – | 150 | – | 20.0 | 5.0 |" in table
     (cp,) = more.summarize_checkpoints(runs)
     assert cp["metrics"]["commit_ms"] == {"count": 3, "mean": 3.0, "p50": 2.0, "p99": 5.0,
                                           "max": 5.0}

@@ -111,10 +111,12 @@ def _memory_point(keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     speed = [r["throughput"] for r in runs if r.get("throughput")]
     if speed:
         point["throughput"] = _median(speed)
-    cpu = [r["cpu_seconds"] / r["results_expected"] * 1e6 for r in runs
-           if r.get("cpu_seconds") is not None and r.get("results_expected")]
-    if cpu:
-        point["cpu_us_per_result"] = _median(cpu)
+    for field, name in (("cpu_seconds", "cpu_us_per_result"),
+                        ("broker_cpu_seconds", "broker_cpu_us_per_result")):
+        cpu = [r[field] / r["results_expected"] * 1e6 for r in runs
+               if r.get(field) is not None and r.get("results_expected")]
+        if cpu:
+            point[name] = _median(cpu)
     return point
 
 
@@ -211,17 +213,22 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
                     f"| {r['system'] if first else ''} | {r['guarantee'] if first else ''} | "
                     f"{_fmt_int(p.get('state_keys'))} | {_fmt_int(p.get('input_records'))} | "
                     f"{_fmt_int(p.get('peak_rss_mb'))} | {_fmt_int(p.get('throughput'))} | "
-                    f"{_fmt_1(p.get('cpu_us_per_result'))} | {_mark(r) if first else ''} |")
+                    f"{_fmt_1(p.get('cpu_us_per_result'))} | "
+                    f"{_fmt_1(p.get('broker_cpu_us_per_result'))} | "
+                    f"{_mark(r) if first else ''} |")
         lines += _section(
             "Memory as state grows",
             "The aggregate workload (a count per key) at each state size: peak resident "
             "memory of every process of a system (eos_runtime: the Spark JVM and its Python "
             "workers; the driver shares the bench's process), its throughput and its CPU "
-            "per result over the same burst. Each burst has two records a key of its key "
-            "space, at least --records; the keys column counts the distinct keys drawn.",
+            "per result over the same burst, and the broker's beside it (where the bench "
+            "found the broker's process on this machine). Each burst has two records a key "
+            "of its key space, at least --records; the keys column counts the distinct keys "
+            "drawn.",
             "![memory](memory.png)",
             ["system", "guarantee", "keys in state", "input records", "peak RSS, MiB",
-             "events/s", "CPU µs per result", "status"], rows)
+             "events/s", "CPU µs per result", "the broker's CPU µs per result", "status"],
+            rows)
     cps = result.get("checkpoints") or []
     if cps:
         rows = [f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
