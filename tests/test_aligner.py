@@ -22,7 +22,7 @@ from eos_runtime.protocol.aligner import (
     RestoreOutcome,
     Snapshot,
 )
-from eos_runtime.protocol.runs import first_version, run_end
+from eos_runtime.protocol.runs import first_version, markers_awaited, run_end
 
 A, B = ("ch", 0), ("ch", 1)
 END = run_end(0)   # the end-of-run marker of a job's first run
@@ -279,7 +279,12 @@ def producer_actors(draw, p, n_channels, written=None, idle=False):
         actor = Actor(appends, after=after)
         actors.append(actor)
         if crash is None:
-            actor.appends += [(c, Item("marker", p, gen, END)) for c in every]
+            # It ends the run and exits; nothing restarts it to send its end again. Markers
+            # handed on unacknowledged (``markers_awaited``) die with its producer on some
+            # channels, and the run never ends.
+            ends = every if markers_awaited(END, 0) else draw(st.lists(
+                st.sampled_from(every), unique=True, max_size=n_channels - 1))
+            actor.appends += [(c, Item("marker", p, gen, END)) for c in ends]
             return actors, restores
         crashes_left -= 1
         committed = crash[1]

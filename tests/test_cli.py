@@ -463,6 +463,46 @@ def _reading_stdin(screen: str, pid: int) -> bool:
         return False
 
 
+def _slow_wordcount(name: str, sink: str, *, split_s: float, count_s: float) -> str:
+    """The example's word count as job ``name``, its splitting stage sleeping ``split_s``
+    a line and its counting stage ``count_s`` a word."""
+    return f"""
+import time
+
+from eos_runtime import Pipeline
+
+pipeline = Pipeline({name!r}, commit_interval=1.0, parallelism=2)
+
+
+def split(line):
+    time.sleep({split_s})
+    return line.split()
+
+
+def slowly(word):
+    time.sleep({count_s})
+    return word
+
+
+(pipeline.source("lines", value="utf8")
+    .flat_map(split)
+    .key_by(lambda word: word)
+    .map(slowly)
+    .count()
+    .sink({sink!r}, key="utf8", value="json"))
+"""
+
+
+def _read_at_least(n: int):
+    """The live view says the sources read ``n`` records or more."""
+    import re
+
+    def shown(screen: str, pid: int) -> bool:
+        read = [int(m.replace(",", "")) for m in re.findall(r"input ([\d,]+) read", screen)]
+        return any(r >= n for r in read[-1:])
+    return shown
+
+
 def _some_input_committed(screen: str, pid: int) -> bool:
     """The live view says some, not all, of the 300,000 words are committed: the run has
     checkpointed and is still reading (what a Ctrl-C must interrupt, on any machine)."""
@@ -484,8 +524,13 @@ def _screen(raw: bytes) -> str:
 def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(tmp_path):
     data = tmp_path / "data"
     ok("produce", "lines", "--generate", "words", "--count", "300000", "--data-dir", str(data))
-    # The live view shows the stages as they move; a first Ctrl-C says what it does.
-    code, screen = on_terminal(["run", WORDCOUNT, "--data-dir", str(data)],
+    # The live view shows the stages as they move; a first Ctrl-C says what it does. The
+    # splitting stage sleeps 1 ms a line, so the run cannot read all its input before the
+    # view shows a first commit: at the example's own speed, a fast machine read it all
+    # between two looks and the run ended before the Ctrl-C (CI, 2026-11-29).
+    slow_split = tmp_path / "wordcount.py"
+    slow_split.write_text(_slow_wordcount("wordcount", "counts", split_s=0.001, count_s=0))
+    code, screen = on_terminal(["run", str(slow_split), "--data-dir", str(data)],
                                ctrl_c_after=[(_some_input_committed, 0.0)])
     assert code == 0, screen
     assert "reads -> writes" in screen and "processed" in screen and "checkpoints" in screen
@@ -496,16 +541,21 @@ def test_ctrl_c_on_a_terminal_says_what_the_stop_does_and_a_second_one_cancels(t
     assert " input records in " in summary.splitlines()[0]
     assert "stage 1 (wordcount.shuffle-1 -> counts, 2 tasks): " in summary
 
-    # A second Ctrl-C cancels, and says so: one error line, exit code 130.
-    code, screen = on_terminal(["run", WORDCOUNT, "--unbounded", "--data-dir", str(data)],
-                               ctrl_c_after=[("tasks 4 running", 2.0), ("stopping", 0.0)])
+    # A second Ctrl-C cancels, and says so: one error line, exit code 130. The counting
+    # stage sleeps 10 ms a word, so the stop the first Ctrl-C asks for (the counting tasks
+    # finish what was sent to them) lasts minutes, and the second comes while it runs;
+    # with the example's own speed, a machine fast enough finished the stop first (CI).
+    slow = tmp_path / "slow_wordcount.py"
+    slow.write_text(_slow_wordcount("slow-wordcount", "slow-counts", split_s=0, count_s=0.01))
+    code, screen = on_terminal(["run", str(slow), "--unbounded", "--data-dir", str(data)],
+                               ctrl_c_after=[(_read_at_least(1_000), 0.0), ("stopping", 0.0)])
     assert code == 130, screen
     # (a "cancelling ..." status line may or may not be drawn before the process ends:
     # the Ctrl-C came at once; the last line is what must always say it)
     last = screen.strip().splitlines()[-1]
-    assert last == ("error: run 1 of job 'wordcount' cancelled by a second Ctrl-C: its tasks "
-                    "stopped where they were, without final checkpoints; the next run recovers "
-                    "from their last ones"), screen
+    assert last == ("error: run 0 of job 'slow-wordcount' cancelled by a second Ctrl-C: its "
+                    "tasks stopped where they were, without final checkpoints; the next run "
+                    "recovers from their last ones"), screen
     assert "Traceback" not in screen
 
 

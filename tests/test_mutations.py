@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from eos_runtime.protocol import aligner, fences, tracker
+from eos_runtime.protocol import aligner, fences, runs, tracker
 
 import test_aligner
 import test_tracker
@@ -91,6 +91,8 @@ MUTATIONS = [
     ("forget at a restart what a marker before the resume point said (W4)", aligner,
      "                lane.watermark.marker(parent.version, parent.watermark)",
      "                pass", "unit:test_snapshot_round_trips_through_the_commit_record"),
+    ("hand the run's end markers on unacknowledged", runs,
+     "    return version >= run_end(run)", "    return False", "aligned"),
     ("drop the stale check", aligner,
      "        if version < self.version:\n            return Decision.STALE",
      "        if False:\n            return Decision.STALE", "aligned"),
@@ -132,6 +134,8 @@ def test_the_model_catches(name, module, old, new, which, monkeypatch):
     copy = mutant(module, old, new)
     if module is fences:
         monkeypatch.setattr(aligner, "Fences", copy.Fences)
+    elif module is runs:
+        monkeypatch.setattr(test_aligner, "markers_awaited", copy.markers_awaited)
     elif module is aligner:
         monkeypatch.setattr(test_aligner, "Aligner", copy.Aligner)
     else:
