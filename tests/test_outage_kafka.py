@@ -230,8 +230,11 @@ def test_an_experiment_stops_and_restarts_the_broker_and_the_run_passes(broker, 
     schedule.write_text('[[fault]]\nkind = "broker"\nafter = 0.5\ndown = 2.0\n'
                         'signal = "kill"\n')
     report = tmp_path / "report"
+    # A soak, fed for 10 s from before Spark starts: a bounded run of a few thousand
+    # lines could end within the fault's half second on a fast machine, and the outage
+    # would never start.
     p = here("experiment", "wordcount", "--schedule", str(schedule), "--seed", "4",
-             "--lines", "3000", "--bootstrap-servers", b.bootstrap_servers,
+             "--duration", "10s", "--rate", "300", "--bootstrap-servers", b.bootstrap_servers,
              "--broker-dir", str(b.run_dir), "--report", str(report), "--json",
              cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
