@@ -22,7 +22,8 @@ METRICS = {
     "commit_ms": "step 3 alone: the commit record written and sealed (a transaction commit "
                  "on Kafka)",
     "store_ms": "step 4 alone: the RocksDB batch written",
-    "markers_ms": "step 5 alone: the markers handed to the producer (a snapshot's cut included)",
+    "markers_ms": "step 5 alone: the markers handed to the producer, waited for at the run's "
+                  "end (a snapshot's cut included)",
     "cpu_ms": "the task thread's CPU over the steps (librdkafka's threads and the broker's "
               "not counted)",
     "alignment_ms": "from the first marker of the checkpoint read to the checkpoint taken "
