@@ -424,6 +424,21 @@ def test_recovery_is_the_longest_wait_not_when_an_ordinary_wait_late_in_the_wind
     assert row.get("recovery_ms") == 1040 and row["min_ms"] == row["max_ms"] == 1040
 
 
+def test_a_tasks_cpu_is_python_under_java_whatever_order_the_pids_wrapped_to():
+    from eos_runtime.bench.memory import classify
+
+    # The JVM 30 000, its Python daemon 30 100, a worker 120 after the pids wrapped, and
+    # a driver beside them: the worker's kind needs its parent's, whose pid is higher.
+    parent = {30_000: 1, 30_100: 30_000, 120: 30_100, 500: 1}
+    names = {30_000: "java", 30_100: "python3", 120: "python3", 500: "python3"}
+    known: dict[int, str] = {}
+    classify(parent, parent, known, names.__getitem__)
+    assert known == {30_000: "java", 30_100: "python under java",
+                     120: "python under java", 500: "other"}
+    classify([121], {121: 30_100}, known, names.get)   # a later worker: from what is known
+    assert known[121] == "python under java"
+
+
 def test_a_process_tree_has_resident_memory():
     import os
     import subprocess

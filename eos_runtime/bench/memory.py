@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 __all__ = ["BrokerCPU", "TreeSampler", "listening_pid", "tree_rss_bytes"]
@@ -50,16 +50,34 @@ def _scan() -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def _kind_of(pid: int, ppid: int, known: dict[int, str]) -> str:
-    """What a process of a system is (``TreeSampler.cpu_by_kind``), from its name and its
-    parent's kind."""
+def _comm(pid: int) -> str:
     try:
-        name = (_PROC / str(pid) / "comm").read_text().strip()
+        return (_PROC / str(pid) / "comm").read_text().strip()
     except OSError:
-        name = ""
-    if name == "java":
-        return "java"
-    return "python under java" if known.get(ppid) in ("java", "python under java") else "other"
+        return ""
+
+
+def classify(new: Iterable[int], parent: Mapping[int, int], known: dict[int, str],
+             name: Callable[[int], str] = _comm) -> None:
+    """Add to ``known`` what each process of ``new`` is (``TreeSampler.cpu_by_kind``), from
+    its name and its parent's kind, a parent before its children. Not in pid order: pids
+    wrap around at the kernel's pid_max (32 768 here), and after a few benches' processes a
+    Python worker's pid was below its daemon's, which was then not known yet, so every
+    task's CPU was counted as "other"."""
+    pending = set(new)
+
+    def kind(pid: int) -> str:
+        if pid not in known:
+            ppid = parent[pid]
+            if ppid in pending and ppid not in known:
+                kind(ppid)
+            own = name(pid)
+            known[pid] = ("java" if own == "java" else "python under java"
+                          if known.get(ppid) in ("java", "python under java") else "other")
+        return known[pid]
+
+    for pid in pending:
+        kind(pid)
 
 
 def _tree(roots: Iterable[int], procs: dict[int, tuple[int, int, int]]) -> set[int]:
@@ -131,8 +149,7 @@ class TreeSampler(threading.Thread):
             # a process seen at the baseline counts from there; a later one from its start
             self._first.setdefault(pid, ticks if baseline else 0)
             self._last[pid] = ticks
-        for pid in sorted(pids - self._kind.keys()):   # a parent before its children
-            self._kind[pid] = _kind_of(pid, procs[pid][0], self._kind)
+        classify(pids - self._kind.keys(), {p: procs[p][0] for p in pids}, self._kind)
 
     def cpu_by_kind(self) -> dict[str, float]:
         """The CPU seconds ``cpu_seconds`` counted, by kind of process: ``java`` (a JVM),
