@@ -60,21 +60,20 @@ def _comm(pid: int) -> str:
 def classify(new: Iterable[int], parent: Mapping[int, int], known: dict[int, str],
              name: Callable[[int], str] = _comm) -> None:
     """Add to ``known`` what each process of ``new`` is (``TreeSampler.cpu_by_kind``), from
-    its name and its parent's kind, a parent before its children. Not in pid order: pids
-    wrap around at the kernel's pid_max (32 768 here), and after a few benches' processes a
-    Python worker's pid was below its daemon's, which was then not known yet, so every
-    task's CPU was counted as "other"."""
+    its name and its parent's kind (``parent``: each one's parent), a parent before its
+    children. Not in pid order: pids wrap around at the kernel's pid_max (32 768 here),
+    and after a few benches' processes a Python worker's pid was below its daemon's,
+    which was then not known yet, so every task's CPU was counted as "other"."""
     pending = set(new)
 
-    def kind(pid: int) -> str:
+    def kind(pid: int) -> None:
         if pid not in known:
             ppid = parent[pid]
-            if ppid in pending and ppid not in known:
+            if ppid in pending:
                 kind(ppid)
             own = name(pid)
             known[pid] = ("java" if own == "java" else "python under java"
                           if known.get(ppid) in ("java", "python under java") else "other")
-        return known[pid]
 
     for pid in pending:
         kind(pid)
@@ -149,7 +148,9 @@ class TreeSampler(threading.Thread):
             # a process seen at the baseline counts from there; a later one from its start
             self._first.setdefault(pid, ticks if baseline else 0)
             self._last[pid] = ticks
-        classify(pids - self._kind.keys(), {p: procs[p][0] for p in pids}, self._kind)
+        new = pids - self._kind.keys()
+        if new:   # most samples find no process they had not seen
+            classify(new, {p: procs[p][0] for p in new}, self._kind)
 
     def cpu_by_kind(self) -> dict[str, float]:
         """The CPU seconds ``cpu_seconds`` counted, by kind of process: ``java`` (a JVM),

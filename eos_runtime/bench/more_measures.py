@@ -10,7 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["summarize_latency", "summarize_recovery", "summarize_memory",
+__all__ = ["cpu_per_result", "cpu_medians", "summarize_latency", "summarize_recovery",
+           "summarize_memory",
            "summarize_checkpoints", "markdown_sections", "plot_latency", "plot_recovery",
            "plot_memory"]
 
@@ -24,6 +25,28 @@ def _status(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
 
 def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 1) if xs else None
+
+
+def cpu_per_result(run: dict[str, Any], field: str = "cpu_seconds") -> float | None:
+    """A verified run's CPU µs per result: its system's processes (the broker's not), or
+    the broker's (``broker_cpu_seconds``, where the bench found it on this machine)."""
+    cpu, results = run.get(field), run.get("results_expected")
+    if not run.get("verified") or cpu is None or not results:
+        return None
+    return float(cpu) / results * 1e6
+
+
+def cpu_medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The median over verified runs of the system's CPU µs per result
+    (``cpu_us_per_result``) and the broker's (``broker_cpu_us_per_result``), each where
+    some run measured it."""
+    out = {}
+    for field, name in (("cpu_seconds", "cpu_us_per_result"),
+                        ("broker_cpu_seconds", "broker_cpu_us_per_result")):
+        median = _median([c for c in (cpu_per_result(r, field) for r in runs) if c is not None])
+        if median is not None:
+            out[name] = median
+    return out
 
 
 def _groups(runs: list[dict[str, Any]], measure: str) -> dict[tuple[str, str], list[dict]]:
@@ -111,12 +134,7 @@ def _memory_point(keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     speed = [r["throughput"] for r in runs if r.get("throughput")]
     if speed:
         point["throughput"] = _median(speed)
-    for field, name in (("cpu_seconds", "cpu_us_per_result"),
-                        ("broker_cpu_seconds", "broker_cpu_us_per_result")):
-        cpu = [r[field] / r["results_expected"] * 1e6 for r in runs
-               if r.get(field) is not None and r.get("results_expected")]
-        if cpu:
-            point[name] = _median(cpu)
+    point.update(cpu_medians(runs))
     return point
 
 

@@ -47,13 +47,7 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "errors": sorted({r["error"] for r in rows if r.get("error")}),
         "throughputs": [r.get("throughput") for r in rows],
     }
-    cpu = [c for c in map(_cpu_per_result, rows) if c is not None]
-    if cpu:
-        out["cpu_us_per_result"] = round(statistics.median(cpu), 1)
-    broker = [c for c in (_cpu_per_result(r, "broker_cpu_seconds") for r in rows)
-              if c is not None]
-    if broker:
-        out["broker_cpu_us_per_result"] = round(statistics.median(broker), 1)
+    out.update(more.cpu_medians(rows))
     if out["status"] == "ok" and xs:
         med = statistics.median(xs)
         out.update(median=round(med, 1), min=min(xs), max=max(xs),
@@ -65,15 +59,6 @@ def _paired(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
     """The ratio round by round: both sides of a round ran next to each other, so drift
     between rounds cancels; its range says how sure the median ratio is."""
     return _by_round(rows, num, den, lambda r: r.get("throughput"), "paired")
-
-
-def _cpu_per_result(run: dict[str, Any], field: str = "cpu_seconds") -> float | None:
-    """A verified run's CPU µs per result: its system's processes (the broker's not), or
-    the broker's (``broker_cpu_seconds``, where the bench found it on this machine)."""
-    cpu, results = run.get(field), run.get("results_expected")
-    if not run.get("verified") or cpu is None or not results:
-        return None
-    return float(cpu) / results * 1e6
 
 
 def _by_round(rows: list[dict[str, Any]], num: str, den: str,
@@ -112,7 +97,7 @@ def summarize(runs: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, 
                            "why_none": None if a and b else "a side is not ranked "
                                                             "(failed or wrong)",
                            **(_paired(mine, num, den) if a and b else {}),
-                           **(_by_round(mine, num, den, _cpu_per_result, "cpu")
+                           **(_by_round(mine, num, den, more.cpu_per_result, "cpu")
                               if a and b else {})})
         out[workload] = {"unit": mine[0]["unit"], "systems": systems, "ratios": ratios}
     return out
