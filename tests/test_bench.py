@@ -787,6 +787,31 @@ def test_targets_measured_in_fewer_than_three_rounds_are_not_judged():
     assert "| **missed** |" in "\n".join(markdown_section(judge(three)))
 
 
+@pytest.mark.parametrize("name", sorted(n for n, w in WORKLOADS.items() if n != "windows"))
+def test_each_workloads_default_burst_makes_about_the_same_results(name):
+    """At a default of 100 000 records, a pageviews burst was 100 000 results and a
+    wordcount one 800 000: on a fast machine the first lasted 1.5 s, so its throughput
+    measured the commit interval. Every burst is about 800 000 results now (windows' are
+    windows, its views 800 000 too)."""
+    from eos_runtime.bench.workloads import DEFAULT_BURST
+
+    w = WORKLOADS[name]
+    sample = 2_000
+    results = sum(len(v) for v in w.oracle(w.generate(sample, 1)).results.values())
+    assert 0.5 * DEFAULT_BURST <= results * w.burst / sample <= 1.5 * DEFAULT_BURST
+
+
+def test_the_report_names_each_workloads_burst_when_records_was_not_given():
+    from eos_runtime.bench.report import bursts_text
+
+    assert bursts_text({"records": 300, "bursts": {"wordcount": 300}}) == \
+        "300 input records per run"
+    assert bursts_text({"records": None,
+                        "bursts": {"wordcount": 100_000, "pageviews": 800_000}}) == \
+        "input records per burst: wordcount 100,000, pageviews 800,000"
+    assert bursts_text({"records": 10}) == "10 input records per run"   # an older results file
+
+
 def test_a_run_without_throughput_writes_no_throughput_plot(tmp_path):
     """A memory-only run wrote an empty throughput.png beside its report (which, rightly,
     showed no throughput section)."""

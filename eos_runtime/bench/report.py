@@ -167,6 +167,15 @@ def rounds_text(rounds: int | dict[str, int]) -> str:
     return "rounds: " + ", ".join(f"{m} {n}" for m, n in rounds.items())
 
 
+def bursts_text(settings: dict[str, Any]) -> str:
+    """A throughput burst's input records: --records, or each workload's own (a results
+    file of a bench before the per-workload default has only ``records``)."""
+    if settings.get("records") is not None:
+        return f"{settings['records']:,} input records per run"
+    per = ", ".join(f"{w} {n:,}" for w, n in settings.get("bursts", {}).items())
+    return f"input records per burst: {per}"
+
+
 def markdown(result: dict[str, Any], plot_name: str) -> str:
     s = result["settings"]
     lines = [
@@ -174,7 +183,7 @@ def markdown(result: dict[str, Any], plot_name: str) -> str:
         f"`{result['command']}`", "",
         f"{result['started']}; {result['machine']['cpus']} cores, Python "
         f"{result['machine']['python']}; Kafka at {s['bootstrap_servers']}; "
-        f"{s['records']:,} input records per run, {rounds_text(s['rounds'])}, "
+        f"{bursts_text(s)}, {rounds_text(s['rounds'])}, "
         f"{s['partitions']} partitions, commit interval {s['commit_interval']:g} s. "
         + ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items()) + ".", "",
         "Throughput: the oracle's results per second, from the first input record's broker "

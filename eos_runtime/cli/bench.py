@@ -139,8 +139,10 @@ WARM_UP_RECORDS = 20_000
                    "built on first use), faust-exactly-once, pyflink-exactly-once (installed "
                    "on first use); one that is not installed is skipped with the reason. "
                    "Default: all of them but eos-exactly-once-1s.")
-@click.option("--records", type=in_range("records"), default=100_000, show_default=True,
-              metavar="N", help="Input records in each run's burst (lines for wordcount).")
+@click.option("--records", type=in_range("records"), default=None, metavar="N",
+              help="Input records in each run's burst (lines for wordcount); a workload's own "
+                   "is about 800 000 results (wordcount 100 000 lines of 8 words, the "
+                   "others 800 000 records). Default: each workload's own.")
 @click.option("--rounds", default="3", show_default=True, metavar="N|M=N,...",
               help="Rounds; each runs every system once, in turn, so drift hits all alike. "
                    "Per measure too: 5,memory=1 runs 5 rounds of each measure but memory, "
@@ -162,8 +164,8 @@ WARM_UP_RECORDS = 20_000
 @click.option("--state-keys", default="100000", show_default=True, metavar="N|N1,N2,...",
               help="Memory runs: the aggregate workload with a key space of each size given "
                    "(one number N: N, then 10×N), each run's burst two records a key, at "
-                   "least --records. The state-growth curve: --state-keys "
-                   "1000,100000,1000000,10000000 --records 2000000.")
+                   "least --records (default: aggregate's 800 000). The state-growth "
+                   "curve: --state-keys 1000,100000,1000000,10000000 --records 2000000.")
 @click.option("--vocabulary", type=click.Choice(["zipf", "small"]), default="zipf",
               show_default=True,
               help="Wordcount's text: zipf, 8 words a line from a Zipf vocabulary of "
@@ -205,7 +207,8 @@ WARM_UP_RECORDS = 20_000
                    "stopped halfway keeps a results.json of the runs it finished (the report then "
                    "says it is incomplete).")
 @sigterm_interrupts
-def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, rounds: str,
+def bench_cmd(measures: str, workloads: str, systems: str | None, records: int | None,
+              rounds: str,
               partitions: int, commit_interval: float, rate: float, probe_every: float,
               steady_seconds: float, state_keys: str, vocabulary: str,
               vocabulary_size: int | None, seed: int, idle_timeout: float | None,
@@ -245,6 +248,9 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
     def say(text: str) -> None:
         click.echo(text, err=True)
 
+    def burst(workload: str) -> int:
+        return records if records is not None else bench_workloads[workload].burst
+
     skipped = {}
     for name in chosen_s:
         why = by_name[name].unavailable()
@@ -266,6 +272,8 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
             "complete": complete, "machine": machine,
             "settings": {"measures": chosen_m, "workloads": chosen_w, "systems": chosen_s,
                          "records": records, "rounds": rounds_of, "partitions": partitions,
+                         "bursts": {w: burst(w) for w in chosen_w + (
+                             ["aggregate"] if "memory" in chosen_m else [])},
                          "commit_interval": commit_interval, "rate": rate,
                          "probe_every_ms": probe_every, "steady_seconds": steady_seconds,
                          "state_keys": key_spaces if "memory" in chosen_m else [],
@@ -287,7 +295,7 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
         for m in chosen_m:
             if m == "throughput":
                 for w in chosen_w:
-                    got = bench_workloads[w].generate(records, seed)
+                    got = bench_workloads[w].generate(burst(w), seed)
                     plan.append((m, w, Load(m), {},
                                  _kept(got, bench_workloads[w].oracle(got))))
             elif m in ("latency", "recovery"):
@@ -302,13 +310,13 @@ def bench_cmd(measures: str, workloads: str, systems: str | None, records: int, 
             else:
                 for keys in key_spaces:
                     def curve_input(keys: int = keys) -> tuple[Any, Any]:
-                        got = aggregate_input(max(2 * keys, records), keys, seed)
+                        got = aggregate_input(max(2 * keys, burst("aggregate")), keys, seed)
                         return got, bench_workloads["aggregate"].oracle(got)
                     plan.append((m, "aggregate", Load(m, memory=True), {"key_space": keys},
                                  curve_input))
         if not no_warm_up and plan:
             w = plan[0][1]
-            got = bench_workloads[w].generate(min(records, WARM_UP_RECORDS), seed)
+            got = bench_workloads[w].generate(min(burst(w), WARM_UP_RECORDS), seed)
             for system in active:
                 if system.cannot_run(bench_workloads[w]) is not None:
                     continue
