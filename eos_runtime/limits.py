@@ -89,6 +89,10 @@ LIMITS: dict[str, Limit] = {
     "idle_timeout": Limit(1, YEAR, unit="seconds"),
     "bench_commit_interval": Limit(0.05, 3600, unit="seconds"),
     "bench_rate": Limit(1, 10_000_000, unit="records per second"),
+    # eos kafka: up waits this long for the broker's answer; down, between SIGTERM and
+    # SIGKILL (0: kill at once)
+    "broker_start_timeout": Limit(0, YEAR, low_open=True, unit="seconds"),
+    "broker_stop_timeout": Limit(0, YEAR, unit="seconds"),
 }
 
 

@@ -80,6 +80,10 @@ def test_run_pipeline_refuses_a_progress_interval_out_of_range(value, tmp_path):
     ["bench", "--commit-interval", "inf"], ["bench", "--rate", "nan"],
     ["bench", "--steady-seconds", "inf"], ["bench", "--idle-timeout", "nan"],
     ["bench", "--probe-every", "inf"], ["bench", "--records", str(10**15)],
+    ["kafka", "up", "--timeout", "inf"], ["kafka", "up", "--timeout", "nan"],
+    ["kafka", "up", "--timeout", "-1"], ["kafka", "up", "--timeout", "0"],
+    ["kafka", "down", "--timeout", "nan"], ["kafka", "down", "--timeout", "-1"],
+    ["kafka", "down", "--timeout", "inf"],
 ])
 def test_the_command_line_refuses_a_setting_out_of_range(args):
     result = CliRunner().invoke(main, args)
@@ -87,6 +91,32 @@ def test_the_command_line_refuses_a_setting_out_of_range(args):
     option = next(a for a in args if a.startswith("--"))
     assert f"Invalid value for '{option}'" in result.output
     assert "give " in result.output
+
+
+def _commands(group, path=()):
+    import click
+
+    ctx = click.Context(group)   # the group imports its commands when asked (lazily)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def test_every_numeric_option_of_every_command_has_a_range():
+    """``eos kafka down --timeout nan`` was taken (a bare float): the broker was killed
+    straight after its SIGTERM, its kept data written uncleanly. A numeric option is a
+    ``limits.option`` (or a click range that refuses nan and inf)."""
+    import click
+
+    commands = dict(_commands(main))
+    assert {("run",), ("kafka", "down"), ("bench",)} <= set(commands)
+    bare = [f"{' '.join(path)} {param.opts[0]}" for path, command in commands.items()
+            for param in command.params
+            if isinstance(param, click.Option) and param.type in (click.FLOAT, click.INT)]
+    assert not bare, f"numeric options without a range: {bare}"
 
 
 def test_an_integral_float_interval_and_the_extremes_of_each_range_are_taken():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from .. import limits
 from .config import DEFAULT_PORT, HOST, check_sasl_plain
 from .jars import KAFKA_VERSION, fetch
 from .kafka import KafkaBroker, port_is_free
@@ -66,7 +67,8 @@ def fetch_cmd(kafka_version: str, force: bool) -> None:
               help=f"Port of the PLAINTEXT listener on {HOST}. "
                    f"Default: {DEFAULT_PORT} if it is free, else any free port.")
 @version_option
-@click.option("--timeout", type=float, default=60.0, show_default=True,
+@click.option("--timeout", type=limits.option("broker_start_timeout"), default=60.0,
+              show_default=True,
               help="Seconds to wait for the broker to answer.")
 @click.option("--fresh", is_flag=True,
               help="Delete data kept from an earlier run (--keep-data, or a crash) first "
@@ -130,7 +132,8 @@ def _sasl_pair(value: str) -> tuple[str, str]:
 @kafka.command("down")
 @dir_option
 @click.option("--keep-data", is_flag=True, help="Keep the topics for the next `up`.")
-@click.option("--timeout", type=float, default=30.0, show_default=True,
+@click.option("--timeout", type=limits.option("broker_stop_timeout"), default=30.0,
+              show_default=True,
               help="Seconds between SIGTERM and SIGKILL.")
 def down_cmd(run_dir: str | None, keep_data: bool, timeout: float) -> None:
     """Stop the broker and delete its data (unless --keep-data). Logs stay in <dir>/logs.

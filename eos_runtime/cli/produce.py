@@ -139,7 +139,7 @@ def _were(n: int) -> str:
                    "from a fixed vocabulary of 32 (the same --seed, the same lines).")
 @click.option("--count", type=click.IntRange(0), default=None, metavar="N",
               help="How many records --generate writes. Default: 10,000.")
-@click.option("--seed", type=int, default=None, metavar="S",
+@click.option("--seed", type=click.IntRange(0), default=None, metavar="S",
               help="Seed of --generate. Default: 0.")
 @click.option("--partitions", type=click.IntRange(1), default=2, show_default=True, metavar="N",
               help="Partitions of the topic when eos produce creates it (when it is missing).")
