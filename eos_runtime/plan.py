@@ -26,7 +26,7 @@ from typing import Any
 from .api import Pipeline, Shuffle, Sink, Source, Step
 from .errors import ConfigError, TopicNotFound
 from .graph import Op, StageOutput, has_timers, is_chain, stage_graph, steps_of, stores_of
-from .topic_rules import check_sinks_not_read
+from .topic_rules import check_outputs_not_kept, check_sinks_not_read
 from .transport import TopicSpec, Transport
 
 __all__ = ["OutputPlan", "StagePlan", "TaskPlan", "JobPlan", "plan_job"]
@@ -179,6 +179,11 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     pipeline's own settings. Raises ``ConfigError`` saying what to change."""
     check_sinks_not_read([s.topic for s in pipeline.sources], [t.topic for t in pipeline.tables],
                          [s.topic for s in pipeline.sinks])
+    dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
+        f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
+    check_outputs_not_kept(pipeline.name, [s.topic for s in pipeline.sinks], dead_topic,
+                           [*(s.topic for s in pipeline.sources),
+                            *(t.topic for t in pipeline.tables)])
     graph = stage_graph(pipeline)
     guarantee = guarantee or pipeline.processing_guarantee
     if guarantee not in ("exactly-once", "at-least-once"):
@@ -267,14 +272,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
             outputs=outputs, task_ids=ids,
             upstream_task_ids=tuple(t for u in g.upstream for t in ids_of[u]),
             table_rows=tuple((t, feed.store) for feed in g.tables for t in ids_of[feed.stage])))
-    dead_topic = pipeline.dead_letter_topic if dead_letters is None else (
-        f"{pipeline.name}.dead-letters" if dead_letters is True else dead_letters or None)
     dead_parts = 1
     if dead_topic is not None:
-        if dead_topic in {o.topic for s in stages for o in s.outputs} | {
-                s.topic for s in sources.values()}:
-            raise ConfigError(f"dead-letter topic {dead_topic!r} is also an input or output of "
-                              f"the job: give it a topic of its own")
         try:
             dead_parts = transport.describe(dead_topic).partitions
         except TopicNotFound:

@@ -19,6 +19,46 @@ def check_sinks_not_read(sources: Sequence[str], tables: Sequence[str],
                                   f"topic (eos run --sink TOPIC)")
 
 
+def kept_for(job: str, topic: str) -> str | None:
+    """What the runtime keeps ``topic`` for in ``job`` (its change log, control topic,
+    ...), or None for a topic of the user's. Nothing but the runtime may write these:
+    a record of another kind there is one recovery or a run's start cannot read."""
+    kinds = {"changelog": "change log", "control": "control topic",
+             "heartbeats": "lease heartbeats", "metadata": "Startpoints",
+             "dead-letters": "default dead-letter topic"}
+    prefix = f"{job}."
+    if topic.startswith(prefix):
+        rest = topic[len(prefix):]
+        if rest in kinds:
+            return kinds[rest]
+        if rest.startswith("shuffle-"):
+            return "channel"
+    if topic.startswith(f"__eos_checkpoint_{job}_"):
+        return "checkpoint topic"
+    return None
+
+
+def check_outputs_not_kept(job: str, sinks: Sequence[str], dead_letters: str | None,
+                           read: Sequence[str]) -> None:
+    """Refuse a sink, or a dead-letter topic, that is a topic the runtime keeps for the
+    job; and a dead-letter topic the job also reads or writes (``read``: its sources and
+    tables)."""
+    for topic in sinks:
+        kind = kept_for(job, topic)
+        if kind is not None:
+            raise ConfigError(f"sink {topic!r} is the {kind} of job {job!r}, which only "
+                              f"the runtime writes: give the sink another topic")
+    if dead_letters is None:
+        return
+    kind = kept_for(job, dead_letters)
+    if kind is not None and dead_letters != f"{job}.dead-letters":
+        raise ConfigError(f"dead-letter topic {dead_letters!r} is the {kind} of job "
+                          f"{job!r}, which only the runtime writes: give it a topic of its own")
+    if dead_letters in {*sinks, *read}:
+        raise ConfigError(f"dead-letter topic {dead_letters!r} is also an input or output of "
+                          f"the job: give it a topic of its own")
+
+
 def check_moves(job: str, what: str, moves: Mapping[str, str], known: list[str]) -> None:
     """Refuse a rename of a topic the pipeline does not have, to nothing, or onto another."""
     for old, new in moves.items():

@@ -182,3 +182,41 @@ def test_a_letter_is_cut_to_its_bound_largest_fields_first(bound):
 def test_the_bound_is_the_producer_s_limit_or_kafka_s_default():
     assert letters.letter_bound(None) == letters.letter_bound(1_000_000) < 1_000_000
     assert 399_000 < letters.letter_bound(400_000) < 400_000
+
+
+def _first(value, row):
+    return value
+
+
+@pytest.mark.parametrize("topic", ["j.in", "j.out", "j.users", "j.changelog", "j.control",
+                                   "j.heartbeats", "j.metadata", "j.shuffle-1",
+                                   "__eos_checkpoint_j_1"])
+def test_dead_letters_may_not_go_to_a_topic_the_job_reads_writes_or_keeps(tmp_path, topic):
+    """``eos run --dead-letter-topic j.changelog`` was taken: letters would have been
+    appended to the change log, which recovery then could not decode. A table topic and
+    the runtime's own topics are refused too, not only the sources and sinks."""
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.plan import plan_job
+
+    pipeline = Pipeline("j")
+    users = pipeline.table("j.users", value="json")
+    (pipeline.source("j.in", value="utf8").key_by(str).lookup(users, join=_first)
+     .sink("j.out"))
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("j.in", 1), TopicSpec("j.users", 1)])
+        with pytest.raises(ConfigError, match=rf"dead-letter topic '{topic}'"):
+            plan_job(pipeline, t, dead_letters=topic)
+        assert plan_job(pipeline, t, dead_letters="j.letters").dead_letter_topic == "j.letters"
+
+
+@pytest.mark.parametrize("topic", ["j.changelog", "j.control", "j.heartbeats", "j.metadata",
+                                   "j.shuffle-1", "j.dead-letters", "__eos_checkpoint_j_1"])
+def test_a_sink_may_not_write_a_topic_the_runtime_keeps_for_the_job(tmp_path, topic):
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.plan import plan_job
+
+    pipeline = Pipeline("j", dead_letters=True)
+    pipeline.source("j.in", value="utf8").key_by(str).map(str).sink(topic)
+    with open_transport(data_dir=str(tmp_path)) as t:
+        with pytest.raises(ConfigError, match=rf"sink '{topic}'.*job 'j'"):
+            plan_job(pipeline, t)

@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import ConfigError, TopicNotFound
 from ..protocol.positions import fan_out
+from ..topic_rules import kept_for
 from ..transport import TopicPartition, TopicSpec, Transport, open_transport
 from .committed import read_topic
 from .control import ControlLog
@@ -248,9 +249,7 @@ def _sources_of(transport: Transport, job: str) -> dict[str, tuple[int, dict[int
 def check_source_partition(transport: Transport, job: str, key: StartpointKey) -> None:
     """Refuse a Startpoint for anything but a partition of the job's source stream."""
     known = _sources_of(transport, job)
-    internal = (f"{job}.shuffle-", f"{job}.changelog", f"{job}.control", f"{job}.heartbeats",
-                f"{job}.metadata", f"{job}.dead-letters")
-    if key.topic.startswith(internal):
+    if kept_for(job, key.topic) is not None:
         raise ConfigError(f"{key.topic!r} is an internal topic of job {job!r}: Startpoints apply "
                           f"to the job's source stream only (a channel's position follows its "
                           f"producers' markers and restores; moving it would break alignment)")
