@@ -171,6 +171,40 @@ def test_reset_is_refused_while_a_driver_holds_the_jobs_lease(tmp_path):
     assert "half.control" in topics(data)
 
 
+def test_reset_checks_again_after_its_question_that_the_job_did_not_start(tmp_path,
+                                                                          monkeypatch):
+    """The checks ran before "Reset?" and never again: a run started while the question
+    waited (by hand, cron or systemd) had its change log and control topic deleted under
+    it when the answer came."""
+    import types
+
+    import click
+
+    import eos_runtime.cli.jobs as jobs
+
+    from test_lease_cli import other_driver
+
+    data = tmp_path / "data"
+    layout = ("stage 0: input lines x1, tasks 0, stores [], output half.shuffle-1 x1",
+              "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
+              "guarantee exactly-once")
+    fake_job(data, "half", layout)
+
+    def started_meanwhile(*args, **kwargs):
+        other_driver({"data_dir": str(data)}, "half")
+        return True
+
+    monkeypatch.setattr(jobs, "sys", types.SimpleNamespace(
+        stdin=types.SimpleNamespace(isatty=lambda: True)))
+    monkeypatch.setattr(click, "confirm", started_meanwhile)
+    p = here("reset", "half", "--data-dir", str(data))
+    assert p.returncode == 1, p.stderr
+    *asked, line = p.stderr.strip().splitlines()   # the question's lines, then the error
+    assert asked[0].startswith("eos reset half deletes "), p.stderr
+    assert line.startswith("error: job 'half' is running (run 0, started "), p.stderr
+    assert "half.control" in topics(data)
+
+
 def small_layout(job: str) -> tuple[str, ...]:
     return (f"stage 0: input lines x2, tasks 0,1, stores [], output {job}.shuffle-1 x2",
             f"stage 1: input {job}.shuffle-1 x2, tasks 2,3, stores [counts], output counts x2",

@@ -34,7 +34,7 @@ from ..joblog.layout import (
 )
 from ..protocol.runs import run_of
 from ..runner import state_root
-from ..transport import TopicPartition, open_transport
+from ..transport import TopicPartition, Transport, open_transport
 from .options import (
     absolute_paths,
     check_writable,
@@ -249,6 +249,19 @@ def topics_cmd(bootstrap_servers: str | None, data_dir: str | None, as_json: boo
         click.echo(f"{t:<{width}}  {n_of(parts[t], 'partition'):>13}  {used}")
 
 
+def _refuse_if_running(transport: Transport, job: str, plan: reset.ResetPlan) -> None:
+    # A run on other machines holds no store lock here, but it holds the job's lease
+    # (in a control topic that is the job's: a user's topic of that name holds none).
+    if plan.control:
+        ControlLog(transport, job).refuse_if_running("eos reset")
+    held = reset.running_tasks(plan.state_dir)
+    if held:
+        raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "
+                          f"{'holds' if len(held) == 1 else 'hold'} state in "
+                          f"{str(plan.state_dir)!r}; stop it first (eos stop {job}) and "
+                          f"reset once it ended")
+
+
 @click.command("reset")
 @click.argument("job")
 @transport_options
@@ -271,16 +284,7 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
     check_writable(opts)
     with open_transport(**opts) as transport:
         plan = reset.plan_reset(transport, job, state_root(opts.get("data_dir"), state_dir))
-        # A run on other machines holds no store lock here, but it holds the job's lease
-        # (in a control topic that is the job's: a user's topic of that name holds none).
-        if plan.control:
-            ControlLog(transport, job).refuse_if_running("eos reset")
-        held = reset.running_tasks(plan.state_dir)
-        if held:
-            raise ConfigError(f"job {job!r} is running: {', '.join(held)} of its tasks "
-                              f"{'holds' if len(held) == 1 else 'hold'} state in "
-                              f"{str(plan.state_dir)!r}; stop it first (eos stop {job}) and "
-                              f"reset once it ended")
+        _refuse_if_running(transport, job, plan)
         unfinished = reset.unfinished_run(transport, plan)
         what = _reset_text(plan, opts)
         caution = (f"run {unfinished} of job {job!r} did not end with final checkpoints (it "
@@ -297,6 +301,7 @@ def reset_cmd(job: str, bootstrap_servers: str | None, data_dir: str | None,
                 raise ConfigError(f"reset of job {job!r} not confirmed: nothing deleted")
         elif caution:
             click.echo(f"warning: {caution}", err=True)
+        _refuse_if_running(transport, job, plan)   # again: a run may have started meanwhile
         deleted = reset.carry_out(transport, plan)
     gone = ", ".join(deleted) or "no topics"
     dirs = "".join(f" and {what} {str(d)!r}" for what, d in _reset_dirs(plan))
