@@ -193,6 +193,14 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
                      files if store == "filesystem" and files.is_dir() else None,
                      startpoints, sorted(startpoints) if foreign else [], unproven, last,
                      runs is not None)
+    if store == "filesystem" and plan.checkpoint_files is None and _committed(
+            transport, f"{job}.changelog", existing):
+        # Its runs wrote positions into files, under a --state-dir not given here: kept,
+        # they would start the next run from there with empty state.
+        raise ConfigError(f"job {job!r} keeps its source positions in files (checkpoints "
+                          f"filesystem) and its runs checkpointed, but no such files are "
+                          f"in {str(files)!r}: give --state-dir as its runs did, so that "
+                          f"the reset deletes them with the rest")
     _only_made_by_the_job(job, plan.state_dir, _TASK_ENTRY, "state directory")
     _only_made_by_the_job(job, plan.checkpoint_files, _CHECKPOINT_FILE, "checkpoint directory")
     if (not plan.topics and plan.state_dir is None and plan.checkpoint_files is None
@@ -205,6 +213,14 @@ def plan_reset(transport: Transport, job: str, state_root: str | Path) -> ResetP
                           f"and no state directory {str(state)!r} (is --state-dir the one "
                           f"its runs used?){alone}")
     return plan
+
+
+def _committed(transport: Transport, changelog: str, existing: set[str]) -> bool:
+    """Whether a task of the job committed a checkpoint (a commit record in its log)."""
+    if changelog not in existing:
+        return False
+    return any(last_commit(transport, TopicPartition(changelog, p)) is not None
+               for p in range(transport.describe(changelog).partitions))
 
 
 def _empty(transport: Transport, topic: str) -> bool:

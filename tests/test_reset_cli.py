@@ -205,6 +205,30 @@ def test_reset_checks_again_after_its_question_that_the_job_did_not_start(tmp_pa
     assert "half.control" in topics(data)
 
 
+@pytest.mark.slow
+def test_reset_refuses_to_leave_file_positions_behind_a_state_dir_it_was_not_given(tmp_path):
+    """An at-least-once job keeping its positions in files under its --state-dir, reset
+    without that --state-dir: the files were left, the change log deleted, and the next
+    run resumed from the old positions into empty state, though the reset had said it
+    would start from scratch."""
+    data, state = tmp_path / "data", tmp_path / "elsewhere"
+    ok_here("produce", "lines", "--generate", "words", "--count", "300", "--seed", "5",
+            "--data-dir", str(data))
+    run_here(WORDCOUNT, data_dir=str(data), state_dir=str(state), guarantee="at-least-once",
+             checkpoints="filesystem")
+    files = state / "checkpoints" / "wordcount" / "1"
+    assert sorted(p.name for p in files.iterdir()) == ["task-0.json", "task-1.json"]
+    line = error_line(here("reset", "wordcount", "--yes", "--data-dir", str(data)))
+    assert "checkpoints filesystem" in line and str(data / "state") in line and \
+        "--state-dir" in line, line
+    assert "wordcount.changelog" in topics(data)
+    ok_here("reset", "wordcount", "--yes", "--data-dir", str(data), "--state-dir", str(state))
+    assert not files.exists()
+    again = run_here(WORDCOUNT, data_dir=str(data), state_dir=str(state),
+                     guarantee="at-least-once", checkpoints="filesystem")
+    assert again.run == 0 and again.input_records == 300
+
+
 def small_layout(job: str) -> tuple[str, ...]:
     return (f"stage 0: input lines x2, tasks 0,1, stores [], output {job}.shuffle-1 x2",
             f"stage 1: input {job}.shuffle-1 x2, tasks 2,3, stores [counts], output counts x2",
