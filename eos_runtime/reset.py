@@ -251,13 +251,19 @@ def running_tasks(state_dir: Path | None) -> list[str]:
     held = []
     for lock in sorted(state_dir.glob("task-*/LOCK")):
         try:
-            with open(lock, "a+b") as f:
-                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.lockf(f, fcntl.LOCK_UN)
+            f = open(lock, "a+b")
         except FileNotFoundError:
             continue
-        except OSError:
-            held.append(lock.parent.name)
+        except OSError as exc:   # not a task's lock: the user's permission to look
+            raise ConfigError(f"cannot open {str(lock)!r} to see whether a task of the job "
+                              f"holds it: {exc.strerror or exc}; reset as the user the "
+                              f"job's tasks ran as") from exc
+        with f:
+            try:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(f, fcntl.LOCK_UN)
+            except OSError:
+                held.append(lock.parent.name)
     return held
 
 
@@ -284,10 +290,17 @@ def carry_out(transport: Transport, plan: ResetPlan) -> list[str]:
     """Delete what ``plan`` lists: the state directory first (a reset stopped half-way
     then still shows the job's topics, so it can be reset again); returns the topics
     deleted."""
-    if plan.state_dir is not None:
-        shutil.rmtree(plan.state_dir)
-    if plan.checkpoint_files is not None:
-        shutil.rmtree(plan.checkpoint_files)
+    for what, directory in (("state directory", plan.state_dir),
+                            ("checkpoint directory", plan.checkpoint_files)):
+        if directory is None:
+            continue
+        try:
+            shutil.rmtree(directory)
+        except OSError as exc:
+            on = f" ({exc.filename})" if exc.filename else ""
+            raise ConfigError(f"could not delete the {what} {str(directory)!r}: "
+                              f"{exc.strerror or exc}{on}; the job's topics are not deleted "
+                              f"yet: mend it and run eos reset {plan.job} again") from exc
     MetadataStore(transport, plan.job).write({}, plan.startpoint_keys)
     control = control_topic(plan.job)
     first = [t for t in plan.topics if t != control]

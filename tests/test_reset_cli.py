@@ -229,6 +229,59 @@ def test_reset_refuses_to_leave_file_positions_behind_a_state_dir_it_was_not_giv
     assert again.run == 0 and again.input_records == 300
 
 
+def _half_with_a_store(data):
+    layout = ("stage 0: input lines x1, tasks 0, stores [], output half.shuffle-1 x1",
+              "stage 1: input half.shuffle-1 x1, tasks 1, stores [s], output out x1",
+              "guarantee exactly-once")
+    fake_job(data, "half", layout)
+    store = data / "state" / "half" / "task-1"
+    store.mkdir(parents=True)
+    (store / "LOCK").write_bytes(b"")
+    return store
+
+
+def test_a_lock_file_reset_may_not_open_is_named_not_taken_for_a_running_task(tmp_path,
+                                                                              monkeypatch):
+    """A task's LOCK file the user may not open was reported as "job 'half' is running":
+    a false diagnosis sending the user to `eos stop`."""
+    import eos_runtime.reset as reset
+
+    data = tmp_path / "data"
+    store = _half_with_a_store(data)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(reset, "open", refused, raising=False)   # root may open anything
+    line = error_line(here("reset", "half", "--yes", "--data-dir", str(data)))
+    assert "is running" not in line and "Permission denied" in line and \
+        str(store / "LOCK") in line, line
+    assert store.is_dir() and "half.control" in topics(data)
+
+
+def test_a_state_file_reset_may_not_delete_is_one_error_line_and_the_topics_stay(
+        tmp_path, monkeypatch):
+    """shutil.rmtree's PermissionError was no project error: a traceback, after part of the
+    state was gone."""
+    import eos_runtime.reset as reset
+
+    data = tmp_path / "data"
+    store = _half_with_a_store(data)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(store / "000007.sst"))
+
+    monkeypatch.setattr(reset.shutil, "rmtree", refused)
+    p = here("reset", "half", "--yes", "--data-dir", str(data))
+    assert p.returncode == 1, p.stderr
+    warning, line = p.stderr.strip().splitlines()   # the unfinished run's warning first
+    assert warning.startswith("warning: run 0 of job 'half' did not end") and \
+        line.startswith("error: "), p.stderr
+    assert "Traceback" not in p.stderr and "Permission denied" in line and \
+        str(store / "000007.sst") in line and "eos reset half" in line, line
+    assert "half.control" in topics(data)
+
+
 def small_layout(job: str) -> tuple[str, ...]:
     return (f"stage 0: input lines x2, tasks 0,1, stores [], output {job}.shuffle-1 x2",
             f"stage 1: input {job}.shuffle-1 x2, tasks 2,3, stores [counts], output counts x2",
