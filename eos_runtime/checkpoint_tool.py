@@ -23,6 +23,7 @@ from .errors import ConfigError
 from .joblog.checkpoints import Checkpoint
 from .joblog.layout import layout_checkpoints, layout_guarantee, layout_job_id, layout_stages
 from .plan import JobPlan, OutputPlan, StagePlan, TaskPlan
+from .protocol.positions import store_positions
 
 __all__ = ["render", "parse", "ParsedCheckpoints", "plan_from_layout"]
 
@@ -35,10 +36,14 @@ def _task_name(task_id: int) -> str:
 
 def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | None],
            job_id: str = "1", *, kept: Mapping[int, Checkpoint | None] | None = None,
-           store: str | None = None) -> str:
+           store: str | None = None,
+           pending: Mapping[tuple[str, int], str] | None = None) -> str:
     """The properties file of ``checkpoints`` (task id -> its last change-log checkpoint
     or None). ``kept``: the source tasks' positions from the job's checkpoint store
-    (``store`` names it), which is where those tasks start, shown instead."""
+    (``store`` names it), each held to the change log's commit as a task starting holds
+    it (P3a), shown instead. ``pending``: the source partitions with a Startpoint waiting
+    for the next run (described), whose lines are left empty: a write of the file, edited
+    elsewhere, keeps that Startpoint."""
     lines = [f"# job {plan.name} (job id {job_id}) on {system}; edit the offsets of the "
              f"source partitions, then: eos checkpoint write {plan.name} FILE"]
     if store is not None:
@@ -51,16 +56,24 @@ def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | No
                 "no checkpoint yet" if cp is None else "")
         lines.append(f"# {_task_name(task.task_id)} (stage {stage.index}, reads "
                      f"{stage.input_topic}){': ' + what if what else ''}")
+        offsets = cp.offsets if cp is not None else {}
         if kept is not None and task.task_id in kept:
-            cp = kept[task.task_id]
+            in_store = kept[task.task_id]
+            offsets = store_positions(in_store.offsets, offsets) if in_store is not None else {}
         for p in task.partitions:
-            offset = cp.offsets.get((stage.input_topic, p)) if cp is not None else None
+            offset = offsets.get((stage.input_topic, p))
             key = (f"tasknames.{_task_name(task.task_id)}.systems.{system}.streams."
                    f"{stage.input_topic}.partitions.{p}")
             if not stage.is_source:
                 if offset is not None:
                     lines.append(f"#   {key}={offset}")
                 continue
+            waiting = (pending or {}).get((stage.input_topic, p))
+            if waiting is not None:
+                lines.append(f"# {stage.input_topic}[{p}]: a Startpoint is pending "
+                             f"({waiting}): left empty, a write keeps it; give an offset to "
+                             f"replace it (the checkpoint: {'none' if offset is None else offset})")
+                offset = None
             lines.append(f"{key}={'' if offset is None else offset}")
     return "\n".join(lines) + "\n"
 

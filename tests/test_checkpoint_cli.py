@@ -62,8 +62,23 @@ def test_show_edit_write_run_reads_again_from_the_edited_offset(tmp_path):
     assert "task-0 lines[0] -> offset 150" in wrote, wrote
     listed = ok_here("startpoint", "list", "wordcount", *d).stdout
     assert "lines[0] task 0: offset 150" in listed, listed
+    shown_again = ok_here("checkpoint", "show", "wordcount", *d).stdout
     assert "# startpoint pending for the next run: lines[0] (task-0) -> offset 150" in \
-        ok_here("checkpoint", "show", "wordcount", *d).stdout
+        shown_again
+    # Shown again and written back as it is: the pending Startpoint's line is empty, so it
+    # stays (its line held the checkpoint's offset, and the write replaced it with that).
+    assert f"{KEY0}=\n" in shown_again, shown_again
+    (tmp_path / "again.properties").write_text(shown_again)
+    line = error_line(here("checkpoint", "write", "wordcount", str(tmp_path / "again.properties"),
+                           *d))
+    assert "sets no offset" in line, line
+    (tmp_path / "again.properties").write_text(shown_again.replace(f"{KEY0}=", f"{KEY0}=150"))
+    wrote = ok_here("checkpoint", "write", "wordcount", str(tmp_path / "again.properties"),
+                    *d).stdout
+    assert "replaced the Startpoint pending for lines[0]" in wrote and \
+        wrote.count("replaced") == 1, wrote
+    listed = ok_here("startpoint", "list", "wordcount", *d).stdout
+    assert "lines[0] task 0: offset 150" in listed, listed
 
     run_here(WORDCOUNT, data_dir=str(data))
     parts = lines_by_partition(data)

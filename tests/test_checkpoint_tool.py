@@ -61,3 +61,27 @@ def test_a_file_setting_nothing_or_a_partition_twice_is_refused(plan):
     key = "tasknames.task-0.systems.locallog.streams.lines.partitions.0"
     with pytest.raises(ConfigError, match="line 2: .*given twice"):
         parse(f"{key}=1\n{key}=2\n", plan, "locallog", bounds)
+
+
+def test_a_store_position_ahead_of_the_change_log_is_shown_where_the_task_starts(plan):
+    """P3a holds a checkpoint store's position to the change log's last commit; the tool
+    showed the store's own (50), so an unedited write made a Startpoint at 50 and the
+    records from 40 were skipped."""
+    text = render(plan, "locallog", {0: Checkpoint({("lines", 0): 40}, 7, 2), 1: None},
+                  kept={0: Checkpoint({("lines", 0): 50}), 1: Checkpoint({("lines", 1): 8})},
+                  store="checkpoint topic")
+    assert "tasknames.task-0.systems.locallog.streams.lines.partitions.0=40\n" in text
+    assert "tasknames.task-1.systems.locallog.streams.lines.partitions.1=8\n" in text
+
+
+def test_a_partition_with_a_pending_startpoint_is_left_empty_so_a_write_keeps_it(plan):
+    """show, edit another line, write: the partition's line held the checkpoint's offset,
+    and the write made it a Startpoint there, dropping the pending one (--oldest, say)."""
+    text = render(plan, "locallog", {0: Checkpoint({("lines", 0): 40}, 7, 2),
+                                     1: Checkpoint({("lines", 1): 30}, 7, 2)},
+                  pending={("lines", 0): "oldest"})
+    assert "tasknames.task-0.systems.locallog.streams.lines.partitions.0=\n" in text
+    assert ("# lines[0]: a Startpoint is pending (oldest): left empty, a write keeps it; "
+            "give an offset to replace it (the checkpoint: 40)") in text
+    edited = text.replace("partitions.1=30", "partitions.1=12")
+    assert parse(edited, plan, "locallog", bounds).offsets == {1: {("lines", 1): 12}}

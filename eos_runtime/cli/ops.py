@@ -95,9 +95,11 @@ def checkpoint_show(job: str, bootstrap_servers: str | None, data_dir: str | Non
                     store.register(task.task_id)
                     kept[task.task_id] = store.read_last_checkpoint(task.task_id)
             store.stop()
-        text = checkpoint_tool.render(plan, t.name, checkpoints, plan.job_id, kept=kept,
-                      store=None if store is None else store.describe())
         pending = list_startpoints(job, transport=t)
+        text = checkpoint_tool.render(
+            plan, t.name, checkpoints, plan.job_id, kept=kept,
+            store=None if store is None else store.describe(),
+            pending={(k.topic, k.partition): sp.describe() for k, sp in pending.items()})
     notes = []
     for key, sp in sorted(pending.items()):
         who = "" if key.task is None else f" (task-{key.task})"
@@ -136,13 +138,16 @@ def checkpoint_write(job: str, file: Any, bootstrap_servers: str | None,
                 for (topic, p), offset in offsets.items()}
         # The file is the newest word on these partitions: earlier Startpoints of them go.
         given = {(k.topic, k.partition) for k in puts}
-        store.write(puts, [k for k in old if (k.topic, k.partition) in given and k not in puts])
+        replaced = {k: sp for k, sp in old.items() if (k.topic, k.partition) in given}
+        store.write(puts, [k for k in replaced if k not in puts])
     click.echo(f"wrote {n_of(len(puts), 'starting position')} for the next run of job {job!r} "
                f"on {log_named(opts)}: each task applies them at its start and records them with "
                f"its next commit (`eos startpoint list {job}` shows them until then)")
     for key in sorted(puts):
         click.echo(f"  task-{key.task} {key.topic}[{key.partition}] -> offset "
                    f"{puts[key].value}")
+    for key, sp in sorted(replaced.items()):
+        click.echo(f"  replaced the Startpoint pending for {key.describe()}: {sp.describe()}")
 
 
 @click.group("startpoint")
