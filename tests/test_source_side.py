@@ -237,3 +237,51 @@ def test_the_driver_counts_a_runs_input_from_where_its_sources_start(how, begin,
         got = run_begin(t, plan, 1, str(tmp_path / "state"), {}, run_start_ends(t, plan))
         assert set(run_start_ends(t, plan)) == {source}
         assert got == {TopicPartition(source, 0): begin}
+
+
+@pytest.mark.kafka
+def test_an_unbounded_source_caught_up_on_transactional_input_lets_its_partitions_idle(
+        tmp_path, kafka_bootstrap):
+    """Caught up on another exactly-once job's output, a partition's end is one past a
+    commit marker no record ever reaches: it counted as behind for ever, so a quiet
+    partition held the watermark at its last event time whatever ``idle_after`` said."""
+    import dataclasses
+    import time
+
+    from eos_runtime.windows import tumbling
+
+    opts = {"bootstrap_servers": kafka_bootstrap}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        source = f"src-in-{tag}"
+        t.create_topics([TopicSpec(source, 2)])
+        p = Pipeline(f"src-{tag}")
+        (p.source(source, value="utf8", timestamp=int, idle_after=0.001).key_by(str)
+         .window(tumbling(seconds=1)).count().final().sink(f"src-out-{tag}", value="json"))
+        plan = plan_job(p, t, parallelism=1)   # one task reads both partitions
+        with t.producer(transactional_id=f"writer-{tag}") as w:
+            for partition, times in ((0, (50, 100)), (1, (4000, 5000))):
+                w.begin_transaction()
+                for time_ms in times:
+                    w.produce(source, partition, str(time_ms).encode())
+                w.commit_transaction()
+        config = dataclasses.replace(task_configs(plan, t, opts, str(tmp_path / "state"))[0],
+                                     bounded=False)
+        assert config.end_offsets == {0: 3, 1: 3}, "2 records and a commit marker each"
+        with t.consumer() as c:
+            side = SourceSide(t, c, plan, plan.stages[0], 0, config, None, 0,
+                              guarantee=guarantee_named(plan.guarantee))
+            try:
+                got, highs = 0, {}
+                for _ in range(100):
+                    for r in side.poll(1_000, 0.2):
+                        got += 1
+                        highs[r.partition] = max(highs.get(r.partition, 0), int(r.value))
+                    if got == 4 and all(c.position(tp) == 3 for tp in side.tps.values()):
+                        break
+                assert got == 4
+                side.read_event_times(highs)
+                time.sleep(0.05)   # both partitions idle: read more than idle_after ago
+                assert side.watermark() == 5000
+            finally:
+                side.close()

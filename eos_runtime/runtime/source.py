@@ -284,8 +284,11 @@ class SourceSide:
         if self.bounded:
             behind = [p for p in self.parts if p not in self.done]
         else:
+            # The consumer's position, not the last record's: on transactional input the
+            # end is one past a commit marker, which no record reaches (_past_markers).
             behind = [p for p in self.parts
-                      if self.positions[p] < self._t.watermarks(self.tps[p])[1]]
+                      if max(self.positions[p], self.consumer.position(self.tps[p]))
+                      < self._t.watermarks(self.tps[p])[1]]
         return self.event_time.at_checkpoint(behind, round(clock.wall() * 1000))
 
     def inputs(self) -> tuple[wire.InputPosition, ...]:
