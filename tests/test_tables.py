@@ -309,3 +309,56 @@ def test_an_idle_table_holds_no_lookup_back(tmp_path):
         enriched = [json.loads(r.value) for r in read_output(t, f"enriched-{suffix}", job=p.name)]
     assert sorted(c["id"] for c in enriched) == list(range(len(clicks)))
     assert {c["country"] for c in enriched} == {None}
+
+
+def _click_time(click):
+    return click["at"]
+
+
+def _click_user(click):
+    return click["user"]
+
+
+def _the_click(click, row):
+    return click
+
+
+def test_a_window_after_a_lookup_closes_while_the_run_goes_on(tmp_path):
+    """A table's rows carry no event time, so its source's markers had no watermark, and
+    W4's lowest over the lookup's lanes was None for the whole run: no window after a
+    lookup closed until the run ended (and its state grew). An unbounded run now commits
+    the first window once a click 5 s later is read, before anything is stopped."""
+    import time
+
+    from eos_runtime.runner import start_pipeline
+    from eos_runtime.windows import tumbling
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = uuid.uuid4().hex[:8]
+    p = Pipeline(f"late-table-{suffix}")
+    users = p.table(f"users-{suffix}", value="json")
+    (p.source(f"clicks-{suffix}", value="json", timestamp=_click_time)
+     .key_by(_click_user).lookup(users, how="left", join=_the_click)
+     .window(tumbling(seconds=1)).count().final()
+     .sink(f"per-user-{suffix}", value="json"))
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(f"users-{suffix}", 2), TopicSpec(f"clicks-{suffix}", 2)])
+        with t.producer() as prod:
+            for i, at in enumerate([0, 300, 600, 900, 5000, 5100]):
+                prod.produce(f"clicks-{suffix}", i % 2,
+                             json.dumps({"user": "u1", "at": at}).encode())
+            prod.flush()
+    run = start_pipeline(p, **opts, state_dir=str(tmp_path / "state"), bounded=False,
+                         commit_interval=0.2)
+    try:
+        deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
+        while run.progress()["sink_records"] < 1:
+            assert time.monotonic() < deadline, f"no window closed: {run.progress()}"
+            time.sleep(0.2)
+    finally:
+        run.stop("the test saw the first window committed")
+        run.wait()
+    with open_transport(**opts) as t:
+        out = [(r.key, json.loads(r.value)) for r in read_output(t, f"per-user-{suffix}",
+                                                                   job=p.name)]
+    assert out[0][1]["value"] == 4 and out[0][1]["start"] == 0, out

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos_runtime.protocol.watermarks import LaneWatermark, SourceWatermark, highest, lowest
+from eos_runtime.protocol.watermarks import (
+    NO_BOUND,
+    LaneWatermark,
+    SourceWatermark,
+    TableWatermark,
+    highest,
+    lowest,
+)
 
 
 def test_none_is_below_every_time():
@@ -88,3 +95,14 @@ def test_a_lane_takes_the_latest_marker_up_to_the_checkpoint_only():
     lane.marker(9, 90)
     lane.drop_above(8)                 # voided by a restore
     assert lane.settle(9) == 50
+
+
+def test_a_tables_lane_holds_no_window_back():
+    """A table's source reads rows with no event time: its checkpoints' watermark is the
+    largest time, so a lookup's lowest is its streams' (None, "not yet", held it back
+    for the whole run)."""
+    table = TableWatermark()
+    table.read(0, 10, 0)
+    assert table.at_checkpoint([0], 0) == NO_BOUND
+    assert lowest([5000, table.at_checkpoint([], 0)]) == 5000
+    assert lowest([None, NO_BOUND]) is None    # a stream with nothing read still holds back

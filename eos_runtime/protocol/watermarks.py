@@ -26,7 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-__all__ = ["SourceWatermark", "LaneWatermark", "lowest", "lowest_at_end", "highest"]
+__all__ = ["SourceWatermark", "TableWatermark", "LaneWatermark", "NO_BOUND", "lowest",
+           "lowest_at_end", "highest"]
+
+#: The watermark of a lane that holds no event time back: a table's (its rows carry no
+#: event time). The largest time a record may carry, so W4's lowest passes over it.
+NO_BOUND = 2**63 - 1
 
 
 def lowest(values: Iterable[int | None]) -> int | None:
@@ -89,6 +94,19 @@ class SourceWatermark:
             candidate = max((h for h in self.highs.values() if h is not None), default=None)
         self.value = highest(self.value, candidate)
         return self.value
+
+
+class TableWatermark:
+    """W2 for a table's source task: ``NO_BOUND`` at every checkpoint. A table's rows
+    carry no event time; were its markers to carry none (None, "not yet"), W4's lowest
+    over the lookup's lanes would be None for good, and no window after a lookup would
+    close until the run ended."""
+
+    def read(self, partition: int, high: int, now_ms: int) -> None:
+        pass
+
+    def at_checkpoint(self, behind: Collection[int], now_ms: int) -> int | None:
+        return NO_BOUND
 
 
 class LaneWatermark:

@@ -28,7 +28,7 @@ from ..protocol.positions import (
     store_positions,
 )
 from ..protocol.runs import Guarantee, SourceVersions, checkpoint_needed, run_of
-from ..protocol.watermarks import SourceWatermark
+from ..protocol.watermarks import SourceWatermark, TableWatermark
 from ..transport import Consumer, Record, TopicPartition, Transport
 from .policy import CommitTimer
 
@@ -193,8 +193,10 @@ class SourceSide:
         self.timer = CommitTimer(plan.commit_interval, plan.commit_every)
         self.stopped = False
         # W2, for a job with event time: from the last commit's watermark on
-        self.event_time: SourceWatermark | None = None
-        if plan.event_time:
+        self.event_time: SourceWatermark | TableWatermark | None = None
+        if plan.event_time and stage.source is not None and stage.source.table:
+            self.event_time = TableWatermark()
+        elif plan.event_time:
             src = stage.source
             self.event_time = SourceWatermark(
                 parts, restored=commit.watermark if commit is not None else None,
