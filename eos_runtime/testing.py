@@ -157,9 +157,11 @@ class TestRun:
 
     def _fire(self, out: dict[str, list[tuple[Any, Any]]]) -> None:
         for stage in self._stages:   # in stage order: a result fired here may feed a later one
-            stage.program.watermark = self.watermark
             for kb, outs, t in stage.program.fire(self.watermark):
                 self._route(stage, decode_key(kb), kb, outs, out, t)
+            # As a task's checkpoint does (records.fire): late against it from here on,
+            # not the results it fired (a later window of the stage takes them).
+            stage.program.watermark = self.watermark
 
     def _step(self, work: Callable[[dict[str, list[tuple[Any, Any]]]], None]) -> Any:
         """``work`` against the state, all or nothing; the sink's records it made."""

@@ -294,3 +294,20 @@ def test_a_windowed_job_s_state_stays_flat_as_time_goes_on():
     assert t > 200_000                                       # 200 one-second windows
     assert max(n for n, _ in sizes) <= 8                     # 4 pages x (1 + grace/size)
     assert all(n == m for n, m in sizes)                     # a timer per open window
+
+
+def test_a_window_after_a_window_places_each_result_at_its_own_time():
+    """A window's result went into the next window of the stage at the event time of the
+    last record read (950 here), not at its own (its end - 1): [0, 10)'s count of 2 was
+    counted in [900, 1000)."""
+    p = Pipeline("rollup")
+    (p.source("views", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"])
+        .window(tumbling(10)).count().final()
+        .window(tumbling(100)).sum(lambda r: r["value"]).final()
+        .sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        test.send([{"page": "/", "ts": t} for t in (0, 5, 950)])
+        assert test.advance(10) == []
+        assert test.advance(100) == [("/", w(0, 100, 2))]
+        assert test.advance(1_000) == [("/", w(900, 1_000, 1))]

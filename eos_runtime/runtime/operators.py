@@ -184,10 +184,20 @@ class Program:
         if not self.windows or watermark is None:
             return
         assert self._store is not None
-        for at, index, state_key in due(self._store.items(TIMERS), watermark):
-            key_bytes, results, timestamp = self.windows[index].close(state_key, at)
-            if results:
-                yield key_bytes, self._run(index, key_bytes, results, entry=False), timestamp
+        # Again until none is due: a window's results may go into a later window of the
+        # stage whose timer the same watermark passes (a roll-up of windows).
+        fired = True
+        while fired:
+            fired = False
+            for at, index, state_key in due(self._store.items(TIMERS), watermark):
+                fired = True
+                key_bytes, results, timestamp = self.windows[index].close(state_key, at)
+                if results:
+                    # A later window of the stage places the results at their own time,
+                    # not at the last record's.
+                    self.event_time = timestamp
+                    yield (key_bytes, self._run(index, key_bytes, results, entry=False),
+                           timestamp)
 
 
 def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,
