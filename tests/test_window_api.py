@@ -311,3 +311,28 @@ def test_a_window_after_a_window_places_each_result_at_its_own_time():
         assert test.advance(10) == []
         assert test.advance(100) == [("/", w(0, 100, 2))]
         assert test.advance(1_000) == [("/", w(900, 1_000, 1))]
+
+
+def _remember(value, state):
+    state.timer(value["ts"])
+    return None
+
+
+def _again(at, state):
+    state.timer(at)            # due again at once: waits for the next checkpoint
+    return {"at": at}
+
+
+def test_a_timer_that_sets_a_due_timer_of_its_own_fires_once_a_checkpoint():
+    """Firing goes on for the ops after one that sent results on (a roll-up of windows),
+    never for that op again: a timer set due in its own callback would loop for ever."""
+    p = Pipeline("again")
+    (p.source("in", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["k"])
+        .map(_remember, stateful=True, on_timer=_again)
+        .filter(lambda out: out is not None)
+        .sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        test.send([{"k": "a", "ts": 5}])
+        assert test.advance(10) == [("a", {"at": 5})]
+        assert test.advance(10) == [("a", {"at": 5})]

@@ -184,20 +184,25 @@ class Program:
         if not self.windows or watermark is None:
             return
         assert self._store is not None
-        # Again until none is due: a window's results may go into a later window of the
-        # stage whose timer the same watermark passes (a roll-up of windows).
-        fired = True
-        while fired:
-            fired = False
+        # Again, for the ops after one that sent results on: a later window of the stage
+        # may now have a timer the same watermark passes (a roll-up of windows). Only
+        # later ops, so it ends (a timer that sets a due timer of its own waits for the
+        # next checkpoint, as before).
+        after = -1
+        while after < len(self._ops):
+            fed = len(self._ops)
             for at, index, state_key in due(self._store.items(TIMERS), watermark):
-                fired = True
+                if index <= after:
+                    continue
                 key_bytes, results, timestamp = self.windows[index].close(state_key, at)
                 if results:
-                    # A later window of the stage places the results at their own time,
-                    # not at the last record's.
+                    fed = min(fed, index)
+                    # A later window places the results at their own time, not at the
+                    # last record's.
                     self.event_time = timestamp
                     yield (key_bytes, self._run(index, key_bytes, results, entry=False),
                            timestamp)
+            after = fed
 
 
 def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,
