@@ -12,11 +12,13 @@ import msgpack
 
 from .errors import ConfigError, UserFunctionError
 
-__all__ = ["FORMATS", "State", "NO_KEY_STATE"]
+__all__ = ["FORMATS", "State", "NO_KEY_STATE", "NO_KEY_WINDOW"]
 
 NO_KEY_STATE = ("this record has no key, and a stateful step keeps its state per key (keyless "
                 "records would all share one state): key_by(...) before the stateful step, or "
                 "give every record of the source topic a key")
+NO_KEY_WINDOW = ("this record has no key, and a window keeps its windows per key: key_by(...) "
+                 "before the window, or give every record of the source topic a key")
 
 # json.dumps with options builds an encoder per call: one, built once, writes the same.
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode

@@ -336,3 +336,17 @@ def test_a_timer_that_sets_a_due_timer_of_its_own_fires_once_a_checkpoint():
         test.send([{"k": "a", "ts": 5}])
         assert test.advance(10) == [("a", {"at": 5})]
         assert test.advance(10) == [("a", {"at": 5})]
+
+
+def test_a_record_without_a_key_in_a_window_is_the_records_error_naming_it():
+    """A keyed source's record with no key (``eos produce`` writes none) reached a window
+    as a bare AssertionError."""
+    from eos_runtime.errors import UserFunctionError
+
+    p = Pipeline("nokey")
+    (p.source("views", key="utf8", value="json", timestamp=lambda v: v["ts"])
+        .window(tumbling(1_000)).count().final()
+        .sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        with pytest.raises(UserFunctionError, match="no key"):
+            test.send([(None, {"ts": 5})])

@@ -20,6 +20,7 @@ from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
 from ..user_code import function_error
+from ..values import NO_KEY_WINDOW
 from .join_ops import JoinState
 from .window_ops import SessionState, StepTimers, WindowState, due, window_state
 
@@ -169,7 +170,8 @@ class Program:
         return outs
 
     def _window(self, window: Any, key_bytes: bytes | None, values: list[Any]) -> list[Any]:
-        assert key_bytes is not None   # the API puts windows on keyed streams only
+        if key_bytes is None:   # a keyed source's record that has no key
+            raise UserFunctionError(NO_KEY_WINDOW)
         out: list[Any] = []
         for v in values:
             results, late = window.add(key_bytes, v, self.event_time, self.watermark)
