@@ -350,3 +350,23 @@ def test_a_record_without_a_key_in_a_window_is_the_records_error_naming_it():
     with TestRun(p) as test:
         with pytest.raises(UserFunctionError, match="no key"):
             test.send([(None, {"ts": 5})])
+
+
+@pytest.mark.parametrize("spec", [tumbling(1_000), None])
+def test_an_aggregate_that_cannot_be_state_is_the_records_error_naming_the_window(spec):
+    """aggregate(initial=set, ...) raised msgpack's bare TypeError ("can not serialize
+    'set' object") against the record, naming no window."""
+    from eos_runtime.errors import UserFunctionError
+    from eos_runtime.windows import session
+
+    p = Pipeline("sets")
+    windowed = (p.source("views", value="json", timestamp=lambda v: v["ts"])
+                .key_by(lambda v: v["page"])
+                .window(spec or session(1_000)))
+    (windowed.aggregate(initial=set, add=lambda acc, v: acc | {v["ts"]},
+                        **({} if spec else {"merge": lambda a, b: a | b}))
+        .final().sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        with pytest.raises(UserFunctionError, match=r"window .*aggregate, a set, cannot be "
+                                                    r"kept as state"):
+            test.send([{"page": "/", "ts": 5}])

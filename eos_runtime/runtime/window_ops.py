@@ -94,7 +94,7 @@ class WindowState:
             except Exception as exc:
                 raise UserFunctionError(f"window {op.name} raised {type(exc).__name__}: "
                                         f"{exc}") from exc
-            self._put(sk, _pack([end, acc]))
+            self._put(sk, _kept(op, [end, acc], acc))
             if op.emit == "current":
                 out.append(result(start, end, acc))
         return out, not placed
@@ -156,7 +156,7 @@ class SessionState:
         self._tput(self._timer(key_bytes, start, end), b"")
         kept.append([start, end, acc])
         kept.sort(key=lambda s: s[0])
-        self._put(key_bytes, _pack(kept))
+        self._put(key_bytes, _kept(op, kept, acc))
         return ([result(start, end, acc)] if op.emit == "current" else []), False
 
     def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
@@ -227,3 +227,14 @@ def due(timers: Iterator[tuple[bytes, bytes]], watermark: int | None
 
 
 _pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def _kept(op: WindowOp, entry: Any, acc: Any) -> bytes:
+    """``entry`` packed for the op's store; an aggregate msgpack cannot hold is the
+    record's error, naming the window (a bare TypeError named nothing)."""
+    try:
+        return _pack(entry)
+    except Exception as exc:
+        raise UserFunctionError(
+            f"window {op.name}: its aggregate, a {type(acc).__name__}, cannot be kept as "
+            f"state ({exc}): return None, a bool, number, str, bytes, list or dict") from exc
