@@ -48,6 +48,9 @@ class Tumbling:
 
     size: int
 
+    def __post_init__(self) -> None:   # built directly too (the class is public)
+        _whole("tumbling size", self.size)
+
     def windows_of(self, t: int) -> list[tuple[int, int]]:
         start = t - t % self.size
         return [(start, start + self.size)]
@@ -59,6 +62,13 @@ class Hopping:
 
     size: int
     every: int
+
+    def __post_init__(self) -> None:
+        _whole("hopping size", self.size)
+        _whole("hopping every", self.every)
+        if self.every > self.size or self.size % self.every:
+            raise ValueError(f"hopping: every ({self.every} ms) must divide size "
+                             f"({self.size} ms)")
 
     def windows_of(self, t: int) -> list[tuple[int, int]]:
         last = t - t % self.every                 # the latest start at or before t
@@ -72,6 +82,14 @@ class Session:
 
     gap: int
 
+    def __post_init__(self) -> None:
+        _whole("session gap", self.gap)
+
+
+def _whole(what: str, ms: object) -> None:
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
+        raise ValueError(f"{what}: a length of whole milliseconds > 0, not {ms!r}")
+
 
 def tumbling(size: int | None = None, *, ms: float = 0, seconds: float = 0, minutes: float = 0,
              hours: float = 0, days: float = 0) -> Tumbling:
@@ -82,10 +100,7 @@ def tumbling(size: int | None = None, *, ms: float = 0, seconds: float = 0, minu
 def hopping(size: int, every: int) -> Hopping:
     """``size`` and ``every`` in ms; ``every`` must divide ``size`` (as in Kafka Streams'
     and Quix Streams' aligned hopping windows), so every record is in as many windows."""
-    size, every = _span("hopping size", size, {}), _span("hopping every", every, {})
-    if every > size or size % every:
-        raise ValueError(f"hopping: every ({every} ms) must divide size ({size} ms)")
-    return Hopping(size, every)
+    return Hopping(_span("hopping size", size, {}), _span("hopping every", every, {}))
 
 
 def session(gap: int) -> Session:

@@ -8,7 +8,7 @@ import pytest
 from eos_runtime import Pipeline
 from eos_runtime.errors import ConfigError
 from eos_runtime.testing import TestRun
-from eos_runtime.windows import hopping, tumbling
+from eos_runtime.windows import Hopping, Session, Tumbling, hopping, tumbling
 
 
 def views(emit: str = "final", agg=lambda w: w.count(), grace: int = 0, spec=None) -> Pipeline:
@@ -370,3 +370,15 @@ def test_an_aggregate_that_cannot_be_state_is_the_records_error_naming_the_windo
         with pytest.raises(UserFunctionError, match=r"window .*aggregate, a set, cannot be "
                                                     r"kept as state"):
             test.send([{"page": "/", "ts": 5}])
+
+
+@pytest.mark.parametrize("cls, args, message", [
+    (Hopping, (10, 30), "must divide"), (Tumbling, (0,), "whole milliseconds"),
+    (Tumbling, (1.5,), "whole milliseconds"), (Session, (-1,), "whole milliseconds"),
+])
+def test_a_window_class_built_directly_is_checked_as_its_function_checks_it(cls, args,
+                                                                            message):
+    """Hopping(10, 30) put every record in no window (each counted late); Tumbling(0)
+    divided by zero on every record."""
+    with pytest.raises(ValueError, match=message):
+        cls(*args)
