@@ -22,8 +22,8 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["Tumbling", "Hopping", "Session", "tumbling", "hopping", "session", "closes_at",
-           "is_late", "timer_key", "timer_of", "merge_session", "time_bytes", "time_of",
-           "TIME_BYTES", "MS"]
+           "is_late", "session_closes_at", "session_record_late", "timer_key", "timer_of",
+           "merge_session", "time_bytes", "time_of", "TIME_BYTES", "MS"]
 
 MS = {"ms": 1, "seconds": 1000, "minutes": 60_000, "hours": 3_600_000, "days": 86_400_000}
 _TIME = struct.Struct(">Q")
@@ -115,6 +115,20 @@ def closes_at(end: int, grace: int) -> int:
 def is_late(end: int, grace: int, watermark: int | None) -> bool:
     """Whether a record of window ``[.., end)`` comes after the window closed (W6)."""
     return watermark is not None and closes_at(end, grace) <= watermark
+
+
+def session_closes_at(end: int, grace: int) -> int:
+    """The watermark at which session ``[.., end)`` closes: once every record that could
+    still join it (one at ``end`` included: no more than the gap from its last record)
+    would be late (``session_record_late``)."""
+    return closes_at(end + 1, grace)
+
+
+def session_record_late(t: int, grace: int, watermark: int | None) -> bool:
+    """W6 for sessions: a record more than ``grace`` behind the watermark. Not "the
+    session it alone would open has closed": a record that is, yet within a gap of a
+    session that closed, would join a session whose result is out."""
+    return is_late(t + 1, grace, watermark)
 
 
 #: Bytes of an encoded time (``time_bytes``).

@@ -142,11 +142,32 @@ def sessions(agg=lambda w: w.count(), emit: str = "final") -> Pipeline:
 def test_sessions_close_a_gap_after_their_last_record_and_merge_when_bridged():
     with TestRun(sessions()) as test:
         test.send([{"user": "u", "ts": t} for t in (0, 500, 2_000)])
-        assert test.advance(1_499) == []
-        assert test.advance(1_500) == [("u", w(0, 1_500, 2))]      # [0, 500 + gap)
+        assert test.advance(1_500) == []    # a record at 1 500 would still join [0, 1500)
+        assert test.advance(1_501) == [("u", w(0, 1_500, 2))]      # [0, 500 + gap)
         test.send([{"user": "u", "ts": 2_400}])                    # extends [2000, 3000)
         assert test.advance(3_000) == []
-        assert test.advance(3_400) == [("u", w(2_000, 3_400, 2))]
+        assert test.advance(3_401) == [("u", w(2_000, 3_400, 2))]
+
+
+def test_a_session_stays_open_while_a_record_not_late_could_still_join_it():
+    """[0, 1000) closed at watermark 1 000, yet a record at 1 000 (gap apart: the same
+    session) was not late and opened [1000, 2000): with in-order input, the result hung
+    on where a checkpoint fell. And one at 500 after the close was not late either, and
+    opened [500, 1500) over the closed session. A record more than grace behind the
+    watermark is late now, and a session closes once every record that could join it
+    would be."""
+    with TestRun(sessions()) as test:
+        test.send([{"user": "u", "ts": 0}])
+        assert test.advance(1_000) == []
+        test.send([{"user": "u", "ts": 1_000}])
+        assert test.late == 0
+        assert test.advance(2_001) == [("u", w(0, 2_000, 2))]
+    with TestRun(sessions()) as test:
+        test.send([{"user": "u", "ts": 0}])
+        assert test.advance(1_001) == [("u", w(0, 1_000, 1))]
+        assert test.send([{"user": "u", "ts": 500}]) == [] and test.late == 1
+        assert test.send([{"user": "u", "ts": 1_001}]) == [] and test.late == 1
+        assert test.advance(2_002) == [("u", w(1_001, 2_001, 1))]
 
 
 def test_a_record_that_bridges_two_sessions_merges_them_in_time_order():

@@ -81,3 +81,19 @@ def test_sessions_hold_each_record_once_and_part_only_where_a_gap_is_wider(ts, g
             start = t
     expected.append((start, sorted(ts)[-1] + gap))
     assert sessions == expected
+
+
+@given(st.integers(-10**6, 10**6), st.integers(0, 10**4), st.integers(1, 10**4),
+       st.integers(-10**6, 10**6), st.integers(0, 10**4))
+def test_a_closed_session_can_be_joined_by_no_record_that_is_not_late(end, grace, gap, t,
+                                                                      behind):
+    """W6 for sessions against their close: once a session's timer fires, every record
+    that could still join it (at most its end: a gap from its last record) is late; and a
+    record within grace of the watermark is never late."""
+    from eos_runtime.windows import session_closes_at, session_record_late
+
+    closed = session_closes_at(end, grace)
+    joins = merge_session([(end - gap, end)], t, gap)[1] != []
+    if joins:
+        assert session_record_late(t, grace, closed)
+    assert not session_record_late(closed - min(behind, grace), grace, closed)

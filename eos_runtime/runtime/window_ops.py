@@ -29,6 +29,8 @@ from ..windows import (
     closes_at,
     is_late,
     merge_session,
+    session_closes_at,
+    session_record_late,
     time_bytes,
     time_of,
     timer_key,
@@ -128,12 +130,13 @@ class SessionState:
         self._tag = bytes([index])
 
     def _timer(self, key_bytes: bytes, start: int, end: int) -> bytes:
-        return timer_key(closes_at(end, self.op.grace), self._tag + _state_key(key_bytes, start))
+        return timer_key(session_closes_at(end, self.op.grace),
+                         self._tag + _state_key(key_bytes, start))
 
     def add(self, key_bytes: bytes, value: Any, t: int,
             watermark: int | None) -> tuple[list[Any], bool]:
         op = self.op
-        if is_late(t + self.gap, op.grace, watermark):
+        if session_record_late(t, op.grace, watermark):
             return [], True
         raw = self._get(key_bytes)
         sessions: list[list[Any]] = [] if raw is None else msgpack.unpackb(raw, raw=False)
