@@ -21,6 +21,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .errors import UserFunctionError
+
 __all__ = ["Tumbling", "Hopping", "Session", "tumbling", "hopping", "session", "closes_at",
            "is_late", "session_closes_at", "session_record_late", "timer_key", "timer_of",
            "merge_session", "time_bytes", "time_of", "TIME_BYTES", "MS"]
@@ -137,8 +139,13 @@ TIME_BYTES = _TIME.size
 
 def time_bytes(time: int) -> bytes:
     """A time (ms) as bytes whose order is the times' order: big-endian with its sign bit
-    flipped, so negative times sort first."""
-    return _TIME.pack((time + _SIGN) & ((1 << 64) - 1))
+    flipped, so negative times sort first. A time past a signed 64-bit number is the
+    record's error: masked, ``state.timer(2**63)`` became a timer at -2**63, and a window
+    near the largest time closed at once."""
+    if not -_SIGN <= time < _SIGN:
+        raise UserFunctionError(f"time {time} is past the times an event may carry "
+                                f"(-2**63 .. 2**63 - 1): no window or timer can close there")
+    return _TIME.pack(time + _SIGN)
 
 
 def time_of(raw: bytes, at: int = 0) -> int:

@@ -403,3 +403,27 @@ def test_a_window_class_built_directly_is_checked_as_its_function_checks_it(cls,
     divided by zero on every record."""
     with pytest.raises(ValueError, match=message):
         cls(*args)
+
+
+def _timer_far(value, state):
+    state.timer(2**63)
+    return None
+
+
+def test_a_timer_or_window_past_the_largest_time_is_the_records_error():
+    """Masked to 64 bits, state.timer(2**63) became a timer at -2**63 that fired at the
+    next checkpoint, and a window of a record near the largest time closed at once, then
+    crashed the task on its result's timestamp at every restart."""
+    from eos_runtime.errors import UserFunctionError
+
+    far = Pipeline("far")
+    (far.source("in", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["k"])
+        .map(_timer_far, stateful=True, on_timer=_again)
+        .sink("out", key="utf8", value="json"))
+    with TestRun(far) as test:
+        with pytest.raises(UserFunctionError, match=r"time 9223372036854775808 is past"):
+            test.send([{"k": "a", "ts": 5}])
+    with TestRun(views()) as test:
+        with pytest.raises(UserFunctionError, match=r"is past the times an event may carry"):
+            test.send([{"page": "/", "ts": 2**63 - 10}])
