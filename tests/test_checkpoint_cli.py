@@ -155,6 +155,9 @@ def test_startpoint_set_list_clear_and_the_refusals(tmp_path):
                            "0", *d)) == "error: task 0 does not read lines[1]: task 1 does"
     p = here("startpoint", "set", "wordcount", "lines", "0", *d)
     assert p.returncode == 2 and "give one of --offset, --timestamp, --oldest" in p.stderr
+    # a stream the job does not read, with no Startpoint: a typo, not "cleared 0"
+    assert error_line(here("startpoint", "clear", "wordcount", "--stream", "line", *d)) == (
+        "error: job 'wordcount' reads 'lines', not 'line', and has no Startpoint of it")
     cleared = ok_here("startpoint", "clear", "wordcount", "--stream", "lines", "--partition", "0",
                       *d).stdout
     assert cleared == "cleared 1 startpoint of job 'wordcount'\n  lines[0]\n"

@@ -22,6 +22,7 @@ from ..joblog.startpoints import (
     MetadataStore,
     Startpoint,
     StartpointKey,
+    check_stream_read,
     clear_startpoints,
     list_startpoints,
     set_startpoint,
@@ -285,5 +286,7 @@ def startpoint_clear(job: str, stream: str | None, partition: int | None,
     with open_transport(**opts) as t:
         _known_job(t, job, log_named(opts), new_job=None)
         gone = clear_startpoints(job, stream, partition, transport=t)
+        if stream is not None and not gone:
+            check_stream_read(t, job, stream)
     click.echo(f"cleared {n_of(len(gone), 'startpoint')} of job {job!r}"
                + "".join(f"\n  {k.describe()}" for k in sorted(gone)))

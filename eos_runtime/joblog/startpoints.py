@@ -51,7 +51,7 @@ from .layout import layout_sources, layout_stages
 __all__ = ["KINDS", "Startpoint", "StartpointKey", "MetadataStore", "metadata_topic",
            "set_startpoint", "list_startpoints", "clear_startpoints", "fan_out_startpoints",
            "fan_out_sources",
-           "check_source_partition", "delete_applied", "resolve_startpoint"]
+           "check_source_partition", "check_stream_read", "delete_applied", "resolve_startpoint"]
 
 KINDS = ("offset", "timestamp", "oldest", "upcoming", "custom")
 
@@ -244,6 +244,16 @@ def _sources_of(transport: Transport, job: str) -> dict[str, tuple[int, dict[int
                    if tasks else {})
         out[src.input_topic] = (src.input_partitions, readers)
     return out
+
+
+def check_stream_read(transport: Transport, job: str, stream: str) -> None:
+    """Refuse ``stream`` for a job whose last run read other sources (a typo in
+    ``eos startpoint clear --stream``, which found nothing to clear)."""
+    known = _sources_of(transport, job)
+    if known is not None and stream not in known:
+        named = " and ".join(repr(t) for t in known)
+        raise ConfigError(f"job {job!r} reads {named}, not {stream!r}, and has no Startpoint "
+                          f"of it")
 
 
 def check_source_partition(transport: Transport, job: str, key: StartpointKey) -> None:
