@@ -424,3 +424,21 @@ def test_waiting_for_a_broker_keeps_one_quiet_log_handler_however_many_clients_i
         _admin_client("127.0.0.1:1")
     # (other tests' log capture may have added its own handlers before)
     assert logging.getLogger("eos_runtime.broker.librdkafka").handlers == handlers
+
+
+def test_the_preferred_port_is_asked_for_at_each_launch_and_passed_over_when_taken() -> None:
+    """``eos kafka up`` turned "9092 is free now" into a fixed --port 9092: taken before
+    the broker bound it (the first up downloads the jars in between), it failed with
+    "pick another with --port", an option never given, and its retry insisted on it."""
+    import socket
+
+    from eos_runtime.broker.kafka import free_port, listener_port
+
+    assert listener_port(4242, 9) == 4242                    # the user's --port, always
+    preferred = free_port()
+    assert listener_port(None, preferred) == preferred       # free now: taken
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", preferred))
+        taken.listen()
+        other = listener_port(None, preferred)
+        assert other != preferred and other > 0             # taken meanwhile: another

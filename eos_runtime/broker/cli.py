@@ -15,7 +15,7 @@ import click
 from .. import limits
 from .config import DEFAULT_PORT, HOST, check_sasl_plain
 from .jars import KAFKA_VERSION, fetch
-from .kafka import KafkaBroker, port_is_free
+from .kafka import KafkaBroker
 from .rundir import default_run_dir, find_running, is_run_dir, stop_running
 
 _DIR_HELP = ("Run dir of the broker (config, data, logs, state file). "
@@ -105,10 +105,9 @@ def up_cmd(run_dir: str | None, port: int | None, kafka_version: str, timeout: f
         return
     if fresh:
         stop_running(rd)                  # nothing runs: only removes the kept data
-    if port is None and port_is_free(DEFAULT_PORT):
-        port = DEFAULT_PORT
     broker = KafkaBroker(rd, port, version=kafka_version, startup_timeout=timeout,
-                         sasl_plain=credentials, sasl_port=sasl_port)
+                         sasl_plain=credentials, sasl_port=sasl_port,
+                         preferred_port=DEFAULT_PORT)
     broker.start()
     state = broker.state
     assert state is not None

@@ -90,6 +90,17 @@ def free_port(host: str = HOST, *, avoid: tuple[int, ...] = ()) -> int:
     raise BrokerError(f"no free port found on {host}")
 
 
+def listener_port(fixed: int | None, preferred: int | None) -> int:
+    """The PLAINTEXT listener's port: ``fixed`` (the user's --port), else ``preferred`` if
+    it is free now (each launch asks again: a port taken since an earlier look is passed
+    over, not insisted on), else any free one."""
+    if fixed is not None:
+        return fixed
+    if preferred is not None and port_is_free(preferred):
+        return preferred
+    return free_port()
+
+
 # --------------------------------------------------------------------------- broker
 
 def _new_cluster_id() -> str:
@@ -132,13 +143,14 @@ class KafkaBroker:
                  version: str = KAFKA_VERSION, controller_port: int | None = None,
                  startup_timeout: float = 60.0, heap: str = "512m",
                  die_with_parent: bool = False, sasl_plain: tuple[str, str] | None = None,
-                 sasl_port: int | None = None) -> None:
+                 sasl_port: int | None = None, preferred_port: int | None = None) -> None:
         self.run_dir = Path(run_dir).absolute()
         if sasl_plain is not None:
             check_sasl_plain(*sasl_plain)
         self.sasl_plain = sasl_plain
         self.sasl_port = sasl_port
         self.port = port
+        self.preferred_port = preferred_port   # without ``port``: this one if it is free
         self.controller_port = controller_port
         self.version = version
         self.startup_timeout = startup_timeout
@@ -275,7 +287,7 @@ class KafkaBroker:
                               f"(exit {proc.returncode}):\n{output}")
 
     def _launch(self, java: str, libs: Path, t0: float) -> str:
-        port = self.port if self.port is not None else free_port()
+        port = listener_port(self.port, self.preferred_port)
         if self.port is not None and not port_is_free(port):
             raise BrokerError(f"port {port} on {HOST} is in use; pick another with --port "
                               f"(or stop what listens there)")
