@@ -59,7 +59,7 @@ def render(plan: JobPlan, system: str, checkpoints: Mapping[int, Checkpoint | No
         offsets = cp.offsets if cp is not None else {}
         if kept is not None and task.task_id in kept:
             in_store = kept[task.task_id]
-            offsets = store_positions(in_store.offsets, offsets) if in_store is not None else {}
+            offsets = store_positions(in_store.offsets if in_store is not None else {}, offsets)
         for p in task.partitions:
             offset = offsets.get((stage.input_topic, p))
             key = (f"tasknames.{_task_name(task.task_id)}.systems.{system}.streams."

@@ -200,3 +200,28 @@ def test_upcoming_and_an_unreached_timestamp_start_at_the_end_the_run_started_wi
     assert resolve(ts, 2, 10, at_timestamp=None, upcoming=6) == 6
     assert resolve(Start("oldest", None, "default"), 2, 10, upcoming=6) == 2
     assert resolve(Start("offset", 9, "checkpoint"), 2, 10, upcoming=6) == 9
+
+
+@pytest.mark.parametrize("default", ["upcoming", "none"])
+def test_a_checkpoint_store_without_a_partition_falls_back_to_the_change_logs_commit(
+        default, tmp_path):
+    """An at-least-once job's file store, empty where the next run looks (another
+    --state-dir, a retry on another host): the change log's commit was ignored, so
+    'upcoming' skipped what came since the last commit and 'none' refused a job that has
+    a checkpoint. The store's positions are held to the commit (P3a), and a partition the
+    store lacks starts from the commit."""
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    first = [f"a{i}".encode() for i in range(40)]
+    later = [f"b{i}".encode() for i in range(40)]
+    with open_transport(**opts) as t:
+        produce(t, f"in-{tag}", first)
+    run_pipeline(passthrough(f"fs-{tag}", f"in-{tag}", f"out-{tag}"), guarantee="at-least-once",
+                 checkpoints="filesystem", state_dir=str(tmp_path / "one"), **opts)
+    with open_transport(**opts) as t:
+        produce(t, f"in-{tag}", later)
+    run_pipeline(passthrough(f"fs-{tag}", f"in-{tag}", f"out-{tag}", offset_default=default),
+                 guarantee="at-least-once", checkpoints="filesystem",
+                 state_dir=str(tmp_path / "elsewhere"), **opts)
+    assert output(opts, f"out-{tag}", f"fs-{tag}") == Counter(
+        v.decode().upper() for v in first + later)

@@ -77,8 +77,13 @@ class Start:
 
 def store_positions(kept: Mapping[K, int], committed: Mapping[K, int]) -> dict[K, int]:
     """P3a: the positions of a checkpoint topic or file-system store (``kept``), each held
-    to the change log's last commit (``committed``) where that has the partition."""
-    return {p: min(off, committed[p]) if p in committed else off for p, off in kept.items()}
+    to the change log's last commit (``committed``) where that has the partition; a
+    partition the store lacks (empty, or not where this run looks: another --state-dir,
+    another host) starts from the commit, never past it."""
+    out = dict(committed)
+    for p, off in kept.items():
+        out[p] = min(off, committed[p]) if p in committed else off
+    return out
 
 
 def startpoint_applies(startpoint_run: int | None, checkpoint_run: int | None) -> bool:

@@ -116,8 +116,9 @@ def check_fallback(transport: Transport, plan: JobPlan, state_dir: str,
             if store is not None:
                 store.register(task.task_id)
                 cp = store.read_last_checkpoint(task.task_id)
-                checkpoint = ({p: off for (t, p), off in cp.offsets.items()
-                               if t == stage.input_topic} if cp is not None else {})
+                checkpoint = store_positions(
+                    {p: off for (t, p), off in cp.offsets.items() if t == stage.input_topic}
+                    if cp is not None else {}, checkpoint)
             checkpoint_run = run_of(commit.version) if commit is not None else None
             for p in task.partitions:
                 sp = startpoints.get(task.task_id, {}).get(p)
