@@ -285,3 +285,55 @@ def test_an_unbounded_source_caught_up_on_transactional_input_lets_its_partition
                 assert side.watermark() == 5000
             finally:
                 side.close()
+
+
+class _BusyAfterTheEnd:
+    """A consumer of one partition whose end (10) is one past a commit marker (offset 9)
+    and whose writer keeps committing more than a poll's timeout apart never: every poll
+    brings records, those past the end included."""
+
+    def __init__(self, topic):
+        from eos_runtime.transport import Record
+
+        self.topic, self.Record = topic, Record
+        self.next, self.paused = 0, set()
+
+    def assign(self, positions):
+        self.next = min(positions.values())
+
+    def pause(self, tps):
+        self.paused |= set(tps)
+
+    def position(self, tp):
+        return self.next
+
+    def poll(self, max_records, timeout):
+        if self.paused:
+            return []
+        first, self.next = self.next, (11 if self.next < 9 else self.next + 3)
+        offsets = [o for o in range(first, self.next) if o != 9]   # 9: the commit marker
+        return [self.Record(self.topic, 0, o, None, f"v{o}".encode(), 0) for o in offsets]
+
+    def close(self):
+        pass
+
+
+def test_a_bounded_run_ends_on_busy_transactional_input(tmp_path):
+    """The end is one past a commit marker no record reaches, so a bounded source
+    finished a partition only on an empty poll (the consumer's position then past the
+    marker). Behind a writer committing more often than a poll's timeout, no poll was
+    empty: the run read and dropped records past its end for ever."""
+    import dataclasses
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        plan, source = source_job(t, tag)
+        config = dataclasses.replace(task_configs(plan, t, opts, str(tmp_path / "state"))[0],
+                                     end_offsets={0: 10})
+        side = SourceSide(t, _BusyAfterTheEnd(source), plan, plan.stages[0], 0, config, None,
+                          0, guarantee=guarantee_named(plan.guarantee))
+        try:
+            assert read_all(side, polls=5) == [f"v{i}".encode() for i in range(9)]
+        finally:
+            side.close()

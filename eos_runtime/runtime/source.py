@@ -219,6 +219,11 @@ class SourceSide:
         for r in batch:
             end = self.ends[r.partition]
             if end is not None and r.offset >= end:
+                # Past the end: all below it is read (an end past a commit marker is
+                # reached by no record, and behind a busy writer no poll is empty).
+                if r.partition not in self.done:
+                    self.done.add(r.partition)
+                    self.consumer.pause([self.tps[r.partition]])
                 continue
             out.append(r)
             self.positions[r.partition] = r.offset + 1
