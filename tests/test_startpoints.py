@@ -129,6 +129,38 @@ def test_every_kind_with_either_key_is_fanned_out_resolved_and_beats_the_checkpo
                     0: (8, "checkpoint"), 1: (9, "checkpoint")}, (name, task)
 
 
+def test_a_custom_startpoint_retried_in_its_run_starts_where_the_first_attempt_did(tmp_path):
+    """P5 for custom Startpoints: a task that crashed before its first commit and starts
+    again in the run asked its resolver with the partition's end now, not as the run
+    started, so it began later than the first attempt (whose output was aborted) and what
+    came between the two starts was never read."""
+    from eos_runtime.joblog.startpoints import fan_out_startpoints
+    from eos_runtime.plan import plan_job
+    from eos_runtime.runtime.source import start_positions
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec("in", 1)])
+
+        def write(n):
+            with t.producer() as p:
+                for i in range(n):
+                    p.produce("in", 0, f"v{i}".encode())
+                p.flush()
+
+        write(100)
+        stage = plan_job(passthrough("retry", "in", "out"), t).stages[0]
+        set_startpoint("retry", "in", 0, Startpoint.custom("back", "10"), transport=t)
+        fanned = fan_out_startpoints(t, "retry", "in", {0: 0}, run=0)[0]
+        ends = {0: 100}                         # the driver's, as the run started
+        first = start_positions(t, stage, (0,), None, 0, fanned, job="retry",
+                                run_start_ends=ends)
+        write(50)                               # arrives while the first attempt runs
+        again = start_positions(t, stage, (0,), None, 0, fanned, job="retry",
+                                run_start_ends=ends)
+    assert first == again == {0: (90, "startpoint")}
+
+
 # --------------------------------------------------------------------------- real runs
 
 def opts_for(kind, tmp_path, request):

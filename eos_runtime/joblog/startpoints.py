@@ -404,10 +404,13 @@ def delete_applied(transport: Transport, job: str, topic: str, task: int,
 
 
 def resolve_startpoint(sp: Startpoint, transport: Transport, topic: str, partition: int,
-                       resolvers: Mapping[str, Any]) -> tuple[str, int | None]:
+                       resolvers: Mapping[str, Any], *,
+                       run_start_end: int | None = None) -> tuple[str, int | None]:
     """The (kind, value) of ``protocol/positions.Start`` that ``sp`` means: a custom one
     asks its resolver now (the consumer-side visitor of the proposal), with the
-    partition's bounds; the others pass through (the transport resolves them)."""
+    partition's bounds, its end as the run started (``run_start_end``, P5: a task that
+    starts again in the run starts where its first attempt did); the others pass through
+    (the transport resolves them)."""
     if sp.kind != "custom":
         return sp.kind, sp.value
     fn = resolvers.get(sp.resolver or "")
@@ -417,6 +420,8 @@ def resolve_startpoint(sp: Startpoint, transport: Transport, topic: str, partiti
                           f"{', '.join(map(repr, resolvers)) or 'none'}: pass it in "
                           f"source(..., startpoint_resolvers=...)")
     low, high = transport.watermarks(TopicPartition(topic, partition))
+    if run_start_end is not None:
+        high = min(high, run_start_end)
     try:
         offset = fn(topic, partition, sp.argument, low, high)
     except Exception as exc:

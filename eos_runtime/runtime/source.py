@@ -66,7 +66,8 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
         sp = (startpoints or {}).get(p)
         given = None
         if sp is not None and startpoint_applies(sp.run, checkpoint_run):
-            kind, value = resolve_startpoint(sp, transport, topic, p, src.startpoint_resolvers)
+            kind, value = resolve_startpoint(sp, transport, topic, p, src.startpoint_resolvers,
+                                             run_start_end=(run_start_ends or {}).get(p))
             given = Start(kind, value, "startpoint")
         try:
             start = choose_start(checkpoint=checkpoint.get(p), checkpoint_run=checkpoint_run,
