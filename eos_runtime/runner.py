@@ -506,6 +506,8 @@ def start_pipeline(pipeline: Pipeline, *, bootstrap_servers: str | None = None,
                               fail_fast=(TaskFailed, JobRunning, OutageBudgetExceeded,
                                          StartOutOfRange))
         check_slots(engine, len(plan.tasks))   # before the run is recorded
+        # A changed layout first: it explains a partition without a checkpoint, say.
+        ControlLog(transport, plan.name).check_layout(plan)
         # A bad Startpoint, or a partition with nowhere to start: before the run is recorded.
         check_fallback(transport, plan, state_dir, fan_out(transport, plan, -1, write=False))
         lease = LeaseRequest(lease_timeout, take_over)

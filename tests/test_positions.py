@@ -225,3 +225,20 @@ def test_a_checkpoint_store_without_a_partition_falls_back_to_the_change_logs_co
                  state_dir=str(tmp_path / "elsewhere"), **opts)
     assert output(opts, f"out-{tag}", f"fs-{tag}") == Counter(
         v.decode().upper() for v in first + later)
+
+
+def test_a_changed_layout_is_named_before_a_partition_without_a_checkpoint(tmp_path):
+    """With offset_default none, the check for a start position ran before the layout's:
+    a job rerun with another parallelism was told that a partition had no checkpoint and
+    to set a Startpoint (which the layout check then refused), not what changed."""
+    from eos_runtime.errors import ConfigError
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        produce(t, f"in-{tag}", [f"a{i}".encode() for i in range(20)])
+    run_pipeline(passthrough(f"lay-{tag}", f"in-{tag}", f"out-{tag}"), **opts)
+    with pytest.raises(ConfigError, match=rf"^job 'lay-{tag}' ran before \(run 0\) with "
+                                          rf"another layout"):
+        run_pipeline(passthrough(f"lay-{tag}", f"in-{tag}", f"out-{tag}",
+                                 offset_default="none"), parallelism=1, **opts)

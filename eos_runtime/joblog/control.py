@@ -292,18 +292,15 @@ class ControlLog:
                              f"job is stopped; wait for the run to end or `eos stop "
                              f"{self.job}` first")
 
-    def start_run(self, plan: JobPlan, *, bounded: bool,
-                  lease: LeaseRequest | None = None) -> RunInfo:
-        """Append the next run's start record; refuse a job whose layout changed, or one
-        whose lease another driver holds. With ``lease``, take the lease first (and
-        check, by reading the log back, that this driver won it)."""
-        self.create()
-        if lease is None:
-            status, holder, last_ms = self.lease()
-            if status == HELD and holder is not None:
-                raise JobRunning(f"{self.running_text(holder, last_ms)}; wait for it or "
-                                 f"`eos stop {self.job}`")
-        last = self.last_run()
+    def check_layout(self, plan: JobPlan) -> RunInfo | None:
+        """Refuse ``plan`` for a job whose last run had another layout, naming what
+        changed; returns that run (None: the job never ran). Before anything else about
+        the run is checked: a changed layout explains the rest (a partition then without
+        a checkpoint, say)."""
+        try:
+            last = self.last_run()
+        except TopicNotFound:
+            return None
         layout = job_layout(plan)
         if last is not None and last.start.layout != layout:
             was = "\n    ".join(last.start.layout)
@@ -316,6 +313,21 @@ class ControlLog:
                 f"its job id) cannot change between runs; "
                 f"run it under a new name (eos run --name NEW) or start the job afresh "
                 f"(eos reset {self.job})")
+        return last
+
+    def start_run(self, plan: JobPlan, *, bounded: bool,
+                  lease: LeaseRequest | None = None) -> RunInfo:
+        """Append the next run's start record; refuse a job whose layout changed, or one
+        whose lease another driver holds. With ``lease``, take the lease first (and
+        check, by reading the log back, that this driver won it)."""
+        self.create()
+        if lease is None:
+            status, holder, last_ms = self.lease()
+            if status == HELD and holder is not None:
+                raise JobRunning(f"{self.running_text(holder, last_ms)}; wait for it or "
+                                 f"`eos stop {self.job}`")
+        last = self.check_layout(plan)
+        layout = job_layout(plan)
         run = 0 if last is None else last.start.run + 1
         if run > MAX_RUN:
             raise ConfigError(f"job {self.job!r} used up its {MAX_RUN + 1} runs")
