@@ -157,8 +157,13 @@ class TestRun:
 
     def _fire(self, out: dict[str, list[tuple[Any, Any]]]) -> None:
         for stage in self._stages:   # in stage order: a result fired here may feed a later one
-            for kb, outs, t in stage.program.fire(self.watermark):
+            def emit(kb: bytes, outs: list[list[Any]], t: int, stage: Any = stage) -> None:
                 self._route(stage, decode_key(kb), kb, outs, out, t)
+
+            def late(kb: bytes, values: list[Any], t: int) -> None:
+                self.late += len(values)
+
+            stage.program.fire(self.watermark, emit, late=late)
             # As a task's checkpoint does (records.fire): late against it from here on,
             # not the results it fired (a later window of the stage takes them).
             stage.program.watermark = self.watermark
@@ -196,11 +201,15 @@ class TestRun:
     def _decode_input(self, src: Source, record: Any) -> tuple[Any, Any]:
         """A test record as a task would see it: through the source's formats (a table's
         record: a ``(key, value)`` pair, the value None to delete the key)."""
+        if src.table and isinstance(record, tuple) and len(record) == 2 and record[0] is None:
+            # as a task says it of a table's record without a key (records._table_record)
+            raise ConfigError(f"table {src.topic!r}: a record without a key cannot be a row, "
+                              f"not {record!r}")
         if src.table and isinstance(record, tuple) and len(record) == 2 and record[1] is None:
-            if record[0] is None:
-                raise ConfigError(f"table {src.topic!r}: a record without a key cannot be a "
-                                  f"row, not {record!r}")
-            return record[0], None
+            table_kf = src.key_format or "utf8"   # a table always has a key format
+            return _round_trip(table_kf, record[0], lambda why: ConfigError(
+                f"record {record!r}: its key cannot be a key of table {src.topic!r} (key "
+                f"format {table_kf!r} takes {_TAKES[table_kf]}): {why}")), None
         if src.key_format is None:
             key, value = None, record
         else:

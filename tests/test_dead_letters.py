@@ -220,3 +220,63 @@ def test_a_sink_may_not_write_a_topic_the_runtime_keeps_for_the_job(tmp_path, to
     with open_transport(data_dir=str(tmp_path)) as t:
         with pytest.raises(ConfigError, match=rf"sink '{topic}'.*job 'j'"):
             plan_job(pipeline, t)
+
+
+def _order(order, state):
+    state.set("order", order)
+    state.timer(order["ts"] + 1_000)
+    return None
+
+
+def _unpaid(at, state):
+    order = state.get("order")
+    if order["id"] == "bad":
+        raise ValueError(f"cannot bill {order['id']}")
+    return {"unpaid": order["id"]}
+
+
+def _orders_job(name: str, **pipeline) -> Pipeline:
+    p = Pipeline(name, parallelism=1, **pipeline)
+    (p.source(f"{name}.in", value="json", timestamp=lambda o: o["ts"])
+        .key_by(lambda o: o["id"])
+        .map(_order, stateful=True, on_timer=_unpaid)
+        .sink(f"{name}.out", key="utf8", value="json"))
+    return p
+
+
+def _orders(tmp_path, name):
+    opts = {"data_dir": str(tmp_path / "data")}
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(f"{name}.in", 1)])
+        with t.producer() as p:
+            for i, oid in enumerate(["ok", "bad", "late-ok", "tick"]):
+                p.produce(f"{name}.in", 0,
+                          json.dumps({"id": oid, "ts": [0, 0, 100, 5_000][i]}).encode())
+            p.flush()
+    return opts
+
+
+def test_a_timer_that_raises_is_a_dead_letter_and_the_run_goes_on(tmp_path):
+    """An error while windows or timers fired skipped the dead letters: the task failed,
+    its retry fired the same stored timer and failed again, for good."""
+    opts = _orders(tmp_path, "fires")
+    summary = run_pipeline(_orders_job("fires", dead_letters=True), **opts,
+                           state_dir=str(tmp_path / "state"))
+    assert summary.dead_letters == 1
+    with open_transport(**opts) as t:
+        out = sorted(json.loads(r.value)["unpaid"] for r in read_output(t, "fires.out",
+                                                                         job="fires"))
+        [letter] = [json.loads(r.value) for r in read_output(t, "fires.dead-letters",
+                                                              job="fires")]
+    assert out == ["late-ok", "ok"]
+    assert (letter["partition"], letter["offset"], letter["key"]) == (-1, -1, "bad")
+    assert "cannot bill bad" in letter["error"] and "at event time 1000" in letter["error"]
+
+
+def test_a_timer_that_raises_without_dead_letters_stops_the_run_naming_it(tmp_path):
+    from eos_runtime.errors import TaskFailed
+
+    opts = _orders(tmp_path, "stops")
+    with pytest.raises(TaskFailed, match=r"cannot bill bad.*firing a window or timer at "
+                                         r"event time 1000 \(key 'bad'\)"):
+        run_pipeline(_orders_job("stops"), **opts, state_dir=str(tmp_path / "state"))

@@ -362,3 +362,13 @@ def test_a_window_after_a_lookup_closes_while_the_run_goes_on(tmp_path):
         out = [(r.key, json.loads(r.value)) for r in read_output(t, f"per-user-{suffix}",
                                                                    job=p.name)]
     assert out[0][1]["value"] == 4 and out[0][1]["start"] == 0, out
+
+
+def test_the_testing_helper_refuses_a_table_row_without_a_key_or_with_a_bad_one():
+    """A keyless row crashed the helper with a bare AssertionError (a task names it), and
+    a delete ``(1, None)`` on a utf8-keyed table skipped the key format's check."""
+    with TestRun(clickstream()) as test:
+        with pytest.raises(ConfigError, match="without a key cannot be a row"):
+            test.send({"users": [(None, {"country": "NO"})]})
+        with pytest.raises(ConfigError, match="cannot be a key of table"):
+            test.send({"users": [(1, None)]})

@@ -427,3 +427,19 @@ def test_a_timer_or_window_past_the_largest_time_is_the_records_error():
     with TestRun(views()) as test:
         with pytest.raises(UserFunctionError, match=r"is past the times an event may carry"):
             test.send([{"page": "/", "ts": 2**63 - 10}])
+
+
+def test_a_fired_result_a_later_window_had_closed_is_counted_late_at_the_firing():
+    """With the later window's grace shorter than the earlier one's, the later window
+    closes first, and the earlier one's result is late for it: it was left for the next
+    record read to count (and, in a task, set aside as that record's letter)."""
+    p = Pipeline("rollup-grace")
+    (p.source("views", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["page"])
+        .window(tumbling(1_000), grace=500).count().final()
+        .window(tumbling(1_000)).sum(lambda r: r["value"]).final()
+        .sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        test.send([{"page": "/", "ts": 100}])
+        assert test.advance(1_200) == []
+        assert test.advance(1_500) == [] and test.late == 1

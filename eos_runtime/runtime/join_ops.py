@@ -89,6 +89,19 @@ class JoinState:
             raise UserFunctionError(f"join {self.op.name} raised {type(exc).__name__}: "
                                     f"{exc}") from exc
 
+    def drop(self, state_key: bytes, at: int) -> bytes:
+        """``close`` emitting nothing (its join function failed and was set aside)."""
+        key_bytes = state_key[:-TIME_BYTES]
+        self._tdelete(timer_key(at, self._tag + state_key))
+        buffer = self._buffer(key_bytes)
+        for side in ("L", "R"):
+            buffer[side] = [r for r in buffer[side] if self._expires(r[0]) > at]
+        if buffer["L"] or buffer["R"]:
+            self._put(key_bytes, _pack(buffer))
+        else:
+            self._delete(key_bytes)
+        return key_bytes
+
     def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
         """The timer at ``at`` of a record of this key: every record of the key that can
         meet no partner any more goes; an unmatched left one is emitted (``how="left"``)."""

@@ -9,7 +9,7 @@ adds the record and where it came from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgpack
@@ -180,9 +180,18 @@ class Program:
                 self.late.append(v)
         return out
 
-    def fire(self, watermark: int | None) -> Iterator[tuple[bytes, list[list[Any]], int]]:
-        """W5: every window ``watermark`` closes, in timer order: its key, what it sends
-        to each of the stage's outputs, and the results' timestamp."""
+    def fire(self, watermark: int | None, emit: Emit,
+             failed: Callable[[Exception, bytes, int], None] | None = None,
+             undo: tuple[Callable[[], None], Callable[[], None]] | None = None,
+             late: Callable[[bytes, list[Any], int], None] | None = None) -> None:
+        """W5: every window ``watermark`` closes, in timer order: ``emit`` gets its key,
+        what it sends to each of the stage's outputs, and the results' timestamp. A
+        firing that raises (a timer's function, a step after the window, a join's, the
+        output's encoding in ``emit``) goes to ``failed`` (the error, the key, the time),
+        when given, with its state writes undone (``undo``: savepoint and rollback) and
+        its window or timer gone, so it does not fail again at every checkpoint. A
+        result a later window of the stage had already closed goes to ``late`` (the
+        key, the results, their time), not to the next record read."""
         if not self.windows or watermark is None:
             return
         assert self._store is not None
@@ -196,14 +205,27 @@ class Program:
             for at, index, state_key in due(self._store.items(TIMERS), watermark):
                 if index <= after:
                     continue
-                key_bytes, results, timestamp = self.windows[index].close(state_key, at)
-                if results:
-                    fed = min(fed, index)
-                    # A later window places the results at their own time, not at the
-                    # last record's.
-                    self.event_time = timestamp
-                    yield (key_bytes, self._run(index, key_bytes, results, entry=False),
-                           timestamp)
+                if undo is not None:
+                    undo[0]()
+                try:
+                    key_bytes, results, timestamp = self.windows[index].close(state_key, at)
+                    if results:
+                        # A later window places the results at their own time, not at
+                        # the last record's.
+                        self.event_time = timestamp
+                        emit(key_bytes, self._run(index, key_bytes, results, entry=False),
+                             timestamp)
+                        fed = min(fed, index)
+                        if self.late:
+                            dropped, self.late = self.late, []
+                            if late is not None:
+                                late(key_bytes, dropped, timestamp)
+                except Exception as exc:
+                    if failed is None:
+                        raise
+                    if undo is not None:
+                        undo[1]()
+                    failed(exc, self.windows[index].drop(state_key, at), at)
             after = fed
 
 
@@ -224,6 +246,9 @@ def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: by
         name = getattr(join, "__name__", "join")
         raise function_error(f"lookup({lookup.table.topic!r}) join {name}", join, exc) from exc
 
+
+#: What a firing sends on: (key, the values for each output, their timestamp)
+Emit = Callable[[bytes, list[list[Any]], int], None]
 
 #: A running aggregate's step on its store (``RunningAggregate.over``): (key, value) -> acc
 Aggregate = Callable[[bytes | None, Any], Any]

@@ -229,13 +229,47 @@ class RecordPath:
         windows = self._windows
         if windows is None:
             return
-        for key_bytes, outs, timestamp in windows.fire(watermark):
-            try:
-                self._emit(key_bytes, outs, timestamp, version)
-            except UserFunctionError as exc:
-                raise TaskFailed(f"task {self.task_id}: {exc}, emitting a window's result "
-                                 f"(key {decode_key(key_bytes)!r})") from exc
+
+        def emit(key_bytes: bytes, outs: list[list[Any]], timestamp: int) -> None:
+            self._emit(key_bytes, outs, timestamp, version)
+
+        undo = ((self._savepoint, self._rollback)
+                if self._savepoint is not None and self._rollback is not None else None)
+        windows.fire(watermark, emit, self._firing_failed, undo, self._fired_late)
         self.set_watermark(watermark)
+
+    def _fired_late(self, key_bytes: bytes, values: list[Any], at: int) -> None:
+        """A window's results a later window of the stage had closed: counted, and set
+        aside as one letter when dead letters are on."""
+        self.stats.late += len(values)
+        if self.dead is not None:
+            self.dead.write(None, [letters.build(
+                job=self.job, task=self.task_id, topic=self.stage.input_topic, partition=-1,
+                offset=-1, error=f"late: a window's result at event time {at} (key "
+                f"{decode_key(key_bytes)!r}) is in no open window of a later window (the "
+                f"task's watermark {self._windows.watermark if self._windows else None} "
+                f"closed it): give the later window at least the earlier one's grace",
+                key=key_bytes, value=None, channel=True, bound=self._letter_bound,
+                stream=self._stream)], at)
+
+    def _firing_failed(self, exc: Exception, key_bytes: bytes, at: int) -> None:
+        """A window's or timer's firing raised: the task stops (the retry would fire it
+        again), or with dead letters on, a letter of it, and the task goes on."""
+        error = str(exc) if isinstance(exc, UserFunctionError) else f"{type(exc).__name__}: {exc}"
+        what = f"firing a window or timer at event time {at} (key {decode_key(key_bytes)!r})"
+        if self.dead is None:
+            failed = TaskFailed(f"task {self.task_id}: {error}, {what}; nothing of this "
+                                f"checkpoint was committed: fix the function, or run with "
+                                f"--dead-letters to set such firings aside in "
+                                f"{self.job}.dead-letters and go on")
+            failed.user_traceback = getattr(exc, "user_traceback", None)
+            raise failed from exc
+        frames = exc.user_traceback if isinstance(exc, UserFunctionError) else None
+        self.dead.write(None, [letters.build(
+            job=self.job, task=self.task_id, topic=self.stage.input_topic,
+            partition=-1, offset=-1, error=f"{error} ({what})", key=key_bytes, value=None,
+            channel=True, bound=self._letter_bound, stream=self._stream,
+            traceback=frames if self.tracebacks else None)], at)
 
     def set_watermark(self, watermark: int | None) -> None:
         """The watermark of the task's last checkpoint (a start, a rewind, a commit)."""

@@ -101,6 +101,13 @@ class WindowState:
                 out.append(result(start, end, acc))
         return out, not placed
 
+    def drop(self, state_key: bytes, at: int) -> bytes:
+        """The window of ``state_key`` and its timer go, emitting nothing (its firing
+        failed and was set aside); returns its key."""
+        self._tdelete(timer_key(at, self._tag + state_key))
+        self._delete(state_key)
+        return _split(state_key)[0]
+
     def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
         """The window of ``state_key`` (timer at ``at``) closes: its aggregate and timer
         are deleted; returns its key, what it emits (``final``: its result) and the
@@ -162,6 +169,10 @@ class SessionState:
         self._put(key_bytes, _kept(op, kept, acc))
         return ([result(start, end, acc)] if op.emit == "current" else []), False
 
+    def drop(self, state_key: bytes, at: int) -> bytes:
+        """``close`` emitting nothing (its firing failed and was set aside)."""
+        return self.close(state_key, at)[0]
+
     def close(self, state_key: bytes, at: int) -> tuple[bytes, list[Any], int]:
         key_bytes, start = _split(state_key)
         self._tdelete(timer_key(at, self._tag + state_key))
@@ -190,6 +201,11 @@ class StepTimers:
         tag, put, self._tdelete = bytes([index]), timers[1], timers[2]
         state._timer = lambda at, key_bytes: put(timer_key(at, tag + key_bytes), b"")
         self._tag = tag
+
+    def drop(self, key_bytes: bytes, at: int) -> bytes:
+        """The timer goes without its ``on_timer`` (which failed and was set aside)."""
+        self._tdelete(timer_key(at, self._tag + key_bytes))
+        return key_bytes
 
     def close(self, key_bytes: bytes, at: int) -> tuple[bytes, list[Any], int]:
         self._tdelete(timer_key(at, self._tag + key_bytes))
