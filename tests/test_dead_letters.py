@@ -235,11 +235,16 @@ def _unpaid(at, state):
     return {"unpaid": order["id"]}
 
 
+def _something(out) -> bool:
+    return out is not None
+
+
 def _orders_job(name: str, **pipeline) -> Pipeline:
     p = Pipeline(name, parallelism=1, **pipeline)
     (p.source(f"{name}.in", value="json", timestamp=lambda o: o["ts"])
         .key_by(lambda o: o["id"])
         .map(_order, stateful=True, on_timer=_unpaid)
+        .filter(_something)
         .sink(f"{name}.out", key="utf8", value="json"))
     return p
 
@@ -269,14 +274,15 @@ def test_a_timer_that_raises_is_a_dead_letter_and_the_run_goes_on(tmp_path):
         [letter] = [json.loads(r.value) for r in read_output(t, "fires.dead-letters",
                                                               job="fires")]
     assert out == ["late-ok", "ok"]
-    assert (letter["partition"], letter["offset"], letter["key"]) == (-1, -1, "bad")
+    assert (letter["partition"], letter["offset"], letter["key"]) == (-1, -1, "'bad'")
     assert "cannot bill bad" in letter["error"] and "at event time 1000" in letter["error"]
 
 
 def test_a_timer_that_raises_without_dead_letters_stops_the_run_naming_it(tmp_path):
-    from eos_runtime.errors import TaskFailed
+    from eos_runtime.errors import EngineError
 
     opts = _orders(tmp_path, "stops")
-    with pytest.raises(TaskFailed, match=r"cannot bill bad.*firing a window or timer at "
-                                         r"event time 1000 \(key 'bad'\)"):
+    with pytest.raises(EngineError, match=r"TaskFailed: .*cannot bill bad, firing a window "
+                                          r"or timer at event time 1000 \(key 'bad'\).*not "
+                                          r"retried"):
         run_pipeline(_orders_job("stops"), **opts, state_dir=str(tmp_path / "state"))
