@@ -222,3 +222,20 @@ def test_a_value_the_sink_cannot_write_names_the_step_that_made_it():
     assert str(info.value).startswith(
         "sink 'out': the value 3 (returned by map(len)) does not fit the value format "
         "'utf8', which takes a str: make that step return one"), str(info.value)
+
+
+def test_an_int_key_past_64_bits_is_the_records_error_naming_the_key_by():
+    """msgpack raised a bare OverflowError, out of the testing helper and, in a task,
+    with no key_by named."""
+    from eos_runtime.errors import UserFunctionError
+
+    p = Pipeline("big")
+    p.source("in", value="json").key_by(_huge).map(str).sink("out")
+    with TestRun(p) as test:
+        with pytest.raises(UserFunctionError, match=r"key_by\(_huge\) returned a bad key: an "
+                                                    r"int key must fit in 64 bits"):
+            test.send([{"n": 1}])
+
+
+def _huge(value):
+    return 2**64

@@ -38,6 +38,9 @@ def encode_key(key: Any) -> bytes:
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise UserFunctionError(f"keys must be str, bytes or int, "
                                 f"not {type(key).__name__}: {key!r}")
+    if type(key) is int and not -2**63 <= key < 2**64:   # msgpack's OverflowError named nothing
+        raise UserFunctionError(f"an int key must fit in 64 bits (-2**63 .. 2**64 - 1), not "
+                                f"{key}")
     return _pack(key)
 
 
