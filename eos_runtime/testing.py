@@ -137,9 +137,13 @@ class TestRun:
             raise ConfigError("this TestRun is closed: make a new one")
         if isinstance(watermark, bool) or not isinstance(watermark, int):
             raise ConfigError(f"TestRun.advance: a watermark is whole ms, not {watermark!r}")
-        self.watermark = watermark if self.watermark is None else max(self.watermark,
-                                                                      watermark)
-        return self._step(self._fire)
+        before = self.watermark
+        self.watermark = watermark if before is None else max(before, watermark)
+        try:
+            return self._step(self._fire)
+        except BaseException:
+            self.watermark = before   # all or nothing, as the state
+            raise
 
     def _send(self, by_topic: dict[str, Any], times: Any,
               out: dict[str, list[tuple[Any, Any]]]) -> None:
@@ -171,13 +175,18 @@ class TestRun:
     def _step(self, work: Callable[[dict[str, list[tuple[Any, Any]]]], None]) -> Any:
         """``work`` against the state, all or nothing; the sink's records it made."""
         out: dict[str, list[tuple[Any, Any]]] = {topic: [] for topic in self._sinks}
+        # What a failed task would restart from: its counts and watermarks too, not only
+        # its state (a task restarts from its last commit's watermark).
+        late, watermarks = self.late, [stage.program.watermark for stage in self._stages]
         try:
             work(out)
         except BaseException:
-            for stage in self._stages:
+            self.late = late
+            for stage, watermark in zip(self._stages, watermarks, strict=True):
                 if stage.store is not None:
                     stage.store.discard()
                 stage.program.late = []
+                stage.program.watermark = watermark
             raise
         self._sends += 1
         for stage in self._stages:

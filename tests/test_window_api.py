@@ -443,3 +443,30 @@ def test_a_fired_result_a_later_window_had_closed_is_counted_late_at_the_firing(
         test.send([{"page": "/", "ts": 100}])
         assert test.advance(1_200) == []
         assert test.advance(1_500) == [] and test.late == 1
+
+
+def test_a_send_that_raises_leaves_the_late_count_and_the_watermark_as_they_were():
+    """A send or advance that raised undid the state but not the late count (counted per
+    record as it went) nor the watermark (moved before the firing)."""
+    from eos_runtime.errors import UserFunctionError
+
+    with TestRun(views()) as test:
+        test.advance(1_500)
+        with pytest.raises(UserFunctionError, match="timestamp function returned 'x'"):
+            test.send([{"page": "/", "ts": 999}, {"page": "/", "ts": "x"}])
+        assert test.late == 0
+    p = Pipeline("boom")
+    (p.source("in", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["k"])
+        .map(_remember, stateful=True, on_timer=_boom)
+        .filter(lambda out: out is not None)
+        .sink("out", key="utf8", value="json"))
+    with TestRun(p) as test:
+        test.send([{"k": "a", "ts": 5}])
+        with pytest.raises(UserFunctionError, match="boom"):
+            test.advance(10)
+        assert test.watermark is None
+
+
+def _boom(*args):
+    raise ValueError("boom")
