@@ -337,3 +337,23 @@ def test_a_bounded_run_ends_on_busy_transactional_input(tmp_path):
             assert read_all(side, polls=5) == [f"v{i}".encode() for i in range(9)]
         finally:
             side.close()
+
+
+def test_a_checkpoint_past_the_partitions_end_is_named_as_such(tmp_path):
+    """A checkpoint at 1 000 on a partition of 10 records (the topic made again) was told
+    that retention may have deleted input, which was not what happened."""
+    from eos_runtime.errors import StartOutOfRange
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.runs import run_end
+    from eos_runtime.runtime.source import start_positions
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    tag = uuid.uuid4().hex[:6]
+    with open_transport(**opts) as t:
+        plan, source = source_job(t, tag)
+        fill(t, source, 1, 10)
+        commit = wire.ChangeLogCommit(1, run_end(0), inputs=(wire.InputPosition(source, 0,
+                                                                                1_000),))
+        with pytest.raises(StartOutOfRange, match=r"offset 1000 \(checkpoint\) is outside .*"
+                                                  r"the topic ends before it"):
+            start_positions(t, plan.stages[0], (0,), commit, 1, job=plan.name)

@@ -83,8 +83,12 @@ def start_positions(transport: Transport, stage: StagePlan, parts: tuple[int, ..
             out[p] = (resolve(start, low, high, at,
                               upcoming=(run_start_ends or {}).get(p)), start.why)
         except ValueError as exc:
+            past_end = start.value is not None and start.value > high
             fix = (f"clear its Startpoint: eos startpoint clear {job} --stream {topic} "
                    f"--partition {p} (or set another)" if start.why == "startpoint" else
+                   "the topic ends before it: it was deleted and made again, or cut (an "
+                   "unclean leader election); start the job afresh (eos reset) or give "
+                   "the partition a Startpoint" if past_end else
                    "retention may have deleted input this job never read: start it "
                    "elsewhere with reset_offset=True or a checkpoint written with eos "
                    "checkpoint")
