@@ -49,10 +49,11 @@ def _run_json(report, seed):
 
 def test_clickstream_takes_every_operator_action_on_the_local_log(tmp_path):
     """A Startpoint, a checkpoint write, a stop, a take-over and a reset of the graph, each
-    as the operator does it. Before the model followed `eos checkpoint write` rewriting
-    every line it shows (clicks[0] at its committed offset, replacing the Startpoint set
-    just before), this schedule failed with 90 results lost: the model expected clicks[0]
-    read again from 20."""
+    as the operator does it. `eos checkpoint write` rewrites every line it shows with an
+    offset; since 2026-11-29 a partition with a Startpoint pending is shown empty, so
+    clicks[0] keeps the Startpoint set just before (20) rather than having it replaced by
+    its committed offset, and the model follows the lines written (before it did, this
+    schedule failed with 90 results lost)."""
     from test_cli import ok_here
 
     (tmp_path / "g.toml").write_text(EVERY_ACTION)
@@ -62,10 +63,11 @@ def test_clickstream_takes_every_operator_action_on_the_local_log(tmp_path):
     assert run["passed"] and all(f["fired"] for f in run["faults"]), run["faults"]
     runs = [r for r in run["runs"] if "run" in r]
     assert [r["run"] for r in runs] == [1, 2, 3]
-    # clicks[0] goes on from its committed offset, which the checkpoint file wrote back
-    # over the Startpoint; clicks[1] starts at the checkpoint write's 10; the table goes on
+    # clicks[0] starts at its Startpoint, 20: the checkpoint file shows its line empty (a
+    # Startpoint is pending), so the write keeps it (it wrote the committed offset back
+    # over it before); clicks[1] starts at the checkpoint write's 10; the table goes on
     left = runs[0]["committed"] if runs[0]["early"] else runs[0]["ends"]
-    assert runs[1]["starts"] == {"clicks": [left["clicks"][0], 10], "users": left["users"]}
+    assert runs[1]["starts"] == {"clicks": [20, 10], "users": left["users"]}
     assert runs[2]["starts"] == {"clicks": [0, 0], "users": [0, 0]}    # after the reset
     commands = [c["command"] for r in run["runs"] for c in r.get("commands", [])]
     assert any(c.startswith("eos startpoint set clickstream-s5-") and " clicks 0 --offset 20"

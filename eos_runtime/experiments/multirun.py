@@ -284,8 +284,8 @@ class _Scene:
     def checkpoint_write(self, partition: int, value: int | None) -> None:
         """``eos checkpoint show``, the stream partition's line set to ``value``, ``eos
         checkpoint write``. Every line with an offset becomes a Startpoint, the unchanged
-        ones too (at their committed offsets, a table's among them): one of them
-        replaces a Startpoint set before it for that partition (the last set wins)."""
+        ones too (at their committed offsets, a table's among them); a partition with a
+        Startpoint pending is shown empty and keeps it, unless it is the one edited."""
         shown = self.cli("checkpoint", "show", self.job, *self.cli.where())
         line = re.compile(rf"^(tasknames\.task-\d+\.systems\.\w+\.streams\."
                           rf"{re.escape(self.source)}\.partitions\.{partition})=.*$", re.M)
