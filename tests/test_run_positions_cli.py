@@ -146,8 +146,9 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     assert f"\n{key}=7\n" in shown, shown
     assert "file-system checkpoints in " in shown
     elsewhere = tmp_path / "elsewhere"
-    assert f"\n{key}=\n" in ok_here("checkpoint", "show", "wcf", *d, "--state-dir",
-                                    str(elsewhere)).stdout   # no files there: no position
+    # no files there: the tasks would start from the change log's commit (P3a), shown
+    assert f"\n{key}=20\n" in ok_here("checkpoint", "show", "wcf", *d, "--state-dir",
+                                      str(elsewhere)).stdout
 
     run_here(WORDCOUNT, name="wck", sink="counts-k", guarantee="at-least-once",
              checkpoints="kafka", job_id="3", data_dir=str(data))
@@ -159,9 +160,10 @@ def test_checkpoint_show_prints_the_positions_of_the_jobs_checkpoint_store(tmp_p
     shown = ok_here("checkpoint", "show", "wck", *d).stdout
     assert f"\n{key}=5\n" in shown, shown
     assert "checkpoint topic __eos_checkpoint_wck_3" in shown
-    # Only reads: a checkpoint topic that is gone is shown as no positions, not made.
+    # Only reads: a checkpoint topic that is gone is not made again; the tasks would then
+    # start from the change log's commit (P3a), which is shown.
     with open_transport(data_dir=str(data)) as t:
         t.delete_topics(["__eos_checkpoint_wck_3"])
-    assert f"\n{key}=\n" in ok_here("checkpoint", "show", "wck", *d).stdout
+    assert f"\n{key}=20\n" in ok_here("checkpoint", "show", "wck", *d).stdout
     with open_transport(data_dir=str(data)) as t:
         assert "__eos_checkpoint_wck_3" not in t.list_topics()
