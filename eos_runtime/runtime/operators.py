@@ -228,6 +228,7 @@ class Program:
                         raise
                     if undo is not None:
                         undo[1]()
+                    self.late = []   # the firing's, undone with it
                     failed(exc, self.windows[index].drop(state_key, at), at)
             after = fed
 
