@@ -110,3 +110,19 @@ def test_a_bare_system_error_with_no_fatal_state_is_not_called_a_fence():
         p.flush(timeout=1)
     assert not isinstance(info.value, ProducerFenced)
     assert "flush" in str(info.value)
+
+
+class _FatalOnProduce(_LostReportHandle):
+    """A produce after the fence, racing its report: librdkafka says only "Local: Fatal
+    error" (seen in CI: a zombie's produce raised TransactionError, not ProducerFenced)."""
+
+    def produce(self, *args):
+        raise KafkaException(KafkaError(KafkaError._FATAL, "Fatal error", fatal=True))
+
+
+def test_a_produce_refused_as_fatal_after_a_fence_raises_producer_fenced():
+    p, _ = _producer("purge", FENCED)
+    handle = _FatalOnProduce(p._state, "purge", FENCED)
+    p._p = handle
+    with pytest.raises(ProducerFenced):
+        p.produce("out", 0, b"late")

@@ -378,6 +378,13 @@ class KafkaProducer(Producer):
                         reason = _too_large(len(value or b"") + len(key or b""), self._max_bytes)
                     self._state.fail(topic, partition, reason, transient=_transient(err))
                     return
+                if err is not None and err.code() == _KafkaError._FATAL:
+                    # "Local: Fatal error" says only that one happened before (a fence
+                    # racing this call): the state librdkafka keeps names it.
+                    known = (self._txn_state_error(f"produce to {topic}[{partition}]")
+                             or self._fatal_error())
+                    if known is not None:
+                        raise known from None
                 raise _map_exception(exc, f"produce to {topic}[{partition}]",
                                      transactional=self.transactional) from None
         self._since_poll += 1
