@@ -93,25 +93,15 @@ def test_the_command_line_refuses_a_setting_out_of_range(args):
     assert "give " in result.output
 
 
-def _commands(group, path=()):
-    import click
-
-    ctx = click.Context(group)   # the group imports its commands when asked (lazily)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
-        else:
-            yield (*path, name), command
-
-
 def test_every_numeric_option_of_every_command_has_a_range():
     """``eos kafka down --timeout nan`` was taken (a bare float): the broker was killed
     straight after its SIGTERM, its kept data written uncleanly. A numeric option is a
     ``limits.option`` (or a click range that refuses nan and inf)."""
     import click
 
-    commands = dict(_commands(main))
+    from test_cli_docs import commands as every_command
+
+    commands = dict(every_command())
     assert {("run",), ("kafka", "down"), ("bench",)} <= set(commands)
     bare = [f"{' '.join(path)} {param.opts[0]}" for path, command in commands.items()
             for param in command.params

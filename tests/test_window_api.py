@@ -344,16 +344,21 @@ def _again(at, state):
     return {"at": at}
 
 
+def _timer_job(name: str, on_timer) -> Pipeline:
+    """Each record sets a timer at its own time (``_remember``); ``on_timer`` fires it."""
+    p = Pipeline(name)
+    (p.source("in", value="json", timestamp=lambda v: v["ts"])
+        .key_by(lambda v: v["k"])
+        .map(_remember, stateful=True, on_timer=on_timer)
+        .filter(lambda out: out is not None)
+        .sink("out", key="utf8", value="json"))
+    return p
+
+
 def test_a_timer_that_sets_a_due_timer_of_its_own_fires_once_a_checkpoint():
     """Firing goes on for the ops after one that sent results on (a roll-up of windows),
     never for that op again: a timer set due in its own callback would loop for ever."""
-    p = Pipeline("again")
-    (p.source("in", value="json", timestamp=lambda v: v["ts"])
-        .key_by(lambda v: v["k"])
-        .map(_remember, stateful=True, on_timer=_again)
-        .filter(lambda out: out is not None)
-        .sink("out", key="utf8", value="json"))
-    with TestRun(p) as test:
+    with TestRun(_timer_job("again", _again)) as test:
         test.send([{"k": "a", "ts": 5}])
         assert test.advance(10) == [("a", {"at": 5})]
         assert test.advance(10) == [("a", {"at": 5})]
@@ -455,13 +460,7 @@ def test_a_send_that_raises_leaves_the_late_count_and_the_watermark_as_they_were
         with pytest.raises(UserFunctionError, match="timestamp function returned 'x'"):
             test.send([{"page": "/", "ts": 999}, {"page": "/", "ts": "x"}])
         assert test.late == 0
-    p = Pipeline("boom")
-    (p.source("in", value="json", timestamp=lambda v: v["ts"])
-        .key_by(lambda v: v["k"])
-        .map(_remember, stateful=True, on_timer=_boom)
-        .filter(lambda out: out is not None)
-        .sink("out", key="utf8", value="json"))
-    with TestRun(p) as test:
+    with TestRun(_timer_job("boom", _boom)) as test:
         test.send([{"k": "a", "ts": 5}])
         with pytest.raises(UserFunctionError, match="boom"):
             test.advance(10)
