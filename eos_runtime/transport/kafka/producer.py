@@ -265,7 +265,7 @@ class KafkaProducer(Producer):
                 # A fatal error's KafkaException can be lost inside the call (seen with a
                 # fenced producer while librdkafka's log lines went through Python
                 # logging), so ask the state librdkafka keeps instead of guessing.
-                known = self._txn_state_error(context) or self._fatal_error()
+                known = self._known_error(context)
                 if known is not None:
                     raise known from None
                 raise TransportError(f"{context}: the Kafka client failed without saying "
@@ -302,6 +302,12 @@ class KafkaProducer(Producer):
             return _map_error(err, context, transactional=True)
         return None
 
+    def _known_error(self, context: str) -> TransportError | None:
+        """What librdkafka's own state says went wrong (a report the call lost, or
+        "Local: Fatal error" that names nothing): the transaction's, else the fatal error
+        ``error_cb`` saw."""
+        return self._txn_state_error(context) or self._fatal_error()
+
     def _txn_error(self, exc: BaseException, context: str) -> TransportError:
         err = _kafka_error(exc)
         if err is not None and err.fatal() and self._state.fatal is None:
@@ -329,7 +335,7 @@ class KafkaProducer(Producer):
         outstanding = self._serve("flush", p.flush, timeout)
         st = self._state
         if st.failure_count or outstanding or st.fatal is not None:
-            known = self._txn_state_error("flush") or self._fatal_error()
+            known = self._known_error("flush")
             if known is not None:
                 raise known
         if st.failure_count or outstanding:
@@ -388,8 +394,7 @@ class KafkaProducer(Producer):
                 if err is not None and err.code() == _KafkaError._FATAL:
                     # "Local: Fatal error" says only that one happened before (a fence
                     # racing this call): the state librdkafka keeps names it.
-                    known = (self._txn_state_error(f"produce to {topic}[{partition}]")
-                             or self._fatal_error())
+                    known = self._known_error(f"produce to {topic}[{partition}]")
                     if known is not None:
                         raise known from None
                 raise _map_exception(exc, f"produce to {topic}[{partition}]",
