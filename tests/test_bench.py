@@ -462,12 +462,14 @@ def test_a_process_tree_has_resident_memory():
 
 def _sampled_burn(root):
     """A sampler counting ``root``'s tree from once it is up until its burn is done (it
-    prints "up", burns on "go", prints "done")."""
+    prints "up", burns on "go", prints "done", then waits for its stdin to close). It
+    samples only at its baseline and at ``cpu_seconds``: what it counts cannot depend on
+    when a busy machine lets its thread run."""
     from eos_runtime.bench.memory import TreeSampler
 
     assert root.stdout is not None and root.stdin is not None
     assert root.stdout.readline() == "up\n"
-    sampler = TreeSampler(lambda: [root.pid], every=0.05)
+    sampler = TreeSampler(lambda: [root.pid], every=3600)
     sampler.count_cpu()
     root.stdin.write("go\n")
     root.stdin.flush()
@@ -511,7 +513,8 @@ def test_a_process_trees_cpu_is_split_into_the_jvm_and_the_python_under_it():
     if not Path("/proc").is_dir():
         pytest.skip("no /proc")
     child = ("import sys, time; sys.stdin.readline(); t = time.process_time()\n"
-             "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)")
+             "while time.process_time() - t < 0.3: pass\nprint('done', flush=True)\n"
+             "sys.stdin.readline()")   # alive until the sampler has counted it
     jvm = ("import ctypes, subprocess, sys\n"
            "ctypes.CDLL(None).prctl(15, b'java', 0, 0, 0)\n"   # PR_SET_NAME
            f"p = subprocess.Popen([sys.executable, '-c', {child!r}], stdin=sys.stdin)\n"
