@@ -223,3 +223,66 @@ def test_an_at_least_once_job_keeps_its_positions_in_the_checkpoint_topic_on_kaf
         # the job id selects the positions: another is another layout, refused
         with pytest.raises(ConfigError, match="(?s)ran before .*job id 7.*now:.*job id 8"):
             ControlLog(t, job).start_run(plan_job(pipeline("8"), t), bounded=True)
+
+
+class _CountingTransport:
+    """A transport that counts the records its consumers return."""
+
+    def __init__(self, t):
+        self._t, self.read = t, 0
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+    def consumer(self, **kw):
+        outer, inner = self, self._t.consumer(**kw)
+
+        class Counting:
+            def __enter__(self):
+                inner.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return inner.__exit__(*exc)
+
+            def poll(self, *a, **k):
+                got = inner.poll(*a, **k)
+                outer.read += len(got)
+                return got
+
+            def __getattr__(self, name):
+                return getattr(inner, name)
+
+        return Counting()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tasks_last_checkpoint_is_read_from_its_partitions_tail(kind, tmp_path, request):
+    """At 100 ms a task writes ten checkpoints a second, and the local log never compacts
+    (nor does Kafka's active segment): a task start must not read them all, nor the other
+    tasks'. A tombstone at the tail is passed over, as before."""
+    from eos_runtime.joblog.checkpoints import _encode
+
+    opts = ({"data_dir": str(tmp_path / "data")} if kind == "local"
+            else {"bootstrap_servers": request.getfixturevalue("kafka_bootstrap")})
+    job = f"tail-{uuid.uuid4().hex[:8]}"
+    t = open_transport(**opts)
+    try:
+        TopicCheckpoints(t, job, TASKS).start()
+        with t.producer() as p:
+            for n in range(3000):
+                for task in range(TASKS):
+                    p.produce(checkpoint_topic(job), task,
+                              _encode(Checkpoint({("in", task): n})), key=b"%d" % task)
+            p.produce(checkpoint_topic(job), 1, None, key=b"1")
+            p.flush()
+        counting = _CountingTransport(t)
+        m = TopicCheckpoints(counting, job, TASKS, create=False)
+        m.start()
+        m.register(0)
+        m.register(1)
+        assert m.read_last_checkpoint(0).offsets == {("in", 0): 2999}
+        assert m.read_last_checkpoint(1).offsets == {("in", 1): 2999}
+        assert counting.read <= 1000, counting.read
+    finally:
+        t.close()

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from .. import clock
-from ..errors import ConfigError, JobRunning, TopicNotFound, TransportError, WireFormatError
+from ..errors import ConfigError, JobRunning, TopicNotFound, WireFormatError
 from ..plan import JobPlan
 from ..processes import process_gone
 from ..protocol import wire
@@ -44,6 +44,7 @@ from ..protocol.lease import DEAD, EXPIRED, FREE, HELD, LeaseState, fold_lease, 
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
 from .layout import job_layout, layout_changes, layout_guarantee, layout_sinks, layout_stages
+from .tail import backwards, read_range
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT", "ControlLog", "JobScan", "LeaseRequest", "RunInfo",
            "control_topic", "fold_runs", "heartbeat_topic", "jobs_on", "jobs_with_sink",
@@ -158,36 +159,15 @@ class ControlLog:
 
     def _read(self, tp: TopicPartition, start: int, end: int) -> list[Record]:
         """The records of ``tp`` at offsets ``start``..``end - 1``, oldest first."""
-        out: list[Record] = []
-        if end <= start:
-            return out
-        with self.t.consumer(read_committed=False) as c:
-            c.assign({tp: start})
-            deadline = time.monotonic() + 60
-            while c.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise TransportError(f"reading {tp.topic!r} timed out at "
-                                         f"{c.position(tp)} of {end}")
-                for r in c.poll(10_000, 0.5):
-                    if r.offset < end:
-                        out.append(r)
+        out = read_range(self.t, tp, start, end)
         self.records_read += len(out)
         return out
 
     def _backwards(self, tp: TopicPartition) -> Iterator[list[Record]]:
-        """Windows of ``tp``'s records from its end towards its start, each window oldest
-        first and twice the size of the one before (nothing if the topic does not exist)."""
-        try:
-            # describe first: a look-up of a missing topic's watermarks may wait on Kafka
-            self.t.describe(tp.topic)
-            low, high = self.t.watermarks(tp, read_committed=False)
-        except TopicNotFound:
-            return
-        size, end = FIRST_WINDOW, high
-        while end > low:
-            start = max(low, end - size)
-            yield self._read(tp, start, end)
-            end, size = start, size * 2
+        """Windows of ``tp``'s records from its end towards its start (``tail.backwards``)."""
+        for window in backwards(self.t, tp, first=FIRST_WINDOW):
+            self.records_read += len(window)
+            yield window
 
     def _decode(self, r: Record) -> wire.ControlRecord:
         return wire.decode_control(r.value, topic=r.topic, partition=r.partition,
