@@ -730,3 +730,11 @@ def test_a_summary_says_how_many_records_went_to_dead_letters():
     summary.dead_letter_topic = "wc.dead-letters"
     assert _summary_lines(summary)[-1] == ("5 records went to dead letters (topic "
                                            "wc.dead-letters): eos consume wc.dead-letters")
+
+
+def test_reads_of_a_mistyped_data_dir_leave_no_directory(tmp_path):
+    typo = tmp_path / "typo"
+    for args in (["jobs"], ["topics"], ["consume", "lines", "--all"],
+                 ["checkpoint", "show", "wordcount"], ["startpoint", "list", "wordcount"]):
+        here(*args, "--data-dir", str(typo))
+        assert not typo.exists(), args

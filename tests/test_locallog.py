@@ -486,3 +486,26 @@ def test_a_partition_dropped_from_the_open_ones_stays_open_while_in_use(tmp_path
         with pytest.raises(OSError) as closed:
             os.fstat(fd)
         assert closed.value.errno == errno.EBADF
+
+
+def test_reading_a_log_that_is_not_there_makes_no_directory(tmp_path):
+    """A mistyped --data-dir given to a read (``eos jobs``, ``consume``, ``checkpoint
+    show``...) must not leave a directory behind: the log is made by its first write."""
+    missing = tmp_path / "typo" / "data"
+    with open_transport(data_dir=str(missing)) as t:
+        assert t.list_topics() == []
+        with pytest.raises(TopicNotFound):
+            t.describe("lines")
+    assert not (tmp_path / "typo").exists()
+    with open_transport(data_dir=str(missing)) as t:   # a write makes it
+        t.create_topics([TopicSpec("lines", 1)])
+        with t.fenced_producer("job.task-0", 1) as p:
+            p.produce("lines", 0, b"x")
+            p.flush()
+    assert t.describe("lines").partitions == 1
+
+
+def test_a_fence_is_registered_on_a_log_not_made_yet(tmp_path):
+    with open_transport(data_dir=str(tmp_path / "new")) as t:
+        t.fenced_producer("job.task-0", 1).close()
+    assert (tmp_path / "new" / "fences" / "job.task-0").exists()

@@ -83,14 +83,10 @@ class LocalLogTransport(Transport):
 
     def __init__(self, data_dir: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.root = Path(data_dir)
+        # Made by the first write (a topic, a fence), not here: a read of a mistyped
+        # --data-dir leaves nothing behind, and a read-only directory without a log in it
+        # has no topics to read.
         self.topics_dir = self.root / "topics"
-        try:
-            self.topics_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            if exc.errno not in _READ_ONLY_ERRNOS:
-                raise
-            # A read-only directory without a log in it: it has no topics to read, and
-            # creating one is an error naming it (create_topics).
         self.fsync = fsync
         self._specs: dict[str, TopicSpec] = {}
         # The partitions used last, most recent last (OPEN_PARTITIONS at most).
@@ -302,7 +298,7 @@ class LocalLogTransport(Transport):
             raise ConfigError(f"invalid fence id {fence_id!r}: use 1-249 of A-Z a-z 0-9 . _ -")
         fences = self.root / "fences"
         try:
-            fences.mkdir(exist_ok=True)
+            fences.mkdir(parents=True, exist_ok=True)
             fd = os.open(fences / fence_id, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise self._not_writable(f"cannot register fence {fence_id!r}", exc) from None
