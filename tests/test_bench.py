@@ -851,9 +851,15 @@ def test_the_visibility_clock_keeps_sampling_while_the_bench_holds_the_gil(kafka
     finally:
         clock.close()
     assert held_ms > 500
-    during = [t for t, _ in clock.samples if started * 1000 <= t <= started * 1000 + held_ms]
-    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
-    assert len(during) > 3 and max(gaps) < held_ms / 2, (held_ms, gaps)
+    start_ms, middle_ms = started * 1000, started * 1000 + held_ms / 2
+    during = [t for t, _ in clock.samples if start_ms <= t <= start_ms + held_ms]
+    # It sampled on through the hold: several samples in it, in both its halves. A sampler
+    # the hold stalls (a thread of this process) has none in it, and one that stopped
+    # during it none in its second half. No bound on the gaps between samples: a stall of
+    # the broker or of the scheduler, nothing to do with the GIL, can open one of a few
+    # hundred ms on a busy machine.
+    halves = (sum(t < middle_ms for t in during), sum(t >= middle_ms for t in during))
+    assert len(during) > 3 and min(halves) > 0, (held_ms, [t - start_ms for t in during])
 
 
 def test_the_steady_input_wakes_per_slice_not_per_record(tmp_path, monkeypatch):

@@ -119,22 +119,26 @@ def _overflowed(job_dir: Path) -> bool:
                for f in job_dir.glob("task-*.progress"))
 
 
-def _release_when_crashed(run, job_dir: Path, crashing: int, wait: float = 60.0,
-                          or_overflowed: bool = False) -> None:
+def _release_when_crashed(run, job_dir: Path, crashing: int, start_wait: float = 240.0,
+                          wait: float = 120.0, or_overflowed: bool = False) -> None:
     """Wake the held source once ``crashing``'s first attempt died (its retry wrote its
     pid file), or with ``or_overflowed`` once some task overflowed its buffer: a crash at
     a checkpoint of a task downstream of the held source cannot come before the held
-    source's markers, and waiting for it only ran out the clock. If neither happens the
-    run is let go anyway: the test's own checks then report what did not happen."""
+    source's markers, and waiting for it only ran out the clock. If neither happens
+    within ``wait`` seconds of the held source being seen stopped (Spark's start, which a
+    busy machine can make slow, counts against ``start_wait`` instead), the run is let go
+    anyway: the test's own checks then report what did not happen."""
     held_file = job_dir / f"task-{HOLD['task']}.pid"
     retry_file = job_dir / f"task-{crashing}.pid"
     held = None
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + start_wait
     try:
         while time.monotonic() < deadline and not run.wait(0.05):
             if held is None:
                 found = _pid_and_attempt(held_file)
                 held = found[0] if found and _stopped(found[0]) else None
+                if held is not None:   # the crash's clock starts now
+                    deadline = time.monotonic() + wait
             retry = _pid_and_attempt(retry_file)
             if held is not None and retry is not None and retry[1] >= 1:
                 return

@@ -323,26 +323,29 @@ def test_a_zombie_splits_into_a_dead_parent_and_a_stopped_child_that_goes_on(tmp
     import time
 
     from eos_runtime.experiments.injector import alive
+    from eos_runtime.processes import state
 
+    # Each wait has a deadline of its own, generous: a busy machine may take seconds for
+    # any of them, and none costs more than it takes.
     proc, log = probe(tmp_path, "zombie")
-    assert proc.wait(timeout=30) == -signal.SIGKILL     # the parent, as the engine sees it
-    deadline = time.monotonic() + 10
+    assert proc.wait(timeout=60) == -signal.SIGKILL     # the parent, as the engine sees it
+    deadline = time.monotonic() + 60
     while not log.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     split = json.loads(log.read_text().splitlines()[0])
     zombie = split["pid"]
     assert split["action"] == "zombie" and zombie != proc.pid and alive(zombie)
 
-    def state() -> str:
-        with open(f"/proc/{zombie}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-
-    while state() != "T" and time.monotonic() < deadline:   # it notes, then stops
-        time.sleep(0.02)
-    assert state() == "T"
+    deadline = time.monotonic() + 60
+    while state(zombie) != "T" and alive(zombie) and time.monotonic() < deadline:
+        time.sleep(0.02)                                      # it notes, then stops
+    assert state(zombie) == "T", f"the zombie never stopped itself (state {state(zombie)})"
     os.kill(zombie, signal.SIGCONT)
+    deadline = time.monotonic() + 60
     while alive(zombie) and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert not alive(zombie), (f"the zombie had not ended 60 s after its SIGCONT "
+                               f"(state {state(zombie)})")
     notes = [json.loads(line) for line in log.read_text().splitlines()]
     assert [n["action"] for n in notes] == ["zombie", "zombie-end"]   # it went on to its end
     assert notes[1]["error"] is None and proc.stdout.read().split("\n")[2].startswith("2 ")
@@ -711,6 +714,7 @@ release = 0.5
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(600)   # the run, then up to EOS_ZOMBIE_LINGER (240 s) for its zombies
 def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_bootstrap,
                                                                           tmp_path):
     """A source and a sink task each split into a zombie that goes on beside its
@@ -723,9 +727,12 @@ def test_zombies_on_kafka_write_late_and_the_committed_output_stays_exact(kafka_
     # on the worker's JVM, Spark started task 0's successor 30 s after the split (1.3 s
     # for task 2's), and its zombie, released then, had not ended when the linger after
     # the run ran out (the output was exact). Not explained yet (the session's note).
+    # A zombie still alive ZOMBIE_LINGER (60 s) after the run is killed, and this test
+    # fails: on a busy machine one can take longer to end, so it gets 240 s here (a bound,
+    # not a wait). What is checked is that it ends on its own, not how fast.
     ok("experiment", "wordcount", "--schedule", "zombies.toml", "--seed", "1", "--lines",
        "3000", "--bootstrap-servers", kafka_bootstrap, "--report", "report", cwd=tmp_path,
-       timeout=400)
+       env={"EOS_ZOMBIE_LINGER": "240"}, timeout=560)
     run = json.loads((tmp_path / "report" / "seed-1" / "run.json").read_text())
     assert run["transport"] == "kafka" and run["passed"]
     assert run["verdict"]["lost"] == run["verdict"]["duplicated"] == 0
@@ -1509,6 +1516,7 @@ waiting_for_something_that_never_comes()
             injector.tick()
             time.sleep(0.02)
         monkeypatch.setattr(injector_module, "ZOMBIE_LINGER", 0.5)
+        monkeypatch.delenv(injector_module.ZOMBIE_LINGER_ENV, raising=False)
         injector.finish()
         [rec] = injector.records
         assert zombie.wait(10) == -9
@@ -1519,3 +1527,43 @@ waiting_for_something_that_never_comes()
     finally:
         zombie.kill()
         zombie.wait()
+
+
+def test_eos_zombie_linger_sets_how_long_zombies_may_go_on_and_is_checked(tmp_path,
+                                                                          monkeypatch):
+    from eos_runtime.experiments import injector as injector_module
+    from eos_runtime.experiments.injector import ZOMBIE_LINGER, zombie_linger
+    from eos_runtime.experiments.schedule import parse_schedule
+
+    monkeypatch.delenv("EOS_ZOMBIE_LINGER", raising=False)
+    assert zombie_linger() == ZOMBIE_LINGER
+    for raw, seconds in (("240", 240.0), (" 0.5 ", 0.5), ("1e3", 1000.0), ("", ZOMBIE_LINGER)):
+        monkeypatch.setenv("EOS_ZOMBIE_LINGER", raw)
+        assert zombie_linger() == seconds, raw
+    schedule = parse_schedule([{"kind": "zombie", "task": 0, "point": "task.mid_version",
+                                "release": 0}])
+    for bad in ("0", "-5", "nan", "inf", "1m", "soon"):
+        monkeypatch.setenv("EOS_ZOMBIE_LINGER", bad)
+        message = f"EOS_ZOMBIE_LINGER must be a positive number of seconds, not '{bad}'"
+        with pytest.raises(ConfigError) as info:
+            zombie_linger()
+        assert str(info.value) == message
+        with pytest.raises(ConfigError, match=message):   # before the run, not after it
+            injector_module.Injector(schedule, tmp_path, tmp_path / "faults.log", 1)
+
+
+def test_a_bad_eos_zombie_linger_stops_eos_experiment_before_it_writes_input(tmp_path,
+                                                                             monkeypatch):
+    from click.testing import CliRunner
+
+    from eos_runtime.cli import main
+
+    monkeypatch.setenv("EOS_ZOMBIE_LINGER", "soon")
+    data = tmp_path / "data"
+    result = CliRunner().invoke(main, ["experiment", "wordcount", "--seed", "1", "--faults",
+                                       "1", "--kinds", "zombie", "--data-dir", str(data),
+                                       "--report", str(tmp_path / "report")])
+    assert result.exit_code != 0
+    assert "EOS_ZOMBIE_LINGER must be a positive number of seconds, not 'soon'" in \
+        str(result.exception) + result.output
+    assert not data.exists()

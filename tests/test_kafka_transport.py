@@ -43,11 +43,19 @@ def txn_id() -> str:
     return f"txn-{uuid.uuid4().hex[:12]}"
 
 
-def read_until_idle(consumer, idle=1.5, timeout=20.0):
-    """Everything the consumer returns until it has been quiet for ``idle`` seconds."""
+def read_until_idle(consumer, expect, idle=1.5, timeout=60.0):
+    """Everything the consumer returns: it polls until ``expect`` records came (at most
+    ``timeout`` seconds: a fresh consumer's first fetch can take seconds on a busy
+    machine), then on until it has been quiet for ``idle`` seconds, so that a record
+    beyond those expected (one that should not be there) is returned too. The quiet time
+    starts only once the expected records came: a check that something stays unread
+    then follows a read that proved the consumer fetches."""
     out = []
     deadline = time.monotonic() + timeout
+    while len(out) < expect and time.monotonic() < deadline:
+        out.extend(consumer.poll(1000, 0.2))
     quiet_since = time.monotonic()
+    deadline = quiet_since + timeout   # records that never stop coming
     while time.monotonic() < deadline and time.monotonic() - quiet_since < idle:
         got = consumer.poll(1000, 0.2)
         if got:
@@ -91,7 +99,7 @@ def test_transactional_commit_and_abort_by_isolation_level(transport):
     wait_for(lambda: transport.watermarks(tp)[1] == 9, what="the LSO to reach 9")
     with transport.consumer(read_committed=True) as c:
         c.assign({tp: 0})
-        committed = read_until_idle(c)
+        committed = read_until_idle(c, 4)
         assert [r.value for r in committed] == [b"c1", b"c2", b"c3", b"c4"]
         assert [r.offset for r in committed] == [0, 1, 2, 7]
         # once nothing more comes, the position moves past c4's commit marker (8), to the
@@ -99,7 +107,7 @@ def test_transactional_commit_and_abort_by_isolation_level(transport):
         assert c.position(tp) == 9
     with transport.consumer(read_committed=False) as c:
         c.assign({tp: 0})
-        everything = read_until_idle(c)
+        everything = read_until_idle(c, 6)
         assert [r.value for r in everything] == [b"c1", b"c2", b"c3", b"a1", b"a2", b"c4"]
 
 
@@ -120,11 +128,11 @@ def test_watermarks_lso_excludes_an_open_transaction(transport):
         assert transport.watermarks(tp) == (0, 2)  # read_committed is the default
         with transport.consumer(read_committed=True) as c:
             c.assign({tp: 0})
-            assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"p0", b"p1"]
+            assert [r.value for r in read_until_idle(c, 2, idle=1.0)] == [b"p0", b"p1"]
             assert c.position(tp) == 2
             assert p.commit_transaction() == {}   # flushed already: nothing new
             wait_for(lambda: transport.watermarks(tp)[1] == 6, what="the LSO to move on")
-            assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"t0", b"t1", b"t2"]
+            assert [r.value for r in read_until_idle(c, 3, idle=1.0)] == [b"t0", b"t1", b"t2"]
             assert c.position(tp) == 6  # past the commit marker at 5: the partition's end
 
 
@@ -156,7 +164,7 @@ def test_a_newer_producer_with_the_same_transactional_id_fences_the_older(
     wait_for(lambda: transport.watermarks(tp)[1] >= 1, what="the commit to be stable")
     with transport.consumer(read_committed=True) as c:
         c.assign({tp: 0})
-        assert [r.value for r in read_until_idle(c)] == [b"winner"]
+        assert [r.value for r in read_until_idle(c, 1)] == [b"winner"]
 
 
 def test_unknown_topics_and_partitions_raise_topic_not_found(transport):
@@ -301,7 +309,8 @@ def test_offset_for_timestamp(transport):
     assert transport.offset_for_timestamp(tp1, base + 5_000_001) == 1
     with transport.consumer() as c:
         c.assign({tp0: transport.offset_for_timestamp(tp0, base + 1_008_000)})
-        assert [r.timestamp - base for r in read_until_idle(c, idle=1.0)] == [1_008_000, 1_009_000]
+        got = read_until_idle(c, 2, idle=1.0)
+        assert [r.timestamp - base for r in got] == [1_008_000, 1_009_000]
 
 
 def test_out_of_range_offsets_raise_and_seek_recovers(transport):
@@ -314,11 +323,11 @@ def test_out_of_range_offsets_raise_and_seek_recovers(transport):
     with transport.consumer() as c:
         c.assign({tp: 50})
         with pytest.raises(OffsetOutOfRange, match=name):
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60   # a fresh consumer's first fetch
             while time.monotonic() < deadline:
                 c.poll(10, 0.5)
         c.seek(tp, 1)
-        assert [r.value for r in read_until_idle(c, idle=1.0)] == [b"1", b"2"]
+        assert [r.value for r in read_until_idle(c, 2, idle=1.0)] == [b"1", b"2"]
         assert c.position(tp) == 3
         with pytest.raises(TransportError, match="not assigned"):
             c.position(TopicPartition(name, 1))
@@ -335,12 +344,12 @@ def test_seek_right_after_assign_and_pause_resume(transport):
         c.assign({tp0: 0, tp1: 0})
         c.seek(tp0, 40)          # before librdkafka's fetcher has started
         c.pause([tp1])
-        got = read_until_idle(c, idle=1.0)
+        got = read_until_idle(c, 10, idle=1.0)   # then quiet: partition 1 stays paused
         assert {r.partition for r in got} == {0}
         assert [r.offset for r in got] == list(range(40, 50))
         assert c.position(tp1) == 0
         c.resume([tp1])
-        got = read_until_idle(c, idle=1.0)
+        got = read_until_idle(c, 50, idle=1.0)
         assert [(r.partition, r.offset) for r in got] == [(1, i) for i in range(50)]
         assert sorted(c.assignment()) == [tp0, tp1]
 

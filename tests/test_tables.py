@@ -178,7 +178,6 @@ def test_clickstream_on_kafka(tmp_path, kafka_bootstrap):
 
 
 @pytest.mark.kafka
-@pytest.mark.timeout(150)
 def test_a_middle_stage_waits_for_its_end_markers_before_it_exits(tmp_path, kafka_bootstrap):
     """The lookup tasks read channels and write channels: they end the run with the
     aligned checkpoint of the run's end, and exit. Its markers are the last the counting

@@ -173,14 +173,14 @@ def test_pause_stops_a_partition_until_resume(transport):
         c.assign({a: 0, b: 0})
         c.pause([b])
         got = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while len(got) < 10 and time.monotonic() < deadline:
             got.extend(c.poll(100, 0.5))
         got.extend(c.poll(100, 1.0))  # a paused partition stays silent
         assert {r.partition for r in got} == {0} and len(got) == 10
         c.resume([b])
         more = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while len(more) < 10 and time.monotonic() < deadline:
             more.extend(c.poll(100, 0.5))
         assert {r.partition for r in more} == {1} and len(more) == 10
@@ -263,7 +263,7 @@ def test_a_consumer_sees_records_appended_while_it_waits(transport):
         p.produce(name, 0, b"late")
         p.flush()
         got = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not got and time.monotonic() < deadline:
             got = c.poll(10, 0.5)
         assert [r.value for r in got] == [b"late"]

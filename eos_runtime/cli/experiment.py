@@ -190,6 +190,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     against the oracle. Exit code 0 if every run passed, 1 otherwise; a failing run
     prints the command that replays it.
     """
+    from ..experiments.injector import zombie_linger
     from ..experiments.random_schedule import random_schedule
     from ..experiments.report import REPORT_MARKER, table_lines, write_run, write_summary
     from ..experiments.run import run_experiment
@@ -197,6 +198,7 @@ def experiment_cmd(workload: str, guarantee: str, seed: int | None, n_faults: in
     from ..experiments.setup import RunInterrupted, Settings, task_roles
     from ..experiments.workloads import check_refused, load_workload
 
+    zombie_linger()   # a bad $EOS_ZOMBIE_LINGER fails before any input is written
     if data_dir is not None and bootstrap_servers:
         raise click.UsageError("give --bootstrap-servers (Kafka) or --data-dir (the local log), "
                                "not both")

@@ -7,6 +7,7 @@ pid in the run dir's state file)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import threading
@@ -16,20 +17,42 @@ from pathlib import Path
 from typing import Any
 
 from ..broker import KafkaBroker, find_running
+from ..errors import ConfigError
 from ..faults import stack_file
 from ..processes import alive
 from ..processes import state as process_state
 from ..runtime.progress import read_task_progress
 from .schedule import PAUSES, Fault, Schedule
 
-__all__ = ["Injector", "resume", "alive", "broker_may_stop", "BROKER_REST", "ZOMBIE_LINGER"]
+__all__ = ["Injector", "resume", "alive", "broker_may_stop", "zombie_linger", "BROKER_REST",
+           "ZOMBIE_LINGER", "ZOMBIE_LINGER_ENV"]
 
 # Seconds a released zombie may go on after the run before it is killed. A bound, not a
 # wait: it costs time only for a zombie that has not ended. 5 s, then 20 s, were each
 # outlasted once in a fresh-clone suite run on a busy machine (the output exact, where
 # the zombie was unknown); a zombie killed now leaves its stack in the report.
 ZOMBIE_LINGER = 60.0
+#: Overrides ZOMBIE_LINGER (seconds, a positive number): a slower machine, or a test that
+#: must see its zombies end on their own, gives them longer.
+ZOMBIE_LINGER_ENV = "EOS_ZOMBIE_LINGER"
 BROKER_REST = 15.0    # seconds the broker stays up between two outages, at least
+
+
+def zombie_linger() -> float:
+    """Seconds a released zombie may go on after the run: ``$EOS_ZOMBIE_LINGER`` when set
+    (and not blank), else ``ZOMBIE_LINGER``. A value that is not a positive, finite
+    number is a ``ConfigError`` naming the variable."""
+    raw = os.environ.get(ZOMBIE_LINGER_ENV, "").strip()
+    if not raw:
+        return ZOMBIE_LINGER
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{ZOMBIE_LINGER_ENV} must be a positive number of seconds, "
+                          f"not {raw!r}")
+    return value
 
 
 def broker_may_stop(now: float, due: float, outage_running: bool,
@@ -54,6 +77,7 @@ class Injector:
         # A pause (stop, cancel, take-over, append) holds its task at its point (SIGSTOP):
         # ``on_pause(fault, record, note)`` acts, then lets the task go on (note["pid"]).
         self.on_pause = on_pause
+        zombie_linger()   # a bad EOS_ZOMBIE_LINGER fails before the run, not after it
         self.job_dir = job_dir
         self.broker_dir = broker_dir
         self._outages: list[threading.Thread] = []
@@ -280,7 +304,8 @@ class Injector:
         for f, rec in zombies:
             if not rec.get("released"):
                 self._release(f, rec, self.now(), force=True)
-        deadline = time.monotonic() + ZOMBIE_LINGER
+        linger = zombie_linger()
+        deadline = time.monotonic() + linger
         for _, rec in zombies:
             pid = rec.get("zombie_pid")
             while pid is not None and alive(pid) and time.monotonic() < deadline:
@@ -293,7 +318,7 @@ class Injector:
                 # its task may have ended (noted) while the process hung on its way out
                 rec["zombie_end"] = "; ".join(
                     [*([rec["zombie_end"]] if rec.get("zombie_end") else []),
-                     f"process killed {ZOMBIE_LINGER:.0f} s after the run ended"])
+                     f"process killed {linger:.0f} s after the run ended"])
         self._read_log()   # how the zombies ended
         for _, rec in zombies:
             rec.setdefault("zombie_end", "gone without a word (killed, or died outside its task)")
