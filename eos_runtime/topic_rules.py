@@ -75,5 +75,6 @@ def check_moves(job: str, what: str, moves: Mapping[str, str], known: list[str])
 
 
 def check_name(name: object) -> None:
-    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-        raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _")
+    if not isinstance(name, str) or not name.isascii() or \
+            not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"pipeline name {name!r}: use letters, digits, - and _ (ASCII)")

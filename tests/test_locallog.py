@@ -509,3 +509,87 @@ def test_a_fence_is_registered_on_a_log_not_made_yet(tmp_path):
     with open_transport(data_dir=str(tmp_path / "new")) as t:
         t.fenced_producer("job.task-0", 1).close()
     assert (tmp_path / "new" / "fences" / "job.task-0").exists()
+
+
+def test_records_deleted_under_a_scan_are_out_of_range_not_a_damaged_log(tmp_path):
+    """A reader checks the low watermark, then scans; another process's delete_records (a
+    change log cut below a snapshot, C9) may punch the hole under the scan. The callers
+    re-read on OffsetOutOfRange; a damaged-log error told them the data was corrupt."""
+    from eos_runtime.errors import OffsetOutOfRange
+    from eos_runtime.transport.locallog.files import _scan
+
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("log", 1)])
+        tp = TopicPartition("log", 0)
+        with t.producer() as p:
+            for i in range(3000):
+                p.produce("log", 0, b"%04d" % i + b"x" * 1020)
+            p.flush()
+        files = t._partition(tp)
+        scan = _scan(files, files.low()[1], files.pointer().end, 0)
+        assert next(scan)[0] == 0            # the first 1 MiB is read
+        t.delete_records(tp, 2500)           # ... and the next is freed under it
+        with pytest.raises(OffsetOutOfRange, match=r"log\[0\]|deleted"):
+            for _ in scan:
+                pass
+        assert t.watermarks(tp) == (2500, 3000)
+        # a damaged frame where nothing was deleted is still one
+        pos = t._position_of(tp, 2600)
+        os.pwrite(files.log, b"\xff" * 8, pos + 12)
+        with pytest.raises(LogCorrupted, match="damaged frame"):
+            for _ in _scan(files, files.low()[1], files.pointer().end, 2500):
+                pass
+
+
+@pytest.mark.parametrize("damage", ["end-deleted", "log-cut-short"])
+def test_a_partition_missing_a_file_or_its_committed_bytes_is_refused_not_wiped(tmp_path,
+                                                                                damage):
+    """A reader made a deleted .end again, empty: the next writer then saw a partition
+    with nothing committed, cut its log to nothing and wrote offset 0 again under the
+    offsets every consumer and commit record had seen."""
+    with open_transport(data_dir=str(tmp_path)) as t, t.producer() as p:
+        t.create_topics([TopicSpec("t", 1)])
+        for i in range(100):
+            p.produce("t", 0, b"%d" % i)
+        p.flush()
+    log = tmp_path / "topics/t/0.log"
+    size = log.stat().st_size
+    if damage == "end-deleted":
+        (tmp_path / "topics/t/0.end").unlink()
+    else:
+        os.truncate(log, size - 5)
+    with open_transport(data_dir=str(tmp_path)) as t:
+        with pytest.raises(LogCorrupted, match=r"0\.end|missing|0\.log"):
+            t.watermarks(TP)
+            with t.producer() as p:
+                p.produce("t", 0, b"again")
+                p.flush()
+    assert log.stat().st_size == (size if damage == "end-deleted" else size - 5)
+
+
+def test_a_record_that_is_not_bytes_or_its_time_not_64_bits_is_refused_at_produce(tmp_path):
+    with open_transport(data_dir=str(tmp_path)) as t, t.producer() as p:
+        t.create_topics([TopicSpec("t", 1)])
+        for value, key, ts, what in ((5, None, None, "value must be bytes, not int"),
+                                     (b"v", "k", None, "key must be bytes, not str"),
+                                     (b"v", None, 2**63, "outside 64 bits")):
+            with pytest.raises(TransportError, match=what):
+                p.produce("t", 0, value, key=key, timestamp=ts)
+        p.produce("t", 0, bytearray(b"v"), key=memoryview(b"k"))
+        assert p.flush() == {TP: 0}
+        with t.consumer() as c:
+            c.assign({TP: 0})
+            [r] = c.poll(10, 1)
+        assert (r.key, r.value) == (b"k", b"v")
+
+
+@pytest.mark.parametrize("name", ["lines\n", ".hidden", "..", "../x", "a/b", ""])
+def test_a_topic_name_the_log_cannot_hold_is_refused_everywhere(tmp_path, name):
+    with open_transport(data_dir=str(tmp_path)) as t:
+        for act in (lambda: t.create_topics([TopicSpec(name, 1)]),
+                    lambda: t.describe(name), lambda: t.delete_topics([name])):
+            with pytest.raises(ConfigError, match="invalid topic name"):
+                act()
+        with pytest.raises(ConfigError, match="invalid fence id"):
+            t.fenced_producer(name, 1)
+    assert not (tmp_path / "topics").exists() or t.list_topics() == []

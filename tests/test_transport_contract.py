@@ -464,3 +464,18 @@ def read_poll(consumer, n, timeout=20.0):
     while len(out) < n and time.monotonic() < deadline:
         out.extend(consumer.poll(n - len(out), 0.5))
     return out
+
+
+def test_a_closed_producer_writes_nothing_more(transport):
+    """A fenced producer's close let go of its fence on the local log, after which its
+    writes went through unfenced; Kafka's refuses them."""
+    name = new_topic(transport)
+    plain = transport.producer()
+    plain.close()
+    fenced = transport.fenced_producer(f"{name}-fence", 1)
+    fenced.close()
+    for p in (plain, fenced):
+        with pytest.raises(TransportError, match="closed"):
+            p.produce(name, 0, b"late")
+            p.flush()
+    assert transport.watermarks(TopicPartition(name, 0)) == (0, 0)

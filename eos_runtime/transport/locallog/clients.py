@@ -38,6 +38,14 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _as_bytes(data: object, what: str) -> bytes:
+    """A bytes-like key or value as bytes; anything else (``bytes(5)`` is five zero bytes,
+    not b"5") is an error naming it."""
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TransportError(f"a record's {what} must be bytes, not {type(data).__name__}")
+
+
 class _LocalProducer(Producer):
     """Buffers per partition; every flush is one atomic append per partition."""
 
@@ -49,9 +57,12 @@ class _LocalProducer(Producer):
         self._fence = fence
         self._pending: dict[TopicPartition, list[tuple[bytes | None, bytes | None, int]]] = {}
         self._written: dict[TopicPartition, int] = {}
+        self._closed = False
 
     def produce(self, topic: str, partition: int, value: bytes | None,
                 key: bytes | None = None, timestamp: int | None = None) -> None:
+        if self._closed:   # a fenced one's close drops its fence: it must not write on
+            raise TransportError("produce on a closed producer")
         tp = TopicPartition(topic, partition)
         batch = self._pending.get(tp)
         if batch is None:
@@ -59,9 +70,11 @@ class _LocalProducer(Producer):
             self._log._writable_partition(tp)
             batch = self._pending[tp] = []
         if key is not None and type(key) is not bytes:
-            key = bytes(key)
+            key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
-            value = bytes(value)
+            value = _as_bytes(value, "value")
+        if timestamp is not None and not -(2**63) <= timestamp < 2**63:
+            raise TransportError(f"timestamp {timestamp} is outside 64 bits")
         batch.append((key, value, _now_ms() if timestamp is None else timestamp))
         if len(batch) >= self.MAX_PENDING and self._fence is None:
             self._written[tp] = self._log._append(tp, batch)
@@ -78,11 +91,14 @@ class _LocalProducer(Producer):
             self._append_pending()
 
     def flush(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        if self._closed:
+            raise TransportError("flush on a closed producer")
         self._append_pending()
         written, self._written = self._written, {}
         return written
 
     def close(self) -> None:
+        self._closed = True
         self._pending.clear()
         if self._fence is not None:
             os.close(self._fence[0])

@@ -27,7 +27,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from ...errors import LogCorrupted
+from ...errors import LogCorrupted, OffsetOutOfRange
 
 # frame: crc32 | offset | timestamp | key length (-1: None) | value length (-1: None)
 _FRAME = struct.Struct("<Iqqii")
@@ -102,7 +102,10 @@ class _PartitionFiles:
         #: why the files are open read-only (None: they are open read-write)
         self.read_only: str | None = None
         try:
-            self.log, self.end, self.idx = self._open(os.O_RDWR | os.O_CREAT)
+            # No O_CREAT: create_topics makes every file. A missing one is damage to
+            # report (the transport's LogCorrupted); made again empty, a missing .end
+            # read as "nothing committed", and the next writer cut the log to nothing.
+            self.log, self.end, self.idx = self._open(os.O_RDWR)
         except OSError as exc:
             if exc.errno not in _READ_ONLY_ERRNOS:
                 raise
@@ -204,7 +207,24 @@ def _punch_hole(fd: int, length: int) -> None:
 
 
 def _scan(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
-    """Yield (offset, position, timestamp, key, value) for frames in [pos, end)."""
+    """Yield (offset, position, timestamp, key, value) for frames in [pos, end).
+
+    A scan whose records another process deletes meanwhile (``delete_records`` replaces
+    the low watermark, then frees the bytes below it) reads the freed bytes as zeros:
+    that is ``OffsetOutOfRange``, which readers answer by reading again, not a damaged
+    log."""
+    start = expected_offset
+    try:
+        yield from _frames(files, pos, end, expected_offset)
+    except LogCorrupted:
+        low = files.low()[0]
+        if start < low:
+            raise OffsetOutOfRange(f"{files.name}: offset {start} was deleted while it was "
+                                   f"read (the partition starts at {low})") from None
+        raise
+
+
+def _frames(files: _PartitionFiles, pos: int, end: int, expected_offset: int):
     unpack = _FRAME.unpack_from
     while pos < end:
         chunk = os.pread(files.log, min(_READ_CHUNK, end - pos), pos)

@@ -67,7 +67,15 @@ __all__ = ["LocalLogTransport"]
 #: last: a process touching more reopens the others when it uses them again (three
 #: opens). Kept open for good, 300 partitions used up a limit of 1024 files.
 OPEN_PARTITIONS = 64
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Not led by a dot: "." and "..", and the directories a topic is made and deleted in
+# (".creating-*", ".deleting-*"), which list_topics passes over.
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}")
+_NAME_RULE = "use 1-249 of A-Z a-z 0-9 . _ -, not led by a dot"
+
+
+def _check_topic_name(name: str) -> None:
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
+        raise ConfigError(f"invalid topic name {name!r}: {_NAME_RULE}")
 _FENCE = struct.Struct("<q")
 
 
@@ -96,9 +104,7 @@ class LocalLogTransport(Transport):
 
     def create_topics(self, specs: Iterable[TopicSpec]) -> None:
         for spec in specs:
-            if not _TOPIC_NAME.match(spec.name) or spec.name in (".", ".."):
-                raise ConfigError(f"invalid topic name {spec.name!r}: "
-                                  f"use 1-249 of A-Z a-z 0-9 . _ -")
+            _check_topic_name(spec.name)
             if spec.partitions < 1:
                 raise ConfigError(f"topic {spec.name!r}: partitions must be >= 1, "
                                   f"not {spec.partitions}")
@@ -134,6 +140,7 @@ class LocalLogTransport(Transport):
         spec = self._specs.get(topic)
         if spec is not None:
             return spec
+        _check_topic_name(topic)   # "../x" would be read outside the log
         try:
             meta = json.loads((self.topics_dir / topic / "topic.json").read_text())
         except FileNotFoundError:
@@ -154,8 +161,7 @@ class LocalLogTransport(Transport):
     def delete_topics(self, names: Iterable[str]) -> list[str]:
         deleted = []
         for name in dict.fromkeys(names):
-            if not _TOPIC_NAME.match(name) or name in (".", ".."):
-                raise ConfigError(f"invalid topic name {name!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+            _check_topic_name(name)
             self._forget(name)
             path = self.topics_dir / name
             if not (path / "topic.json").exists():
@@ -294,8 +300,8 @@ class LocalLogTransport(Transport):
         return _LocalProducer(self)
 
     def fenced_producer(self, fence_id: str, generation: int) -> Producer:
-        if not _TOPIC_NAME.match(fence_id):
-            raise ConfigError(f"invalid fence id {fence_id!r}: use 1-249 of A-Z a-z 0-9 . _ -")
+        if not _TOPIC_NAME.fullmatch(fence_id):
+            raise ConfigError(f"invalid fence id {fence_id!r}: {_NAME_RULE}")
         fences = self.root / "fences"
         try:
             fences.mkdir(parents=True, exist_ok=True)
@@ -348,7 +354,11 @@ class LocalLogTransport(Transport):
                     raise ProducerFenced(f"fence {fence[1]!r}: generation {fence[2]} was replaced "
                                          f"by generation {current}")
             pointer = files.pointer()
-            if os.fstat(files.log).st_size != pointer.end:
+            size = os.fstat(files.log).st_size
+            if size < pointer.end:   # committed bytes gone: nothing to append after
+                raise LogCorrupted(f"{files.name}.log: {size} bytes, below its committed "
+                                   f"end {pointer.end}")
+            if size != pointer.end:
                 os.ftruncate(files.log, pointer.end)  # a dead writer's uncommitted tail
             index_count, last_indexed = files.index_tail(pointer.end)
             index_size = index_count * _INDEX.size
