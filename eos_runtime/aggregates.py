@@ -19,12 +19,12 @@ from typing import Any, ClassVar
 import msgpack
 
 from .errors import UserFunctionError
-from .values import NO_KEY_STATE, State
+from .values import NO_KEY_STATE, State, unpack
 
 __all__ = ["RunningAggregate", "count", "summing", "reducing", "aggregating"]
 
 _pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_unpackb = msgpack.unpackb
+_unpackb = unpack
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class RunningAggregate:
             if not key:
                 raise UserFunctionError(NO_KEY_STATE)
             raw = get(key)
-            acc = first(value) if raw is None else add(_unpackb(raw, raw=False), value)
+            acc = first(value) if raw is None else add(_unpackb(raw), value)
             put(key, _pack(acc))
             return acc
         return step

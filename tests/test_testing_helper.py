@@ -239,3 +239,31 @@ def test_an_int_key_past_64_bits_is_the_records_error_naming_the_key_by():
 
 def _huge(value):
     return 2**64
+
+
+def test_a_dict_with_int_keys_crosses_a_key_by_and_lives_in_state():
+    """msgpack writes int map keys, and its reader refused them by default: a step's
+    {1: v} was refused at the next stage, a state set to one failed every later get of
+    its key (each of that key's records then a dead letter, for good), and a msgpack
+    source's record with one did not decode."""
+    from eos_runtime.values import FORMATS
+
+    def keep(v, state):
+        seen = state.get("seen", {})
+        seen[len(seen)] = v
+        state.set("seen", seen)
+        return seen
+
+    p = Pipeline("intkeys")
+    (p.source("in", value="msgpack").key_by(lambda v: "k").map(lambda v: {1: v})
+     .key_by(lambda v: "k").map(keep, stateful=True).sink("out", value="json"))
+    run = TestRun(p)
+    try:
+        # the json sink writes the int keys as JSON's strings
+        assert run.send([{7: "a"}]) == [(None, {"0": {"1": {"7": "a"}}})]
+        assert run.send([{8: "b"}]) == [(None, {"0": {"1": {"7": "a"}},
+                                                "1": {"1": {"8": "b"}}})]
+    finally:
+        run.close()
+    encode, decode = FORMATS["msgpack"]
+    assert decode(encode({1: [2]})) == {1: [2]}

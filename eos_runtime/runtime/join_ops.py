@@ -26,6 +26,7 @@ import msgpack
 
 from ..api_windows import JoinOp
 from ..errors import UserFunctionError
+from ..values import unpack
 from ..windows import TIME_BYTES, time_bytes, timer_key
 
 __all__ = ["JoinState"]
@@ -52,7 +53,7 @@ class JoinState:
 
     def _buffer(self, key_bytes: bytes) -> dict[str, list[list[Any]]]:
         raw = self._get(key_bytes)
-        return {"L": [], "R": []} if raw is None else msgpack.unpackb(raw, raw=False)
+        return {"L": [], "R": []} if raw is None else unpack(raw)
 
     def add(self, key_bytes: bytes, tagged: Any, t: int,
             watermark: int | None) -> tuple[list[Any], bool]:

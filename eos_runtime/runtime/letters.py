@@ -19,9 +19,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import msgpack
-
 from ..api import FORMATS
+from ..values import unpack
 
 __all__ = ["DEFAULT_MAX_BYTES", "FORMAT", "build", "exact_bytes", "letter_bound"]
 
@@ -85,7 +84,7 @@ def _forms(raw: bytes | None, channel: bool) -> tuple[str | None, str | None]:
         return None, None
     if channel:   # msgpack between stages: as Python shows it
         try:
-            return repr(msgpack.unpackb(raw, raw=False)), None
+            return repr(unpack(raw)), None
         except Exception:
             return None, base64.b64encode(raw).decode("ascii")
     try:

@@ -20,7 +20,7 @@ from ..errors import UserFunctionError
 from ..graph import TIMERS, Op
 from ..state import TaskStore
 from ..user_code import function_error
-from ..values import NO_KEY_WINDOW
+from ..values import NO_KEY_WINDOW, unpack
 from .join_ops import JoinState
 from .window_ops import SessionState, StepTimers, WindowState, due, window_state
 
@@ -67,7 +67,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def decode_key(raw: bytes | None) -> Any:
-    return None if raw is None else msgpack.unpackb(raw, raw=False)
+    return None if raw is None else unpack(raw)
 
 
 class Chain:
@@ -238,7 +238,7 @@ def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: by
     """A lookup step on ``values`` (all of one record, so of one key): each with the
     table's row for the key, or dropped (inner) / with None (left) where there is none."""
     raw = get(key_bytes) if key_bytes is not None else None
-    row = None if raw is None else msgpack.unpackb(raw, raw=False)
+    row = None if raw is None else unpack(raw)
     if row is None and lookup.how == "inner":
         return []
     join = lookup.join

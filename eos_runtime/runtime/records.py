@@ -33,6 +33,7 @@ from ..protocol import wire
 from ..state import TaskStore
 from ..transport import Record
 from ..user_code import cannot_cross, crossing_text, function_error, short, value_origin
+from ..values import unpack
 from . import letters
 from .operators import Chain, Program, decode_key, encode_key, event_time_of
 from .outputs import ChannelWriter, SinkWriter, check_timestamp
@@ -42,7 +43,7 @@ __all__ = ["RecordPath"]
 
 # FORMATS["msgpack"]'s decoder (raw=False is msgpack 1's default): a partial with keyword
 # arguments took 270 ns a message, where the plain call takes 110
-_unpack = msgpack.unpackb
+_unpack = unpack
 _PACKED_NONE = msgpack.packb(None)              # a table row that deletes its key
 
 
@@ -373,7 +374,7 @@ class RecordPath:
         try:
             for key_bytes, value, timestamp in zip(keys, values, stamps, strict=True):
                 try:
-                    outs = run(key_bytes, _unpack(value))
+                    outs = run(key_bytes, _unpack(cast(bytes, value)))
                     if outs:
                         if sink is not None:
                             sink.write(key_bytes, outs, timestamp)

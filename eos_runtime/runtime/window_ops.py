@@ -23,6 +23,7 @@ import msgpack
 from ..api import State, Step
 from ..api_windows import JoinOp, WindowOp
 from ..errors import UserFunctionError
+from ..values import unpack
 from ..windows import (
     TIME_BYTES,
     Session,
@@ -92,7 +93,7 @@ class WindowState:
                     acc = op.first(value)
                     self._tput(timer_key(closes_at(end, op.grace), self._tag + sk), b"")
                 else:
-                    acc = op.add(msgpack.unpackb(raw, raw=False)[1], value)
+                    acc = op.add(unpack(raw)[1], value)
             except Exception as exc:
                 raise UserFunctionError(f"window {op.name} raised {type(exc).__name__}: "
                                         f"{exc}") from exc
@@ -118,7 +119,7 @@ class WindowState:
         key_bytes, start = _split(state_key)
         if raw is None:   # never: a timer is set with its window
             return key_bytes, [], at
-        end, acc = msgpack.unpackb(raw, raw=False)
+        end, acc = unpack(raw)
         return key_bytes, ([result(start, end, acc)] if self.op.emit == "final" else []), end - 1
 
 
@@ -146,7 +147,7 @@ class SessionState:
         if session_record_late(t, op.grace, watermark):
             return [], True
         raw = self._get(key_bytes)
-        sessions: list[list[Any]] = [] if raw is None else msgpack.unpackb(raw, raw=False)
+        sessions: list[list[Any]] = [] if raw is None else unpack(raw)
         (start, end), merged = merge_session([(s, e) for s, e, _ in sessions], t, self.gap)
         joined = [s for s in sessions if (s[0], s[1]) in merged]
         kept = [s for s in sessions if (s[0], s[1]) not in merged]
@@ -177,7 +178,7 @@ class SessionState:
         key_bytes, start = _split(state_key)
         self._tdelete(timer_key(at, self._tag + state_key))
         raw = self._get(key_bytes)
-        sessions: list[list[Any]] = [] if raw is None else msgpack.unpackb(raw, raw=False)
+        sessions: list[list[Any]] = [] if raw is None else unpack(raw)
         closing = [s for s in sessions if s[0] == start]
         rest = [s for s in sessions if s[0] != start]
         if rest:
