@@ -50,16 +50,17 @@ def _shout(word: Any) -> str:
     return word.upper() if isinstance(word, str) else word
 
 
-def _path(tmp_path, name: str, dead_letters: bool, *, channel_stage: bool = False
-          ) -> tuple[RecordPath, Captured, SinkWriter | None]:
+def _path(tmp_path, name: str, dead_letters: bool, *, channel_stage: bool = False,
+          value: str = "utf8") -> tuple[RecordPath, Captured, SinkWriter | None]:
     """The source stage's record path (``channel_stage``: the stage after it, a ``map``
     between two ``key_by``s), writing into captured channels."""
     t = open_transport(data_dir=str(tmp_path / f"data-{name}"))
     t.create_topics([TopicSpec(f"{name}.lines", 2)])
     p = Pipeline(name, dead_letters=dead_letters)
-    source = p.source(f"{name}.lines", value="utf8")
+    source = p.source(f"{name}.lines", value=value)
+    words = _words if value == "utf8" else (lambda b: b.decode().split())
     stream = (source.key_by(_key).map(_shout).key_by(_key) if channel_stage
-              else source.flat_map(_words).key_by(_key))
+              else source.flat_map(words).key_by(_key))
     stream.sink(f"{name}.out", key="json", value="json")
     plan = plan_job(p, t)
     stage = plan.stages[1 if channel_stage else 0]
@@ -138,3 +139,21 @@ def test_a_channel_stage_s_batch_sends_what_one_message_at_a_time_sends(tmp_path
 
 def _fields(b: wire.DataBatch) -> tuple[Any, Any, Any]:
     return b.keys, b.values, b.timestamps
+
+
+@pytest.mark.parametrize("value", ["bytes", "utf8", "json", "msgpack"])
+def test_a_null_value_is_the_records_error_in_every_format(tmp_path, value):
+    """A bytes source handed a null value on to the functions as None; the others failed
+    in their decoder with a bare TypeError or AttributeError."""
+    records = [Record("n.lines", 0, 5, None, None, 1_000)]
+    for path, where in ((_path(tmp_path, "n", dead_letters=False, value=value)[0], "batch"),
+                        (_path(tmp_path, "m", dead_letters=False, value=value)[0], "one")):
+        with pytest.raises(TaskFailed, match=r"offset=5.*value is null \(a tombstone\)"):
+            if where == "batch":
+                path.source_records(records, 3)
+            else:
+                path.source_record(records[0], 3)
+    path, _, dead = _path(tmp_path, "d", dead_letters=True, value=value)
+    path.source_records(records, 3)
+    assert dead is not None and len(dead._pending) == 1
+    assert b"value is null" in dead._pending[0][2]

@@ -44,6 +44,11 @@ __all__ = ["RecordPath"]
 # FORMATS["msgpack"]'s decoder (raw=False is msgpack 1's default): a partial with keyword
 # arguments took 270 ns a message, where the plain call takes 110
 _unpack = unpack
+
+#: A source record without a value: no format decodes one (bytes passed it on as None).
+NULL_VALUE = ("its value is null (a tombstone), and a source's records need one: give "
+              "every record a value, or read the topic as a table, where a null value "
+              "deletes its key")
 _PACKED_NONE = msgpack.packb(None)              # a table row that deletes its key
 
 
@@ -137,8 +142,9 @@ class RecordPath:
         try:
             key = key_de(r.key) if key_de is not None and r.key is not None else None
             kb = encode_key(key) if key is not None else None
-            # A null value reaches the format, which names it as the record's error.
-            value = self._src_value(cast(bytes, r.value))
+            if r.value is None:
+                raise UserFunctionError(NULL_VALUE)
+            value = self._src_value(r.value)
             t = r.timestamp if self._src_time is None else self._event_time(value)
             if self.event_highs is not None:
                 high = self.event_highs.get(r.partition)
@@ -177,8 +183,9 @@ class RecordPath:
             try:
                 key = key_de(r.key) if key_de is not None and r.key is not None else None
                 kb = encode_key(key) if key is not None else None
-                # A null value reaches the format, which names it as the record's error.
-                value = value_de(cast(bytes, r.value))
+                if r.value is None:
+                    raise UserFunctionError(NULL_VALUE)
+                value = value_de(r.value)
                 t = r.timestamp if time_fn is None else self._event_time(value)
                 outs = run(kb, value)
                 if not outs:
