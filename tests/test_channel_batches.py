@@ -228,3 +228,21 @@ def test_a_restart_continues_every_output_of_a_fan_out_from_the_commit():
     assert fan.output_seqs() == (wire.OutputSeq("a", 0, 4), wire.OutputSeq("a", 1, 9),
                                  wire.OutputSeq("b", 0, 2), wire.OutputSeq("b", 1, 0),
                                  wire.OutputSeq("b", 2, 6))
+
+
+def test_a_batch_is_sent_before_a_value_would_take_it_past_its_bound():
+    """A batch took its value and only then checked its bound: 250 KB of small values
+    and then a 900 KB one, each fine alone, went out as one channel record of 1.15 MB,
+    over Kafka's 1 MB record limit (the task failed on every attempt, no dead letter)."""
+    from eos_runtime.runtime.outputs import BATCH_BYTES
+
+    prod = FakeProducer()
+    w = ChannelWriter(prod, "ch", 1, producer_id=1)
+    small, big = b"s" * 1000, b"b" * 900_000
+    w.append_stamped(1, 1, [key("k")] * 250, [small] * 250, [0] * 250)
+    w.append_stamped(1, 1, [key("k")], [big], [0])
+    w.send_pending()
+    sizes = [sum(len(k) + len(v) for k, v in zip(b.keys, b.values, strict=True))
+             for _, _, b in prod.records]
+    assert sizes and max(sizes) <= max(BATCH_BYTES, len(big) + len(key("k"))), sizes
+    assert sum(len(b.keys) for _, _, b in prod.records) == 251   # every value went out

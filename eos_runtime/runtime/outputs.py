@@ -166,10 +166,15 @@ class ChannelWriter:
             if key_bytes is None:
                 self._rr += 1
                 p = self._rr % n
-                size[p] += len(v)
+                grow = len(v)
             else:
                 p = crc32(key_bytes) % n
-                size[p] += len(key_bytes) + len(v)
+                grow = len(key_bytes) + len(v)
+            if size[p] + grow > limit and size[p]:
+                # sent first: a large value after many small ones would take one record
+                # past Kafka's limit, where each would fit alone
+                self._send(p)
+            size[p] += grow
             ks = pending_keys[p]
             ks.append(key_bytes)
             vals[p].append(v)
