@@ -9,6 +9,8 @@ counted, not timed, so a busy machine cannot fail the test."""
 
 from __future__ import annotations
 
+import pytest
+
 from eos_runtime.joblog import changelog
 from eos_runtime.transport import Record, TopicPartition
 
@@ -68,3 +70,32 @@ def test_a_read_returns_every_record_of_its_range_and_stops_at_its_end():
     log = _MarkerLog({i: b"x" for i in range(0, 20, 2)}, end=20)
     assert [r.offset for r in changelog._read(_Transport(log), TP, 3, 15)] == [4, 6, 8, 10,
                                                                               12, 14]
+
+
+@pytest.mark.kafka
+def test_an_at_least_once_commit_is_not_written_after_a_change_it_could_not_write(
+        kafka_bootstrap):
+    """At-least-once writes its change log with a plain producer. A change the producer
+    refused (a value over the record limit) failed only at the flush that sealed the
+    commit, after the commit record had gone out: the commit stood without the change,
+    recovery restored the state without it, and the run went on (a review saw a value
+    set to over 1 MB come back as never set)."""
+    import uuid
+
+    from eos_runtime.errors import DeliveryFailed
+    from eos_runtime.protocol import wire
+    from eos_runtime.transport import TopicSpec, open_transport
+
+    topic = f"alo-{uuid.uuid4().hex[:8]}.changelog"
+    with open_transport(bootstrap_servers=kafka_bootstrap) as t:
+        t.create_topics([TopicSpec(topic, 1, keep_forever=True)])
+        tp = TopicPartition(topic, 0)
+        writer = changelog.ChangeLogWriter.open(t, tp, "alo-task-0", 1, fenced=False)
+        try:
+            writer.start_generation(0)
+            writer.changes(1, [("step0", [b"k"], [b"x" * 2_000_000])])
+            with pytest.raises(DeliveryFailed):
+                writer.commit(wire.ChangeLogCommit(1, 1))
+        finally:
+            writer.close()
+        assert changelog.last_commit(t, tp) is None

@@ -236,10 +236,12 @@ class ChangeLogWriter:
     a plain producer.
     """
 
-    def __init__(self, tp: TopicPartition, producer: Producer, generation: int) -> None:
+    def __init__(self, tp: TopicPartition, producer: Producer, generation: int, *,
+                 fenced: bool) -> None:
         self.tp = tp
         self.generation = generation
         self.producer = producer
+        self.fenced = fenced
         self.transactional = producer.transactional
         if self.transactional:
             producer.begin_transaction()
@@ -248,7 +250,7 @@ class ChangeLogWriter:
     def open(cls, transport: Transport, tp: TopicPartition, fence_id: str, generation: int,
              *, fenced: bool) -> ChangeLogWriter:
         pending = transport.start_producer(fence_id if fenced else None)
-        return cls(tp, pending.take(generation), generation)
+        return cls(tp, pending.take(generation), generation, fenced=fenced)
 
     def _seal(self) -> dict[TopicPartition, int]:
         if self.transactional:
@@ -290,6 +292,12 @@ class ChangeLogWriter:
 
     def commit(self, record: wire.ChangeLogCommit) -> tuple[int, dict[TopicPartition, int]]:
         """Write the commit record and seal it; returns its offset and the flush report."""
+        if not self.fenced:
+            # A plain producer (at-least-once) reports a change it could not write (too
+            # large, refused) only at a flush. Sealed after the commit record, the commit
+            # would stand without the change. A fenced writer's version is one
+            # transaction (Kafka), or one append (the local log): refused whole.
+            self.producer.flush()
         self.producer.produce(self.tp.topic, self.tp.partition, wire.encode(record))
         report = self._seal()
         return report[self.tp], report

@@ -188,7 +188,8 @@ class Committer:
             if pending is None:
                 pending = start_writer_producer(self.transport, self.plan, self.task_id,
                                                 self.guarantee)
-            self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation)
+            self.log = ChangeLogWriter(self.changelog_tp, pending.take(generation), generation,
+                                       fenced=self.guarantee.fenced_writer)
         offset = self.log.start_generation(restored_version)
         self.generation = self.stats.generation = generation
         if self.channels is not None:
