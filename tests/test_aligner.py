@@ -305,6 +305,12 @@ def watermark_of(producer, version):
     return 1000 * producer + 10 * version
 
 
+def idle_of(producer, version, idle_producers):
+    """Whether producer ``producer``'s marker of ``version`` says idle (W7): an idle
+    producer's do at odd versions, so it goes quiet and comes back, again and again."""
+    return producer in idle_producers and version % 2 == 1
+
+
 def valid(item, restores):
     """The reference for invariant 6: every restore a producer ever made applies."""
     return all(not (g > item.generation and item.version > v) for g, v in restores[item.producer])
@@ -324,6 +330,8 @@ class Downstream:
         self.pos = {c: 0 for c in channels}
         self.open_set, self.buffer, self.committed = [], {}, Counter()
         self.crashes = 0
+        self.idle_producers: frozenset[int] = frozenset()   # W7: those that say idle
+        self.highest_said: int | None = None   # the highest watermark any marker said
 
     def seek_to_resume(self):
         self.open_set, self.buffer = [], {}
@@ -364,8 +372,12 @@ class Downstream:
         highest event time of an active partition then (W2), so a record within the grace
         of that is never late, however the producers' markers interleave."""
         w, said = self.al.watermark, watermark_of(it.producer, it.version - 1)
-        assert w is None or w <= said, \
-            f"watermark {w} passed producer {it.producer}'s {said} before version {it.version}"
+        # W7's price: a producer that was idle may find the watermark past what it said
+        if it.producer not in self.idle_producers:
+            assert w is None or w <= said, \
+                f"watermark {w} passed producer {it.producer}'s {said} before version {it.version}"
+        # and with idle producers too, never past what some marker said
+        assert w is None or (self.highest_said is not None and w <= self.highest_said), w
         self.open_set.append(it.uid)
 
     def read(self, c, off, it):
@@ -379,8 +391,11 @@ class Downstream:
             elif d == Decision.BUFFER:
                 self.buffer.setdefault(it.version, []).append((c, off, it))
         elif it.kind == "marker":
-            if al.on_marker(c, off, it.producer, it.generation, it.version,
-                            watermark_of(it.producer, it.version)):
+            said = watermark_of(it.producer, it.version)
+            self.highest_said = said if self.highest_said is None else max(self.highest_said,
+                                                                           said)
+            if al.on_marker(c, off, it.producer, it.generation, it.version, said,
+                            idle_of(it.producer, it.version, self.idle_producers)):
                 self.take_checkpoints()
         else:
             outcome = al.on_restore(c, off, it.producer, it.generation, it.version)
@@ -446,6 +461,8 @@ def run_model(draw, *, check_after_restart=True):
     room = draw(st.sampled_from([0, 1, 2, 1000]), label="buffer bound")
     task = Downstream(draw, channels, list(range(n_producers)), all_data, restores, room=room,
                       check_after_restart=check_after_restart)
+    task.idle_producers = frozenset(draw(st.sets(st.integers(0, n_producers - 1), max_size=2),
+                                         label="producers that go idle (W7)"))
     task.take_checkpoints()        # R9 at the first start too
     steps = 0
     while True:
@@ -466,8 +483,13 @@ def run_model(draw, *, check_after_restart=True):
     assert not task.buffer
     assert task.committed == expected, "lost or duplicated messages at the end"
     assert all(n == 1 for n in task.committed.values())
-    # W4's liveness: every run-end marker read, the watermark is the lowest they carry.
-    assert task.al.watermark == min(watermark_of(p, END) for p in range(n_producers))
+    # W4's liveness: every run-end marker read, the watermark is the lowest they carry
+    # (W7: or more, where idle producers let it move past one, as it never goes back).
+    lowest_end = min(watermark_of(p, END) for p in range(n_producers))
+    if task.idle_producers:
+        assert task.al.watermark >= lowest_end
+    else:
+        assert task.al.watermark == lowest_end
 
 
 MODEL_SETTINGS = settings(max_examples=400, deadline=None,
@@ -525,3 +547,43 @@ def test_the_tracker_at_the_run_s_end_also_ignores_a_producer_that_read_nothing(
     tr.on_marker(A, 2, 1, END, 900)
     tr.on_marker(A, 3, 2, END, None)
     assert tr.finished() and tr.watermark == 900
+
+
+def test_an_idle_producer_holds_no_window_back_until_it_is_busy_again():
+    """W7 inside a run: producer 2 (a source task with an empty partition, or gone quiet)
+    says idle; the task's watermark follows producer 1. Back and behind, producer 2 does
+    not take the watermark back; every lane idle, the task is idle and stays where it
+    was. Before W7, producer 2's None held the watermark at None for the whole run."""
+    al = Aligner([A], [1, 2])
+    al.on_marker(A, 0, 1, 1, 1, 500)
+    al.on_marker(A, 1, 2, 1, 1, None, True)
+    assert (al.checkpoint().watermark, al.idle) == (500, False)
+    al.on_marker(A, 2, 1, 1, 2, 900)
+    al.on_marker(A, 3, 2, 1, 2, 100)          # busy again, far behind: it holds the
+    assert (al.checkpoint().watermark, al.idle) == (500, False)   # watermark, not back
+    al.on_marker(A, 4, 1, 1, 3, 1_000, True)
+    al.on_marker(A, 5, 2, 1, 3, 950)
+    assert al.checkpoint().watermark == 950
+    al.on_marker(A, 6, 1, 1, 4, 1_000, True)
+    al.on_marker(A, 7, 2, 1, 4, 990, True)
+    assert (al.checkpoint().watermark, al.idle) == (1_000, True)   # the highest read
+    # a restore starts every lane busy at the snapshot's watermark, idle or not before
+    back = Aligner([A], [1, 2], snapshot=al.snapshot)
+    assert (back.watermark, back.idle) == (1_000, False)
+
+
+def test_the_tracker_passes_over_idle_producers_too():
+    from eos_runtime.protocol.tracker import Tracker
+
+    tr = Tracker([A], (1, 2), END)
+    tr.on_marker(A, 0, 1, 1, 500)
+    tr.on_marker(A, 1, 2, 1, None, True)
+    assert (tr.watermark, tr.idle) == (500, False)
+    tr.on_marker(A, 2, 2, 2, 100)             # busy again, far behind: no going back
+    assert (tr.watermark, tr.idle) == (500, False)
+    tr.on_marker(A, 3, 1, 3, 700, True)
+    tr.on_marker(A, 4, 2, 3, 600, True)
+    assert (tr.watermark, tr.idle) == (700, True)    # every lane idle: the highest read
+    tr.on_marker(A, 5, 1, END, 800)
+    tr.on_marker(A, 6, 2, END, 650)
+    assert (tr.watermark, tr.idle) == (700, False)   # the run's end: never back

@@ -82,15 +82,26 @@ MUTATIONS = [
     ("end a lane only past the run's end", tracker,
      "        if version >= self.run_end:\n", "        if version > self.run_end:\n", "tracker"),
     ("take a lane's watermark from a marker of a later version (W4)", aligner,
-     "        marks = [lane.watermark.settle(version)",
-     "        marks = [lane.watermark.settle(2**62)", "aligned"),
+     "        marks = [lane.settle(version) for lane in lanes_w]",
+     "        marks = [lane.settle(2**62) for lane in lanes_w]", "aligned"),
     ("hold a window open at the run's end for a producer that read nothing (W4)", aligner,
-     "        self.watermark = (wm.lowest_at_end(marks) if version == run_end(run_of(version))",
-     "        self.watermark = (wm.lowest(marks) if version == run_end(run_of(version))",
+     "wm.highest(self.watermark, wm.lowest_at_end(marks))",
+     "wm.highest(self.watermark, wm.lowest(marks))",
      "unit:test_at_the_run_s_end_a_producer_that_read_nothing_holds_no_window_open"),
     ("forget at a restart what a marker before the resume point said (W4)", aligner,
      "                lane.watermark.marker(parent.version, parent.watermark)",
      "                pass", "unit:test_snapshot_round_trips_through_the_commit_record"),
+    ("let no lane be idle (W7)", aligner,
+     "                self.watermark, [(lane.settled, lane.idle) for lane in lanes_w])",
+     "                self.watermark, [(lane.settled, False) for lane in lanes_w])",
+     "unit:test_an_idle_producer_holds_no_window_back_until_it_is_busy_again"),
+    ("pass over every lane as if idle (W7)", aligner,
+     "                self.watermark, [(lane.settled, lane.idle) for lane in lanes_w])",
+     "                self.watermark, [(lane.settled, True) for lane in lanes_w])", "aligned"),
+    ("let the tracker's idle lanes hold the watermark (W7)", tracker,
+     "        return [(w, lane in self._idle) for lane, w in self._watermarks.items()]",
+     "        return [(w, False) for lane, w in self._watermarks.items()]",
+     "unit:test_the_tracker_passes_over_idle_producers_too"),
     ("hand the run's end markers on unacknowledged", runs,
      "    return version >= run_end(run)", "    return False", "aligned"),
     ("drop the stale check", aligner,
@@ -140,6 +151,7 @@ def test_the_model_catches(name, module, old, new, which, monkeypatch):
         monkeypatch.setattr(test_aligner, "Aligner", copy.Aligner)
     else:
         monkeypatch.setattr(test_tracker, "Tracker", copy.Tracker)
+        monkeypatch.setattr(tracker, "Tracker", copy.Tracker)   # a unit case imports it
     if which.startswith("unit:"):
         case = getattr(test_aligner, which[len("unit:"):])
         assert model_fails(lambda draw: case(), 1), f"{which} did not catch: {name}"

@@ -111,6 +111,8 @@ def test_only_at_least_once_skips_a_timer_checkpoint_that_moved_no_input():
     assert not checkpoint_needed(AT_LEAST_ONCE, *same)
     assert checkpoint_needed(AT_LEAST_ONCE, *moved)
     assert checkpoint_needed(AT_LEAST_ONCE, (), None)   # a first checkpoint records
+    # W7: a source that may turn idle and has not said so takes it, for its markers
+    assert checkpoint_needed(AT_LEAST_ONCE, *same, unannounced_idleness=True)
 
 
 def test_sink_output_leaves_by_guarantee_and_log_kind():

@@ -12,6 +12,7 @@ from eos_runtime.protocol.watermarks import (
     LaneWatermark,
     SourceWatermark,
     TableWatermark,
+    across_lanes,
     highest,
     lowest,
 )
@@ -106,3 +107,71 @@ def test_a_tables_lane_holds_no_window_back():
     assert table.at_checkpoint([0], 0) == NO_BOUND
     assert lowest([5000, table.at_checkpoint([], 0)]) == 5000
     assert lowest([None, NO_BOUND]) is None    # a stream with nothing read still holds back
+
+
+def test_a_source_is_idle_only_where_it_asks_and_once_nothing_was_read_that_long():
+    """W7. With idle_after 0 (the default) no task is ever idle: a caught-up task's
+    watermark is what it read, which never makes a record of its own late (W6)."""
+    never = SourceWatermark([0])
+    never.at_checkpoint(behind=(), now_ms=0)
+    assert never.at_checkpoint(behind=(), now_ms=10**9) is None and not never.idle
+    w = SourceWatermark([0, 1], idle_after_ms=1_000)
+    w.at_checkpoint(behind=(), now_ms=0)            # the first checkpoint: the clock starts
+    assert not w.idle                               # (an empty partition at start too)
+    w.at_checkpoint(behind=(), now_ms=999)
+    assert not w.idle
+    w.at_checkpoint(behind=(), now_ms=1_000)
+    assert w.idle                                   # two empty partitions, a second on
+    w.read(0, 40, now_ms=1_500)
+    w.at_checkpoint(behind=(), now_ms=1_500)
+    assert not w.idle                               # read from: busy again
+    w.at_checkpoint(behind=(), now_ms=2_499)
+    assert not w.idle
+    w.at_checkpoint(behind={1}, now_ms=2_500)
+    assert not w.idle                               # something left to read: busy
+    assert w.at_checkpoint(behind=(), now_ms=2_500) == 40 and w.idle
+    assert not TableWatermark().idle                # NO_BOUND already holds nothing back
+
+
+def test_w4_passes_over_idle_lanes_never_goes_back_and_is_idle_when_all_are():
+    # one source went quiet at 1 200 (idle), the other read on to 9 100
+    assert across_lanes(500, [(1_200, True), (9_100, False)]) == (9_100, False)
+    # the quiet one is back, its own watermark below where the task went: no going back
+    assert across_lanes(9_100, [(1_300, False), (9_200, False)]) == (9_100, False)
+    assert across_lanes(9_100, [(9_500, False), (9_200, False)]) == (9_200, False)
+    # every lane idle: the highest they read (as W2 over partitions), and the task is idle
+    assert across_lanes(9_100, [(1_300, True), (9_600, True)]) == (9_600, True)
+    assert across_lanes(9_100, [(1_300, True), (None, True)]) == (9_100, True)
+    # an idle lane with nothing read yet holds nothing back; a busy one still does
+    assert across_lanes(None, [(None, True), (700, False)]) == (700, False)
+    assert across_lanes(None, [(None, False), (700, False)]) == (None, False)
+
+
+def test_a_lanes_idleness_is_its_latest_marker_up_to_the_checkpoint():
+    lane = LaneWatermark()
+    lane.marker(2, 10, idle=True)
+    lane.marker(4, 10, idle=False)
+    assert lane.settle(3) == 10 and lane.idle       # 4 is in front of version 4's messages
+    assert lane.settle(4) == 10 and not lane.idle
+    lane.marker(6, 20, idle=True)
+    lane.marker(6, 20, idle=True)                   # read again (R6, R8)
+    assert lane.settle(9) == 20 and lane.idle
+    lane.marker(7, 30, idle=False)
+    lane.drop_above(6)                              # voided by a restore
+    assert lane.settle(9) == 20 and lane.idle
+
+
+@given(st.lists(st.lists(st.tuples(st.one_of(st.none(), st.integers(-50, 50)), st.booleans()),
+                         min_size=1, max_size=4), max_size=30))
+def test_w4_with_w7_never_goes_back_nor_below_a_busy_lane_it_moved(rounds):
+    before = None
+    for lanes in rounds:
+        value, idle = across_lanes(before, lanes)
+        assert value is None or before is None or value >= before
+        assert idle == all(i for _, i in lanes)
+        busy = [w for w, i in lanes if not i]
+        if value != before and busy:   # moved by the busy lanes: to their lowest
+            assert None not in busy and value == min(busy)
+        elif value != before:          # every lane idle: to the highest they read
+            assert value == max(w for w, _ in lanes if w is not None)
+        before = value

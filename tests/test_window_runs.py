@@ -266,3 +266,50 @@ def test_an_empty_partition_holds_no_window_open_at_the_run_s_end(tmp_path):
     assert want
     with open_transport(**opts) as t:
         assert results(t, f"per-window-{suffix}", p.name) == want
+
+
+def _view_time(view):
+    return view["at"]
+
+
+def _view_page(view):
+    return view["page"]
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarantee):
+    """W7: a merge of two sources, one partition of the first and the whole second empty.
+    Their source tasks' watermarks were None (nothing read), and W4 takes the minimum over
+    every producer, so no window closed until the run was stopped, idle_after or not.
+    With idle_after they say idle, and the window commits while the run goes on."""
+    import time
+
+    from eos_runtime.runner import start_pipeline
+    from eos_runtime.transport import TopicSpec
+
+    opts = {"data_dir": str(tmp_path / "data")}
+    suffix = uuid.uuid4().hex[:8]
+    p = Pipeline(f"idle-{suffix}", processing_guarantee=guarantee)
+    a = p.source(f"a-{suffix}", value="json", timestamp=_view_time, idle_after=0.5)
+    b = p.source(f"b-{suffix}", value="json", timestamp=_view_time, idle_after=0.5)
+    (a.merge(b).key_by(_view_page).window(tumbling(seconds=1)).count().final()
+     .sink(f"per-page-{suffix}", value="json"))
+    with open_transport(**opts) as t:
+        t.create_topics([TopicSpec(f"a-{suffix}", 2), TopicSpec(f"b-{suffix}", 1)])
+        with t.producer() as prod:
+            for at in (0, 300, 600, 900, 5000, 5100):
+                prod.produce(f"a-{suffix}", 0, json.dumps({"page": "/", "at": at}).encode())
+            prod.flush()
+    run = start_pipeline(p, **opts, state_dir=str(tmp_path / "state"), bounded=False,
+                         commit_interval=0.2)
+    try:
+        deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
+        while run.progress()["sink_records"] < 1:
+            assert time.monotonic() < deadline, f"no window closed: {run.progress()}"
+            time.sleep(0.2)
+    finally:
+        run.stop("the test saw the first window committed")
+        run.wait()
+    with open_transport(**opts) as t:
+        out = [json.loads(r.value) for r in read_output(t, f"per-page-{suffix}", job=p.name)]
+    assert out[0] == {"start": 0, "end": 1000, "value": 4}, out

@@ -51,7 +51,7 @@ def data_batches(draw):
 
 
 batches = data_batches()
-markers = st.builds(Marker, i32, i32, i64, i64, st.none() | i64)
+markers = st.builds(Marker, i32, i32, i64, i64, st.none() | i64, st.booleans())
 restores = st.builds(Restore, i32, i32, i64)
 cl_data = st.builds(ChangeLogData, i32, i64, text, st.binary(max_size=64), opt_bytes)
 
@@ -346,9 +346,17 @@ def test_a_watermark_is_one_field_more_and_a_second_one_is_refused():
     marker = wire.encode(Marker(1, 2, 3, 4, -5))
     assert marker[2:] == msgpack.packb([1, 2, 3, 4, -5])
     assert wire.decode_channel(marker).watermark == -5
+    # a sixth field is W7's idle flag, written only true; anything else there is refused
     six = marker[:2] + msgpack.packb([1, 2, 3, 4, -5, 6])
-    with pytest.raises(WireFormatError, match="marker is 6 items, expected an array of 4"):
+    with pytest.raises(WireFormatError, match=r"marker field 6 \(idle\) is 6, expected true"):
         wire.decode_channel(six)
+    idle = wire.encode(Marker(1, 2, 3, 4, None, True))
+    assert idle[2:] == msgpack.packb([1, 2, 3, 4, None, True])
+    assert wire.decode_channel(idle) == Marker(1, 2, 3, 4, None, True)
+    assert wire.encode(Marker(1, 2, 3, 4, -5, False)) == marker   # not idle: as before
+    seven = marker[:2] + msgpack.packb([1, 2, 3, 4, -5, True, 7])
+    with pytest.raises(WireFormatError, match="marker is 7 items"):
+        wire.decode_channel(seven)
     bad = marker[:2] + msgpack.packb([1, 2, 3, 4, "late"])
     with pytest.raises(WireFormatError, match="marker watermark"):
         wire.decode_channel(bad)

@@ -59,6 +59,9 @@ W4  (event time, ``protocol/watermarks.py``) A marker may carry its producer's w
     A checkpoint of V takes the task's watermark: the minimum over lanes of the
     watermark on each lane's latest marker of a version up to V, never lower than the
     last; it is part of the snapshot, and a restore or rewind starts every lane from it.
+    W7: a lane whose latest marker up to V is idle is passed over; every lane idle, the
+    watermark stays and the task is idle (``idle``). Idleness is not in the snapshot: a
+    restored lane is busy, at the snapshot's watermark, until its next marker.
 R9  A restored or rewound task may already be aligned (every marker it needs was read
     before its checkpoint's resume point, e.g. the run's last markers): the caller checks
     ``aligned()`` before it waits for input, or no marker will ever come to trigger it.
@@ -156,6 +159,7 @@ class Aligner:
         self._overflow: dict[Channel, list[int]] = {}
         self._rereads: dict[Channel, int] = {}
         self.watermark = snap.watermark
+        self.idle = False   # W7: every lane was idle at the last checkpoint
         self._lanes: dict[Channel, dict[int, _Lane]] = {
             c: {p: _Lane(watermark=wm.LaneWatermark(snap.watermark)) for p in self._producers}
             for c in self._channels}
@@ -281,8 +285,8 @@ class Aligner:
             self._open_generations[producer] = generation
 
     def on_marker(self, channel: Channel, offset: int, producer: int, generation: int,
-                  version: int, watermark: int | None = None) -> bool:
-        """A marker was read (R2, R3, R5, W4). Returns whether the open version is now
+                  version: int, watermark: int | None = None, idle: bool = False) -> bool:
+        """A marker was read (R2, R3, R5, W4, W7). Returns whether the open version is now
         aligned."""
         lane = self._lane(channel, producer)
         self._read_pos[channel] = offset + 1
@@ -293,7 +297,7 @@ class Aligner:
         if version > lane.marker:
             lane.marker = version
         lane.markers_read.append((offset, version, watermark))
-        lane.watermark.marker(version, watermark)
+        lane.watermark.marker(version, watermark, idle)
         return self.aligned()
 
     def on_restore(self, channel: Channel, offset: int, producer: int, generation: int,
@@ -347,11 +351,15 @@ class Aligner:
             raise ProtocolViolation(f"checkpoint {self.version} taken before alignment; "
                                     f"markers missing from (channel, producer) {missing[:5]}")
         version = self._closing(self.version)
-        # W4. Never lower than before: every lane starts from the snapshot's and only grows.
-        marks = [lane.watermark.settle(version)
-                 for lanes in self._lanes.values() for lane in lanes.values()]
-        self.watermark = (wm.lowest_at_end(marks) if version == run_end(run_of(version))
-                          else wm.lowest(marks))
+        # W4. Never lower than before: every lane starts from the snapshot's and only grows;
+        # W7: idle lanes are passed over (then the floor is kept explicitly).
+        lanes_w = [lane.watermark for lanes in self._lanes.values() for lane in lanes.values()]
+        marks = [lane.settle(version) for lane in lanes_w]
+        if version == run_end(run_of(version)):
+            self.watermark, self.idle = wm.highest(self.watermark, wm.lowest_at_end(marks)), False
+        else:
+            self.watermark, self.idle = wm.across_lanes(
+                self.watermark, [(lane.settled, lane.idle) for lane in lanes_w])
         inputs = []
         for c in self._channels:
             parents = []

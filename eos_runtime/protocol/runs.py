@@ -180,7 +180,8 @@ def step_markers(guarantee: Guarantee, event_time: bool) -> bool:
     return guarantee.markers_each_checkpoint or event_time
 
 
-def checkpoint_needed(guarantee: Guarantee, inputs: object, recorded: object) -> bool:
+def checkpoint_needed(guarantee: Guarantee, inputs: object, recorded: object, *,
+                      unannounced_idleness: bool = False) -> bool:
     """S6: whether a task takes a timer checkpoint whose input positions are ``inputs``
     when its last checkpoint recorded ``recorded``.
 
@@ -192,8 +193,11 @@ def checkpoint_needed(guarantee: Guarantee, inputs: object, recorded: object) ->
     takes it: a channel task commits version V only once every producer's marker of V or
     later came (R2), and a marker says its producer committed V (R7), so a source that
     skipped would hold back every channel task its peers feed (docs/protocol.md, "Idle
-    jobs")."""
-    return guarantee.markers_each_checkpoint or inputs != recorded
+    jobs"). ``unannounced_idleness``: a source that may turn idle (W7) and has not said so
+    on a marker yet takes it under at-least-once too, since its markers are how
+    downstream learns it: else a source with nothing to read, never checkpointing, held
+    every window downstream open."""
+    return guarantee.markers_each_checkpoint or inputs != recorded or unannounced_idleness
 
 
 def announcement(guarantee: Guarantee, restored: int, run: int) -> tuple[tuple[str, int], ...]:

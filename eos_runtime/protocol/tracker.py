@@ -21,6 +21,10 @@ T4  (event time, docs/design/event-time.md) A marker may carry its producer's wa
     the minimum over lanes. Lanes start from the checkpoint's watermark, or from what
     their parent in the checkpoint kept (a marker before the resume point is not read
     again), and only grow: the task's watermark never goes back.
+    W7: a lane whose latest marker was idle is passed over (the task's watermark then
+    kept from going back explicitly); every lane idle, the task is idle and its watermark
+    stays. Idleness is not in the checkpoint: a restored lane is busy until its next
+    marker.
 
 Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
 """
@@ -31,7 +35,7 @@ from collections.abc import Hashable, Iterable
 from typing import cast
 
 from ..errors import ProtocolViolation
-from .watermarks import highest, lowest, lowest_at_end
+from .watermarks import across_lanes, highest, lowest_at_end
 from .wire import InputPosition, ParentCheckpoint
 
 __all__ = ["Tracker"]
@@ -51,6 +55,8 @@ class Tracker:
         self._ended: dict[tuple[Channel, int], int] = {}
         self._watermarks: dict[tuple[Channel, int], int | None] = {   # T4
             (c, p): watermark for c in self._channels for p in self._producers}
+        self._idle: set[tuple[Channel, int]] = set()   # W7: lanes whose last marker was
+        self._floor = watermark                         # the watermark so far (W7)
         for pos in inputs:
             c = (pos.topic, pos.partition)
             self._check(c, None)
@@ -78,22 +84,36 @@ class Tracker:
         self._positions[channel] = offset + 1
 
     def on_marker(self, channel: Channel, offset: int, producer: int, version: int,
-                  watermark: int | None = None) -> None:
-        """T2, T4."""
+                  watermark: int | None = None, idle: bool = False) -> None:
+        """T2, T4, W7."""
         self._check(channel, producer)
         self._positions[channel] = offset + 1
         lane = (channel, producer)
         if version >= self.run_end:
             self._ended[lane] = max(version, self._ended.get(lane, 0))
         self._watermarks[lane] = highest(self._watermarks[lane], watermark)
+        if idle:
+            self._idle.add(lane)
+        else:
+            self._idle.discard(lane)
 
     @property
     def watermark(self) -> int | None:
         """T4: the task's watermark, the lowest of its lanes' (at the run's end, of those
-        known: ``watermarks.lowest_at_end``)."""
+        known: ``watermarks.lowest_at_end``); W7: of the lanes not idle."""
         if self.finished():
-            return lowest_at_end(self._watermarks.values())
-        return lowest(self._watermarks.values())
+            self._floor = highest(self._floor, lowest_at_end(self._watermarks.values()))
+        else:
+            self._floor, _ = across_lanes(self._floor, self._lane_states())
+        return self._floor
+
+    @property
+    def idle(self) -> bool:
+        """W7: every lane's latest marker was idle (never at the run's end)."""
+        return not self.finished() and across_lanes(self._floor, self._lane_states())[1]
+
+    def _lane_states(self) -> list[tuple[int | None, bool]]:
+        return [(w, lane in self._idle) for lane, w in self._watermarks.items()]
 
     def on_other(self, channel: Channel, offset: int) -> None:
         """A restore command: nothing to do under at-least-once but move on."""

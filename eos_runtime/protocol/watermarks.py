@@ -17,7 +17,20 @@ W4  A channel task's watermark at checkpoint V is the minimum over its lanes (ev
     nothing about the messages in front of it: they are of that later version, still
     buffered (R1), and taking its watermark now would make them late.
 
-Both are monotonic, and neither passes what a source has read: a record within
+W7  Idleness, across tasks, where a source asks for it (``idle_after`` > 0): a source task
+    is *idle* at a checkpoint when none of its partitions is active (W2) and it has run
+    ``idle_after_ms`` since its first checkpoint; its markers say so. A channel task's W4
+    then passes over the lanes whose latest marker up to V is idle (its watermark never
+    going back), and is itself idle when every lane is: its watermark is then the highest
+    its lanes read (as W2's over partitions none of which is active), and its markers say
+    idle. Without W7 one empty partition, or one source gone
+    quiet, held every window of the job open for the whole of an unbounded run, since
+    W4 takes the minimum over every producer. The price, as Flink's ``withIdleness``: a
+    record of a source back from idle, below the watermark the others moved on to, is
+    late (W6 holds for a source that is never idle). With ``idle_after`` 0 (the default)
+    no task is ever idle.
+
+W2 and W4 are monotonic, and neither passes what a source has read: a record within
 ``grace`` of the highest event time of its partition at the time it is read is never
 late anywhere downstream (W6), whatever the versions, crashes and restarts.
 """
@@ -27,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 __all__ = ["SourceWatermark", "TableWatermark", "LaneWatermark", "NO_BOUND", "lowest",
-           "lowest_at_end", "highest"]
+           "lowest_at_end", "highest", "across_lanes"]
 
 #: The watermark of a lane that holds no event time back: a table's (its rows carry no
 #: event time). The largest time a record may carry, so W4's lowest passes over it.
@@ -70,6 +83,8 @@ class SourceWatermark:
         self._last_read: dict[int, int] = {}
         self.idle_after_ms = idle_after_ms
         self.value = restored
+        self.idle = False                   # W7, as of the last checkpoint
+        self._first_ms: int | None = None   # the first checkpoint's time (W7)
 
     def read(self, partition: int, high: int, now_ms: int) -> None:
         """Records of ``partition`` were read; ``high`` is the highest event time among them."""
@@ -88,11 +103,15 @@ class SourceWatermark:
     def at_checkpoint(self, behind: Collection[int], now_ms: int) -> int | None:
         """The watermark of a checkpoint taken now (W2); it stays the floor from here on."""
         active = self.active(behind, now_ms)
+        if self._first_ms is None:
+            self._first_ms = now_ms
         if active:
             candidate = lowest(self.highs[p] for p in active)
         else:
             candidate = max((h for h in self.highs.values() if h is not None), default=None)
         self.value = highest(self.value, candidate)
+        self.idle = (self.idle_after_ms > 0 and not active
+                     and now_ms - self._first_ms >= self.idle_after_ms)   # W7
         return self.value
 
 
@@ -100,7 +119,9 @@ class TableWatermark:
     """W2 for a table's source task: ``NO_BOUND`` at every checkpoint. A table's rows
     carry no event time; were its markers to carry none (None, "not yet"), W4's lowest
     over the lookup's lanes would be None for good, and no window after a lookup would
-    close until the run ended."""
+    close until the run ended. Never idle (W7): it holds nothing back as it is."""
+
+    idle = False
 
     def read(self, partition: int, high: int, now_ms: int) -> None:
         pass
@@ -110,29 +131,49 @@ class TableWatermark:
 
 
 class LaneWatermark:
-    """W4's part for one lane (a producer on a channel): the watermarks of its markers."""
+    """W4's part for one lane (a producer on a channel): the watermarks of its markers,
+    and whether the latest up to the last checkpoint was idle (W7)."""
 
-    __slots__ = ("settled", "_pending")
+    __slots__ = ("settled", "idle", "_pending")
 
     def __init__(self, settled: int | None = None) -> None:
         self.settled = settled                          # its watermark up to the last checkpoint
-        self._pending: list[tuple[int, int | None]] = []   # (version, watermark) read since
+        self.idle = False                               # its latest marker up to it was (W7)
+        # (version, watermark, idle) read since
+        self._pending: list[tuple[int, int | None, bool]] = []
 
-    def marker(self, version: int, watermark: int | None) -> None:
-        self._pending.append((version, watermark))
+    def marker(self, version: int, watermark: int | None, idle: bool = False) -> None:
+        self._pending.append((version, watermark, idle))
 
     def settle(self, version: int) -> int | None:
         """The lane's watermark at checkpoint ``version``: its latest marker's up to it. A
         producer's watermark grows with its versions (W2 and W4 are monotonic), so the
         highest of them is the latest one's, and a marker read twice (R6, R8) is no harm: what
-        it says is as true the second time."""
-        up_to = [w for v, w in self._pending if v <= version]
+        it says is as true the second time. ``idle``: the latest one's (by version; a
+        marker read again is the same marker)."""
+        up_to = [(v, w, i) for v, w, i in self._pending if v <= version]
         if up_to:
-            for w in up_to:   # a marker without a watermark (None) leaves it as it is
+            for _, w, _ in up_to:   # a marker without a watermark (None) leaves it as it is
                 self.settled = highest(self.settled, w)
-            self._pending = [(v, w) for v, w in self._pending if v > version]
+            self.idle = max(up_to, key=lambda m: m[0])[2]
+            self._pending = [m for m in self._pending if m[0] > version]
         return self.settled
 
     def drop_above(self, version: int) -> None:
         """Forget markers above ``version``: a restore voided them (R3)."""
-        self._pending = [(v, w) for v, w in self._pending if v <= version]
+        self._pending = [m for m in self._pending if m[0] <= version]
+
+
+def across_lanes(before: int | None, lanes: Iterable[tuple[int | None, bool]]
+                 ) -> tuple[int | None, bool]:
+    """W4 with W7, inside a run: the task's watermark from its lanes' (settled watermark,
+    idle), never below ``before``, and whether the task is idle. The idle lanes are passed
+    over. With every lane idle it is the highest they read, as W2 takes over a source's
+    partitions when none is active: the lowest would depend on which went quiet first,
+    and sources that all went quiet together would keep the watermark where it was."""
+    known = list(lanes)
+    busy = [w for w, idle in known if not idle]
+    if not busy:
+        return highest(before, max((w for w, _ in known if w is not None), default=None)), \
+            bool(known)
+    return highest(before, lowest(busy)), False

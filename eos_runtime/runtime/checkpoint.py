@@ -215,11 +215,11 @@ class Committer:
                    fences: tuple[wire.ProducerFence, ...] = (),
                    alignment: dict[str, float | None] | None = None,
                    recorded: Callable[[], None] | None = None,
-                   watermark: int | None = None) -> None:
+                   watermark: int | None = None, idle: bool = False) -> None:
         """The five steps. ``alignment``: what the input policy measured of this
         checkpoint's alignment (``metrics.METRICS``), recorded with the steps' own times.
         ``watermark``: the task's event-time watermark at ``version`` (W2, W4), in the
-        commit record and on the markers (W3).
+        commit record and on the markers (W3); ``idle``: on the markers (W7).
         ``recorded``: a source task's after-commit bookkeeping (``SourceSide.recorded``:
         the topic or file-system store, used-up Startpoints), done before the listeners
         are told."""
@@ -269,7 +269,7 @@ class Committer:
         # 5. markers downstream (G1: else only the run's end, ``end_run``)
         if self.step_markers is not None:
             self.step_markers.markers(self.generation, version, watermark,
-                                      wait=markers_awaited(version, self.run))
+                                      wait=markers_awaited(version, self.run), idle=idle)
         if snapshot is not None:
             self._cut(offset - written - 1, version, written, changes)
         marked = time.monotonic()

@@ -221,9 +221,10 @@ class ChannelWriter:
         return self.producer.flush()
 
     def markers(self, generation: int, version: int, watermark: int | None = None, *,
-                wait: bool = True) -> None:
+                wait: bool = True, idle: bool = False) -> None:
         """Marker ``version`` into every channel (SEP-10 3.8), carrying the task's
-        watermark at ``version`` (W3; None: it keeps none), then flush, or (``wait``
+        watermark at ``version`` (W3; None: it keeps none) and whether the task is idle
+        (W7), then flush, or (``wait``
         False) hand them on unacknowledged: a checkpoint's markers need not be durable
         before the task goes on, since a restarted task sends its last marker again
         (``runs.announcement``) and the producer keeps each channel's order. At ten
@@ -240,7 +241,8 @@ class ChannelWriter:
                     self.producer.flush()
                 crash_point(_MID_FANOUT)
             self.producer.produce(self.topic, p, wire.encode(
-                wire.Marker(self.producer_id, generation, version, self.seq[p], watermark)))
+                wire.Marker(self.producer_id, generation, version, self.seq[p], watermark,
+                            idle)))
         if wait:
             self.producer.flush()
         else:
@@ -292,9 +294,9 @@ class ChannelFanout:
         return self.producer.flush()
 
     def markers(self, generation: int, version: int, watermark: int | None = None, *,
-                wait: bool = True) -> None:
+                wait: bool = True, idle: bool = False) -> None:
         for w in self.writers:
-            w.markers(generation, version, watermark, wait=False)
+            w.markers(generation, version, watermark, wait=False, idle=idle)
         if wait:   # one producer: one flush for every writer's markers
             self.producer.flush()
 

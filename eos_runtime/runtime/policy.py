@@ -136,6 +136,10 @@ class InputPolicy(Protocol):
     def watermark(self) -> int | None:
         """The task's event-time watermark as of its latest checkpoint (W4, T4)."""
 
+    @property
+    def idle(self) -> bool:
+        """Every input lane idle as of its latest checkpoint (W7): its markers say so."""
+
     def alignment(self, now: float) -> dict[str, float | None]:
         """What the checkpoint about to be taken waited for (its metrics)."""
 
@@ -185,6 +189,10 @@ class Aligned:
     def watermark(self) -> int | None:
         return self.aligner.watermark
 
+    @property
+    def idle(self) -> bool:
+        return self.aligner.idle
+
     def resume_offsets(self) -> dict[Channel, int | None]:
         return self.aligner.resume_offsets()
 
@@ -205,7 +213,7 @@ class Aligned:
                         else None)
                 self._first_marker = (time.monotonic(), late)
             if al.on_marker(c, offset, msg.producer_id, msg.generation, msg.version,
-                            msg.watermark):
+                            msg.watermark, msg.idle):
                 return Action.CHECKPOINT
             return Action.ALIGNING
         assert type(msg) is wire.Restore
@@ -304,6 +312,10 @@ class Unaligned:
     def watermark(self) -> int | None:
         return self.tracker.watermark
 
+    @property
+    def idle(self) -> bool:
+        return self.tracker.idle
+
     def resume_offsets(self) -> dict[Channel, int | None]:
         return dict(self.tracker.resume_offsets())
 
@@ -318,7 +330,8 @@ class Unaligned:
             self.tracker.on_data(c, offset)
             return Action.PROCESS
         if type(msg) is wire.Marker:
-            self.tracker.on_marker(c, offset, msg.producer_id, msg.version, msg.watermark)
+            self.tracker.on_marker(c, offset, msg.producer_id, msg.version, msg.watermark,
+                                   msg.idle)
         else:
             self.tracker.on_other(c, offset)
         return Action.NOTHING

@@ -200,6 +200,8 @@ class SourceSide:
         self.stopped = False
         # W2, for a job with event time: from the last commit's watermark on
         self.event_time: SourceWatermark | TableWatermark | None = None
+        self._may_idle = False    # W7: its source has an idle_after
+        self._said_idle = False   # W7: its last checkpoint's markers said idle
         if plan.event_time and stage.source is not None and stage.source.table:
             self.event_time = TableWatermark()
         elif plan.event_time:
@@ -207,6 +209,7 @@ class SourceSide:
             self.event_time = SourceWatermark(
                 parts, restored=commit.watermark if commit is not None else None,
                 idle_after_ms=round((src.idle_after if src is not None else 0) * 1000))
+            self._may_idle = self.event_time.idle_after_ms > 0
 
     def finished(self) -> bool:
         """The run is over: input read to its end (bounded), or a stop request."""
@@ -256,7 +259,8 @@ class SourceSide:
         timer = self.timer
         if not timer.due():
             return None
-        if not checkpoint_needed(self.guarantee, self.inputs(), self._recorded):
+        if not checkpoint_needed(self.guarantee, self.inputs(), self._recorded,
+                                 unannounced_idleness=self._may_idle and not self._said_idle):
             timer.reset()
             return None
         return self.versions.for_checkpoint(timer.line_ms(),
@@ -266,6 +270,7 @@ class SourceSide:
         self.versions.committed(version)
         self.timer.reset()
         self._recorded = self.inputs()
+        self._said_idle = self.idle()   # on this checkpoint's markers (W7)
 
     def recorded(self) -> None:
         """A commit recorded this task's positions (the committer calls this after the
@@ -303,6 +308,10 @@ class SourceSide:
                       if max(self.positions[p], self.consumer.position(self.tps[p]))
                       < self._t.watermarks(self.tps[p])[1]]
         return self.event_time.at_checkpoint(behind, round(clock.wall() * 1000))
+
+    def idle(self) -> bool:
+        """W7: the source is idle as of its last ``watermark()``."""
+        return self.event_time is not None and self.event_time.idle
 
     def inputs(self) -> tuple[wire.InputPosition, ...]:
         return tuple(wire.InputPosition(self.topic, p, off)

@@ -344,7 +344,9 @@ class _Task:
             except ProtocolViolation as exc:
                 raise ProtocolViolation(f"task {self.id}: {exc}") from None
             if due is not None:
-                self._checkpoint(due, src.inputs(), src.watermark(), recorded=src.recorded)
+                watermark = src.watermark()
+                self._checkpoint(due, src.inputs(), watermark, recorded=src.recorded,
+                                 idle=src.idle())
                 src.committed(due)
                 self.stats.committed_to = dict(src.positions)
         self.stats.stopped = src.stopped
@@ -356,13 +358,13 @@ class _Task:
     def _checkpoint(self, version: int, inputs: tuple[wire.InputPosition, ...],
                     watermark: int | None, fences: tuple[wire.ProducerFence, ...] = (),
                     alignment: dict[str, float | None] | None = None,
-                    recorded: Any = None) -> None:
+                    recorded: Any = None, idle: bool = False) -> None:
         """Checkpoint ``version``: the windows its watermark closes first (W5), their
-        results of this version; then the committer's steps."""
+        results of this version; then the committer's steps (``idle``: W7)."""
         self.records.fire(watermark, version)
         faults.crash_point("task.window.fired")
         self.committer.checkpoint(version, inputs, fences, alignment=alignment,
-                                  recorded=recorded, watermark=watermark)
+                                  recorded=recorded, watermark=watermark, idle=idle)
 
     def _send_output(self) -> None:
         """What a poll batch made goes out (``Committer.send_output`` says which); each
@@ -434,7 +436,7 @@ class _Task:
         process = self.records.data
         for version, inputs, fences, watermark in policy.checkpoints():
             self._checkpoint(version, inputs, watermark, fences,
-                             policy.alignment(time.monotonic()))
+                             policy.alignment(time.monotonic()), idle=policy.idle)
             for msg, topic, partition, offset in policy.released():
                 process(msg, topic, partition, offset, policy.version)
         seeks = policy.seeks()

@@ -135,6 +135,12 @@ def _optional_tail(f: list[Any], n: int, name: str) -> int | None:
 
 
 def _read_marker(f: list[Any]) -> Marker:
+    if type(f) is list and len(f) == 6:   # W7: an idle producer's
+        if f[5] is not True:
+            raise _Malformed(f"marker field 6 (idle) is {f[5]!r}, expected true")
+        watermark = None if f[4] is None else _int(f[4], INT64, "marker watermark")
+        return Marker(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
+                      _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark, True)
     watermark = _optional_tail(f, 4, "marker")
     return Marker(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
                   _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark)

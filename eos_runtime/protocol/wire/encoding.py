@@ -137,11 +137,14 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
         case DataBatch():
             return encode_batch(record.producer_id, record.generation, record.version,
                                 record.seq, record.keys, record.values, record.timestamps)
-        case Marker(producer_id, generation, version, seq, watermark):
+        case Marker(producer_id, generation, version, seq, watermark, idle):
             fields: list[Any] = [_check(producer_id, INT32, "producer_id"),
                                  _check(generation, INT32, "generation"),
                                  _check(version, INT64, "version"), _check(seq, INT64, "seq")]
-            if watermark is not None:   # without one the record stays SEP-10's, to the byte
+            if idle:   # W7: the watermark (nil if none yet), then true
+                fields += [None if watermark is None else _check(watermark, INT64, "watermark"),
+                           True]
+            elif watermark is not None:   # without one the record stays SEP-10's, to the byte
                 fields.append(_check(watermark, INT64, "watermark"))
             return _header(RecordType.MARKER) + _packb(fields)
         case Restore(producer_id, generation, version):

@@ -108,13 +108,17 @@ class DataBatch:
 class Marker:
     """Checkpoint command: every message of ``producer_id`` before it is of version
     <= ``version``. ``watermark``: the producer's event-time watermark at ``version``
-    (W3), None where it keeps none (then the record is as SEP-10's, four fields)."""
+    (W3), None where it keeps none (then the record is as SEP-10's, four fields).
+    ``idle``: the producer holds no event time back at ``version`` (W7): none of its
+    inputs brought a record within its ``idle_after``; a sixth field, written only when
+    true."""
 
     producer_id: int
     generation: int
     version: int
     seq: int
     watermark: int | None = None
+    idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
