@@ -23,7 +23,7 @@ from eos_runtime.transport import TopicSpec, Transport
 __all__ = ["WORDS", "word_lines", "page_views", "produce", "run_by_count",
            "check_wordcount_exactly_once",
            "check_wordcount_at_least_once", "check_pageviews_exactly_once", "encode_lines",
-           "encode_views"]
+           "encode_views", "run_until_a_result"]
 
 
 def produce(transport: Transport, topic: str, values: list[bytes], partitions: int = 2) -> None:
@@ -89,3 +89,23 @@ def encode_lines(lines: list[str]) -> list[bytes]:
 
 def encode_views(views: list[dict]) -> list[bytes]:
     return [json.dumps(v).encode() for v in views]
+
+
+def run_until_a_result(pipeline, tmp_path, opts: dict) -> None:
+    """An unbounded run (commit interval 0.2 s) until its sink has a committed record,
+    then stopped: for a result that must come while the run goes on (a window closed
+    by the watermark), not only at its stop."""
+    import time
+
+    from eos_runtime.runner import start_pipeline
+
+    run = start_pipeline(pipeline, **opts, state_dir=str(tmp_path / "state"), bounded=False,
+                         commit_interval=0.2)
+    try:
+        deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
+        while run.progress()["sink_records"] < 1:
+            assert time.monotonic() < deadline, f"no result committed: {run.progress()}"
+            time.sleep(0.2)
+    finally:
+        run.stop("the test saw a result committed")
+        run.wait()

@@ -22,7 +22,7 @@ from eos_runtime.runner import load_pipeline
 from eos_runtime.testing import TestRun, run_steps
 from eos_runtime.transport import TopicSpec, open_transport
 
-from pipeline_oracles import run_by_count
+from pipeline_oracles import run_by_count, run_until_a_result
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "clickstream.py"
 
@@ -327,9 +327,6 @@ def test_a_window_after_a_lookup_closes_while_the_run_goes_on(tmp_path):
     W4's lowest over the lookup's lanes was None for the whole run: no window after a
     lookup closed until the run ended (and its state grew). An unbounded run now commits
     the first window once a click 5 s later is read, before anything is stopped."""
-    import time
-
-    from eos_runtime.runner import start_pipeline
     from eos_runtime.windows import tumbling
 
     opts = {"data_dir": str(tmp_path / "data")}
@@ -347,16 +344,7 @@ def test_a_window_after_a_lookup_closes_while_the_run_goes_on(tmp_path):
                 prod.produce(f"clicks-{suffix}", i % 2,
                              json.dumps({"user": "u1", "at": at}).encode())
             prod.flush()
-    run = start_pipeline(p, **opts, state_dir=str(tmp_path / "state"), bounded=False,
-                         commit_interval=0.2)
-    try:
-        deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
-        while run.progress()["sink_records"] < 1:
-            assert time.monotonic() < deadline, f"no window closed: {run.progress()}"
-            time.sleep(0.2)
-    finally:
-        run.stop("the test saw the first window committed")
-        run.wait()
+    run_until_a_result(p, tmp_path, opts)
     with open_transport(**opts) as t:
         out = [(r.key, json.loads(r.value)) for r in read_output(t, f"per-user-{suffix}",
                                                                    job=p.name)]

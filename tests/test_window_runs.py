@@ -17,7 +17,7 @@ from eos_runtime.joblog.committed import read_output
 from eos_runtime.transport import open_transport
 from eos_runtime.windows import tumbling
 
-from pipeline_oracles import run_by_count
+from pipeline_oracles import run_by_count, run_until_a_result
 from test_pipelines import KINDS, transport_opts
 
 SIZE, GRACE = 1_000, 300
@@ -282,9 +282,6 @@ def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarante
     Their source tasks' watermarks were None (nothing read), and W4 takes the minimum over
     every producer, so no window closed until the run was stopped, idle_after or not.
     With idle_after they say idle, and the window commits while the run goes on."""
-    import time
-
-    from eos_runtime.runner import start_pipeline
     from eos_runtime.transport import TopicSpec
 
     opts = {"data_dir": str(tmp_path / "data")}
@@ -300,16 +297,7 @@ def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarante
             for at in (0, 300, 600, 900, 5000, 5100):
                 prod.produce(f"a-{suffix}", 0, json.dumps({"page": "/", "at": at}).encode())
             prod.flush()
-    run = start_pipeline(p, **opts, state_dir=str(tmp_path / "state"), bounded=False,
-                         commit_interval=0.2)
-    try:
-        deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
-        while run.progress()["sink_records"] < 1:
-            assert time.monotonic() < deadline, f"no window closed: {run.progress()}"
-            time.sleep(0.2)
-    finally:
-        run.stop("the test saw the first window committed")
-        run.wait()
+    run_until_a_result(p, tmp_path, opts)
     with open_transport(**opts) as t:
         out = [json.loads(r.value) for r in read_output(t, f"per-page-{suffix}", job=p.name)]
     assert out[0] == {"start": 0, "end": 1000, "value": 4}, out
