@@ -156,3 +156,56 @@ def test_layout_changes_names_each_change_once():
         "stage 1's sinks out x1 -> out x3; checkpoints changelog -> kafka")
     assert layout_changes(was, (was[0].replace("j.shuffle-1 x2", "out x1"), was[2])) == (
         "stages 2 -> 1; stage 0's sinks none -> out x1")
+
+
+def _named(click, row):
+    return {**click, "name": row}
+
+
+def _aged(click, row):
+    return {**click, "age": row}
+
+
+def _click_user(click):
+    return click["user"]
+
+
+def test_lookups_written_in_another_order_are_a_layout_change(tmp_path):
+    """A table's store is named by the order of its first lookup (table0, table1): two
+    lookups written the other way round kept the same layout, and the next run read each
+    table's rows from the other's store (an age as a name)."""
+    tag = uuid.uuid4().hex[:6]
+
+    def pipeline(first: str) -> Pipeline:
+        p = Pipeline(f"enrich-{tag}")
+        tables = {n: p.table(f"{n}-{tag}", value="json") for n in ("names", "ages")}
+        joins = {"names": _named, "ages": _aged}
+        second = "ages" if first == "names" else "names"
+        (p.source(f"clicks-{tag}", value="json").key_by(_click_user)
+         .lookup(tables[first], join=joins[first]).lookup(tables[second], join=joins[second])
+         .sink(f"out-{tag}", value="json"))
+        return p
+
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"{n}-{tag}", 1) for n in ("clicks", "names", "ages")])
+        ControlLog(t, f"enrich-{tag}").start_run(plan_job(pipeline("names"), t), bounded=True)
+        ControlLog(t, f"enrich-{tag}").check_layout(plan_job(pipeline("names"), t))  # same
+        with pytest.raises(ConfigError) as info:
+            ControlLog(t, f"enrich-{tag}").start_run(plan_job(pipeline("ages"), t),
+                                                     bounded=True)
+        first = str(info.value).splitlines()[0]
+        assert first.endswith(f"stage 3's lookups table0=names-{tag}, table1=ages-{tag} -> "
+                              f"table0=ages-{tag}, table1=names-{tag}"), first
+
+
+def test_a_layout_recorded_before_lookups_were_named_is_not_refused_for_it():
+    from eos_runtime.joblog.layout import layouts_differ
+
+    was = ("stage 0: input users x1, tasks 0, stores [], output j.shuffle-2 x1",
+           "stage 1: input clicks x1, tasks 1, stores [], output j.shuffle-2 x1",
+           "stage 2: input j.shuffle-2 x1, tasks 2, stores [table0], output out x1",
+           "guarantee exactly-once")
+    now = was[:3] + ("lookups of stage 2: table0=users",) + was[3:]
+    assert not layouts_differ(was, now)      # an older run's layout names no lookups
+    assert layouts_differ(now, now[:3] + ("lookups of stage 2: table0=clicks",) + now[4:])
+    assert not layouts_differ(now, now)

@@ -43,7 +43,14 @@ from ..protocol import wire
 from ..protocol.lease import DEAD, EXPIRED, FREE, HELD, LeaseState, fold_lease, release_for
 from ..protocol.runs import MAX_RUN
 from ..transport import Record, TopicPartition, TopicSpec, Transport
-from .layout import job_layout, layout_changes, layout_guarantee, layout_sinks, layout_stages
+from .layout import (
+    job_layout,
+    layout_changes,
+    layout_guarantee,
+    layout_sinks,
+    layout_stages,
+    layouts_differ,
+)
 from .tail import backwards, read_range
 
 __all__ = ["DEFAULT_LEASE_TIMEOUT", "ControlLog", "JobScan", "LeaseRequest", "RunInfo",
@@ -282,7 +289,7 @@ class ControlLog:
         except TopicNotFound:
             return None
         layout = job_layout(plan)
-        if last is not None and last.start.layout != layout:
+        if last is not None and layouts_differ(last.start.layout, layout):
             was = "\n    ".join(last.start.layout)
             now = "\n    ".join(layout)
             raise ConfigError(

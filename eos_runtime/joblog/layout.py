@@ -17,7 +17,12 @@ from ..plan import JobPlan
 
 __all__ = ["StageLayout", "job_layout", "layout_changes", "layout_channels", "layout_checkpoints",
            "layout_guarantee", "layout_job_id", "layout_sinks", "layout_sources",
-           "layout_stages"]
+           "layout_stages", "layouts_differ"]
+
+#: A stage's table stores and the table each holds: "lookups of stage 2: table0=users".
+#: Store names are positional (the order of first lookup), so without it two lookups
+#: written the other way round kept the layout, and each read the other table's rows.
+_LOOKUPS = "lookups of stage "
 
 
 def job_layout(plan: JobPlan) -> tuple[str, ...]:
@@ -29,6 +34,11 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
         outputs = " + ".join(f"{o.topic} x{o.partitions}" for o in st.outputs)
         lines.append(f"stage {st.index}: input {st.input_topic} x{st.input_partitions}, "
                      f"tasks {tasks}, stores [{', '.join(st.stores)}], output {outputs}")
+        tables = sorted({store: plan.stages[plan.tasks[t].stage].input_topic
+                         for t, store in st.table_rows}.items())
+        if tables:
+            lines.append(f"{_LOOKUPS}{st.index}: "
+                         + ", ".join(f"{store}={topic}" for store, topic in tables))
     lines.append(f"guarantee {plan.guarantee}")
     if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
         lines.append(f"checkpoints {plan.checkpoints}")
@@ -131,7 +141,27 @@ def layout_changes(was: tuple[str, ...], now: tuple[str, ...]) -> str:
         x, y = _layout_entry(was, name) or default, _layout_entry(now, name) or default
         if x != y:
             changes.append(f"{name} {x} -> {y}")
+    if any(line.startswith(_LOOKUPS) for line in was):   # (older layouts name none)
+        old_l, new_l = _lookups(was), _lookups(now)
+        for stage in sorted(old_l.keys() | new_l.keys(), key=int):
+            x, y = old_l.get(stage, "none"), new_l.get(stage, "none")
+            if x != y:
+                changes.append(f"stage {stage}'s lookups {x} -> {y}")
     return "; ".join(changes) or "its stages are written differently"
+
+
+def layouts_differ(was: tuple[str, ...], now: tuple[str, ...]) -> bool:
+    """Whether a run of layout ``now`` is refused after one of ``was``. A layout recorded
+    before lookups were named in it (no such line at all) is compared without them."""
+    if not any(line.startswith(_LOOKUPS) for line in was):
+        now = tuple(line for line in now if not line.startswith(_LOOKUPS))
+    return was != now
+
+
+def _lookups(layout: tuple[str, ...]) -> dict[str, str]:
+    """Per stage (its index as written), the "table0=users, ..." of its lookups line."""
+    return dict(line[len(_LOOKUPS):].split(": ", 1) for line in layout
+                if line.startswith(_LOOKUPS))
 
 
 def _ids(ids: tuple[int, ...]) -> str:
