@@ -124,6 +124,8 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
     (P5) and, in a bounded run, where the input ends."""
     if ends is None:
         ends = run_start_ends(transport, plan)
+    if "timestamps_ahead_ms" not in options:
+        options["timestamps_ahead_ms"] = timestamps_ahead(transport, plan)
     found = startpoints or {}
     configs = []
     for t in plan.tasks:
@@ -136,6 +138,25 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
                                   end_offsets=dict(own) if bounded else {},
                                   run_start_ends=own, **options))
     return configs
+
+
+def timestamps_ahead(transport: Transport, plan: JobPlan) -> int | None:
+    """How far past the wall clock an event time may be (ms): the least any sink or the
+    dead-letter topic accepts in a record's timestamp (``TopicSpec.ahead_ms``), for a job
+    whose sources give event times; None: no bound. Asked after the topics exist: a topic
+    the job made has the broker's default."""
+    if not any(st.source is not None and st.source.timestamp is not None
+               for st in plan.source_stages):
+        return None
+    topics = [s.topic for s in plan.sinks] + ([plan.dead_letter_topic]
+                                              if plan.dead_letter_topic else [])
+    bounds = []
+    for topic in topics:
+        try:
+            bounds.append(transport.describe(topic).ahead_ms)
+        except TopicNotFound:
+            continue
+    return min((b for b in bounds if b is not None), default=None)
 
 
 def run_start_ends(transport: Transport, plan: JobPlan) -> dict[str, dict[int, int]]:

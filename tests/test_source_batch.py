@@ -157,3 +157,44 @@ def test_a_null_value_is_the_records_error_in_every_format(tmp_path, value):
     path.source_records(records, 3)
     assert dead is not None and len(dead._pending) == 1
     assert b"value is null" in dead._pending[0][2]
+
+
+def _ts(view):
+    return view["ts"]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_an_event_time_the_sinks_would_refuse_is_that_records_error(tmp_path, batched):
+    """Kafka 4 refuses a record timestamped over an hour ahead of its clock, and a sink
+    record carries its event time: one such record (a time in microseconds, a clock in
+    2099) failed every commit, dead letters or not, with an error naming a sink
+    partition. It is now the record's own error, a dead letter, and says what it is."""
+    import json
+    import time
+
+    t = open_transport(data_dir=str(tmp_path / "data"))
+    t.create_topics([TopicSpec("v.views", 1)])
+    p = Pipeline("v", dead_letters=True)
+    (p.source("v.views", value="json", timestamp=_ts).key_by(lambda v: v["page"])
+     .sink("v.out", value="json"))
+    plan = plan_job(p, t)
+    stage = plan.stages[0]
+    channels = ChannelWriter(Captured(), stage.outputs[0].topic, 1,  # type: ignore[arg-type]
+                             producer_id=0)
+    dead = SinkWriter(Sink("v.dead-letters", None, "json"), 1)
+    path = RecordPath("v", 0, stage, [channels], dead, TaskStats(0), plan=plan,
+                      timestamps_ahead_ms=3_600_000)
+    now = round(time.time() * 1000)
+    times = [now, now + 7_200_000, now * 1000, now + 60_000]
+    records = [Record("v.views", 0, i, None, json.dumps({"page": "/", "ts": ts}).encode(), 0)
+               for i, ts in enumerate(times)]
+    if batched:
+        path.source_records(records, 3)
+    else:
+        for r in records:
+            path.source_record(r, 3)
+    letters = [json.loads(v) for _, _, v, _ in dead._pending]
+    assert [letter["offset"] for letter in letters] == [1, 2]
+    assert "2.0 h ahead of this clock" in letters[0]["error"]
+    assert "microseconds or nanoseconds" in letters[1]["error"]
+    assert path.stats.emitted == 2

@@ -479,3 +479,11 @@ def test_a_closed_producer_writes_nothing_more(transport):
             p.produce(name, 0, b"late")
             p.flush()
     assert transport.watermarks(TopicPartition(name, 0)) == (0, 0)
+
+
+def test_describe_says_how_far_ahead_a_records_timestamp_may_be(transport):
+    """Kafka 4 refuses a record whose timestamp is over an hour ahead of its clock
+    (message.timestamp.after.max.ms), the local log nothing: a job checks event times
+    against it, since its sinks take them as their records' timestamps."""
+    spec = transport.describe(new_topic(transport))
+    assert spec.ahead_ms == (None if transport.name == "local" else 3_600_000)

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 import msgpack
 
+from .. import clock
 from ..api import FORMATS
 from ..errors import EosError, TaskFailed, UserFunctionError
 from ..plan import JobPlan, StagePlan
@@ -45,6 +46,16 @@ __all__ = ["RecordPath"]
 # arguments took 270 ns a message, where the plain call takes 110
 _unpack = unpack
 
+def too_far_ahead(topic: str, t: int, ahead: int, bound: int) -> str:
+    """The error of an event time the sinks' broker would refuse, with the likeliest cause."""
+    unit = (" (a time in microseconds or nanoseconds? event times are milliseconds)"
+            if t > 10**14 else "")
+    return (f"source {topic!r} timestamp function returned {t}, {ahead / 3_600_000:.1f} h "
+            f"ahead of this clock{unit}: the job's sink and dead-letter topics take a "
+            f"record's event time as its timestamp, and accept one at most {bound} ms "
+            f"ahead (message.timestamp.after.max.ms)")
+
+
 #: A source record without a value: no format decodes one (bytes passed it on as None).
 NULL_VALUE = ("its value is null (a tombstone), and a source's records need one: give "
               "every record a value, or read the topic as a table, where a null value "
@@ -57,15 +68,18 @@ class RecordPath:
                  writers: Sequence[ChannelWriter | SinkWriter], dead: SinkWriter | None,
                  stats: TaskStats, lag: float = 0.0, store: TaskStore | None = None,
                  max_record_bytes: int | None = None, event_time: bool = False,
-                 plan: JobPlan | None = None, tracebacks: bool = False) -> None:
+                 plan: JobPlan | None = None, tracebacks: bool = False,
+                 timestamps_ahead_ms: int | None = None) -> None:
         """``writers``: one per output of the stage, in its order. ``max_record_bytes``:
         the largest record the transport's producers send (None: not known), which a dead
         letter must fit. ``event_time``: the job keeps watermarks, so a source task notes
         the highest event time read per partition (``event_highs``, W2). ``plan``: the
         job's, for errors that name the stages a record came from and goes to.
-        ``tracebacks``: a dead letter carries the user's frames."""
+        ``tracebacks``: a dead letter carries the user's frames. ``timestamps_ahead_ms``:
+        how far past the wall clock the sinks take a record's time (None: no bound)."""
         self.job, self.task_id, self.stage = job, task_id, stage
         self.tracebacks = tracebacks
+        self._ahead_ms = timestamps_ahead_ms
         self._stream = _stream_of(stage, plan)
         # Per output: how an error names the values crossing its key_by, and the key_by.
         self._crossings = [(value_origin(stage.program, k, stage.source),
@@ -215,7 +229,12 @@ class RecordPath:
     def _event_time(self, value: Any) -> int:
         src = self.stage.source
         assert src is not None and src.timestamp is not None
-        return event_time_of(src.timestamp, src.topic, value)
+        t = event_time_of(src.timestamp, src.topic, value)
+        if self._ahead_ms is not None:
+            ahead = t - round(clock.wall() * 1000)
+            if ahead > self._ahead_ms:   # the sink would refuse it, and every retry with it
+                raise UserFunctionError(too_far_ahead(src.topic, t, ahead, self._ahead_ms))
+        return t
 
     def _late(self, windows: Program, topic: str, partition: int, offset: int,
               timestamp: int, key: bytes | None, value: bytes | None) -> None:

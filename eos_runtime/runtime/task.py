@@ -90,6 +90,9 @@ class TaskConfig:
     snapshot_min_records: int = field(default_factory=lambda: snapshot_min_records())
     # a dead letter carries the user's frames of its error: EOS_TRACEBACK, read by the driver
     user_tracebacks: bool = field(default_factory=lambda: tracebacks_wanted())
+    # how far past the wall clock an event time may be, which the sinks and dead-letter
+    # topic take as their records' timestamps (run_start.timestamps_ahead; None: no bound)
+    timestamps_ahead_ms: int | None = None
 
 
 #: Channel records a channel task takes per poll. Each is a batch of up to BATCH_MESSAGES
@@ -272,7 +275,8 @@ class _Task:
                                   lag=_lag_of(config, attempt), store=self.store,
                                   max_record_bytes=transport.max_record_bytes(),
                                   event_time=self.plan.event_time, plan=self.plan,
-                                  tracebacks=config.user_tracebacks)
+                                  tracebacks=config.user_tracebacks,
+                                  timestamps_ahead_ms=config.timestamps_ahead_ms)
         self.consumer: Consumer | None = None
         self._closers: list[Any] = []
 

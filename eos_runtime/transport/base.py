@@ -59,6 +59,10 @@ class TopicSpec:
     partitions: int = 1
     compacted: bool = False
     keep_forever: bool = field(default=False, compare=False)
+    #: how far past its clock a record's timestamp may be (ms), as ``describe`` found it
+    #: (Kafka's message.timestamp.after.max.ms: an hour by default on Kafka 4); None: no
+    #: bound (the local log)
+    ahead_ms: int | None = field(default=None, compare=False)
 
 
 class TopicPartition(NamedTuple):

@@ -351,7 +351,14 @@ class KafkaTransport(Transport):
         policy = entries.get("cleanup.policy")
         value = (policy.value or "") if policy is not None else ""
         compacted = "compact" in [v.strip() for v in value.split(",")]
-        return TopicSpec(topic, partitions, compacted)
+        ahead = entries.get("message.timestamp.after.max.ms")
+        try:
+            ahead_ms: int | None = int(ahead.value) if ahead is not None else None
+        except (TypeError, ValueError):
+            ahead_ms = None
+        if ahead_ms is not None and ahead_ms >= 2**63 - 1:   # Long.MAX_VALUE: no bound
+            ahead_ms = None
+        return TopicSpec(topic, partitions, compacted, ahead_ms=ahead_ms)
 
     def list_topics(self) -> list[str]:
         md = self._retrying("list topics",
