@@ -169,6 +169,13 @@ class JobPlan:
         return tuple(dict.fromkeys(o.topic for st in self.stages for o in st.shuffles))
 
 
+#: A compacted topic keeps the last record of each key, and Kafka refuses one without a
+#: key: every commit holding such a record would fail, on every attempt.
+_COMPACTED = ("{what} is compacted, and {records}: Kafka refuses a record without a key "
+              "on a compacted topic, so every commit would fail; give it a topic with "
+              "cleanup.policy=delete")
+
+
 def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None = None,
              commit_interval: float | None = None, commit_every: int | None = None,
              parallelism: int | None = None, sink_partitions: int | None = None,
@@ -226,9 +233,15 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     sink_parts: dict[str, int] = {}
     for sink in pipeline.sinks:
         try:
-            sink_parts[sink.topic] = transport.describe(sink.topic).partitions
+            spec = transport.describe(sink.topic)
         except TopicNotFound:
             sink_parts[sink.topic] = sink_partitions or 1
+        else:
+            sink_parts[sink.topic] = spec.partitions
+            if spec.compacted and sink.key_format is None:
+                raise ConfigError(_COMPACTED.format(what=f"sink topic {sink.topic!r}",
+                                                    records="its records have no key "
+                                                    "(the sink has no key format)"))
         if sink_partitions is not None and sink_partitions != sink_parts[sink.topic]:
             raise ConfigError(f"sink topic {sink.topic!r} exists with {sink_parts[sink.topic]} "
                               f"partitions; --sink-partitions {sink_partitions} contradicts "
@@ -275,9 +288,14 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     dead_parts = 1
     if dead_topic is not None:
         try:
-            dead_parts = transport.describe(dead_topic).partitions
+            dead = transport.describe(dead_topic)
         except TopicNotFound:
             pass
+        else:
+            dead_parts = dead.partitions
+            if dead.compacted:
+                raise ConfigError(_COMPACTED.format(what=f"dead-letter topic {dead_topic!r}",
+                                                    records="a dead letter has no key"))
     return JobPlan(pipeline.name, guarantee,
                    commit_interval if commit_interval is not None else pipeline.commit_interval,
                    commit_every if commit_every is not None else pipeline.commit_every,

@@ -126,6 +126,11 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
         ends = run_start_ends(transport, plan)
     if "timestamps_ahead_ms" not in options:
         options["timestamps_ahead_ms"] = timestamps_ahead(transport, plan)
+    if "letter_max_bytes" not in options and plan.dead_letter_topic is not None:
+        try:   # a dead letter must fit the topic as well as the producer
+            options["letter_max_bytes"] = transport.describe(plan.dead_letter_topic).max_bytes
+        except TopicNotFound:
+            pass
     found = startpoints or {}
     configs = []
     for t in plan.tasks:

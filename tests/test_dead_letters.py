@@ -286,3 +286,39 @@ def test_a_timer_that_raises_without_dead_letters_stops_the_run_naming_it(tmp_pa
                                           r"or timer at event time 1000 \(key 'bad'\).*not "
                                           r"retried"):
         run_pipeline(_orders_job("stops"), **opts, state_dir=str(tmp_path / "state"))
+
+
+@pytest.mark.kafka
+def test_a_letter_fits_the_dead_letter_topics_own_max_message_bytes(tmp_path, kafka_bootstrap):
+    """A letter was cut to the producer's limit only: a dead-letter topic made with a
+    smaller max.message.bytes (20 000) refused the letter of a 600 KB record on every
+    commit, so the one record meant to be set aside stopped the job."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"small-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    made = admin.create_topics([NewTopic(f"{name}.dead-letters", 1, 1,
+                                         config={"max.message.bytes": "20000"})])
+    made[f"{name}.dead-letters"].result(30)
+    text = ("0123456789" * 60_000).encode()
+    [letter] = _run_one_task(tmp_path, {"bootstrap_servers": kafka_bootstrap}, name,
+                             [text, b"small"])
+    assert letter["_bytes"] <= 20_000 and letter["truncated"] == ["value"]
+
+
+@pytest.mark.parametrize("which", ["dead letters", "unkeyed sink"])
+def test_a_compacted_topic_for_records_without_a_key_is_refused_at_plan(tmp_path, which):
+    """Kafka refuses a record without a key on a compacted topic: a compacted dead-letter
+    topic, or a sink without a key format on one, failed every commit."""
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.plan import plan_job
+
+    pipeline = Pipeline("c")
+    pipeline.source("c.in", value="utf8").map(str.upper).sink("c.out")
+    compacted = "c.letters" if which == "dead letters" else "c.out"
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("c.in", 1), TopicSpec(compacted, 1, compacted=True)])
+        with pytest.raises(ConfigError, match=rf"'{compacted}' is compacted"):
+            plan_job(pipeline, t, dead_letters="c.letters")

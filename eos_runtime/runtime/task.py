@@ -93,6 +93,14 @@ class TaskConfig:
     # how far past the wall clock an event time may be, which the sinks and dead-letter
     # topic take as their records' timestamps (run_start.timestamps_ahead; None: no bound)
     timestamps_ahead_ms: int | None = None
+    # the largest record the dead-letter topic takes (its max.message.bytes; None: none
+    # known), which a letter must fit besides the producer's own limit
+    letter_max_bytes: int | None = None
+
+
+def _least(*bounds: int | None) -> int | None:
+    """The tightest of some bounds (None: no bound)."""
+    return min((b for b in bounds if b is not None), default=None)
 
 
 #: Channel records a channel task takes per poll. Each is a batch of up to BATCH_MESSAGES
@@ -273,7 +281,8 @@ class _Task:
                                    on_pending=self.progress.note_pending)
         self.records = RecordPath(self.plan.name, self.id, stage, writers, dead, self.stats,
                                   lag=_lag_of(config, attempt), store=self.store,
-                                  max_record_bytes=transport.max_record_bytes(),
+                                  max_record_bytes=_least(transport.max_record_bytes(),
+                                                          config.letter_max_bytes),
                                   event_time=self.plan.event_time, plan=self.plan,
                                   tracebacks=config.user_tracebacks,
                                   timestamps_ahead_ms=config.timestamps_ahead_ms)

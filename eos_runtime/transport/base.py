@@ -63,6 +63,9 @@ class TopicSpec:
     #: (Kafka's message.timestamp.after.max.ms: an hour by default on Kafka 4); None: no
     #: bound (the local log)
     ahead_ms: int | None = field(default=None, compare=False)
+    #: the largest record the topic takes (Kafka's max.message.bytes), as ``describe``
+    #: found it; None: no bound known
+    max_bytes: int | None = field(default=None, compare=False)
 
 
 class TopicPartition(NamedTuple):

@@ -66,6 +66,15 @@ _T = TypeVar("_T")
 PRODUCER_QUEUE_KBYTES = 32 << 10
 
 
+def _int_config(entries: Mapping[str, Any], name: str) -> int | None:
+    """A topic config entry's value as an int (None: absent or not a number)."""
+    entry = entries.get(name)
+    try:
+        return int(entry.value) if entry is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _topic_config(spec: TopicSpec) -> dict[str, str]:
     config = {"cleanup.policy": "compact"} if spec.compacted else {}
     if spec.keep_forever:   # the broker's default retention (7 days) would eat the history
@@ -351,14 +360,11 @@ class KafkaTransport(Transport):
         policy = entries.get("cleanup.policy")
         value = (policy.value or "") if policy is not None else ""
         compacted = "compact" in [v.strip() for v in value.split(",")]
-        ahead = entries.get("message.timestamp.after.max.ms")
-        try:
-            ahead_ms: int | None = int(ahead.value) if ahead is not None else None
-        except (TypeError, ValueError):
-            ahead_ms = None
+        ahead_ms = _int_config(entries, "message.timestamp.after.max.ms")
         if ahead_ms is not None and ahead_ms >= 2**63 - 1:   # Long.MAX_VALUE: no bound
             ahead_ms = None
-        return TopicSpec(topic, partitions, compacted, ahead_ms=ahead_ms)
+        return TopicSpec(topic, partitions, compacted, ahead_ms=ahead_ms,
+                         max_bytes=_int_config(entries, "max.message.bytes"))
 
     def list_topics(self) -> list[str]:
         md = self._retrying("list topics",
