@@ -252,10 +252,15 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     for g in graph:
         if g.source is not None:
             source, parts = sources[g.index], source_parts[g.index]
-            par = source.parallelism or parallelism or parts
+            # A run's parallelism is at most each source's and table's partitions (a graph
+            # of a 4-partition stream and a 1-partition table runs at 4); a source's own
+            # parallelism asks for exactly that many tasks.
+            par = source.parallelism or min(parallelism or parts, parts)
             if par > parts:
-                raise ConfigError(f"source {source.topic!r} has {parts} partitions; a source "
-                                  f"stage cannot run {par} tasks: lower its parallelism")
+                kind = "table" if source.table else "source"
+                raise ConfigError(f"{kind} {source.topic!r} has {parts} partitions; its "
+                                  f"{kind}(parallelism={par}) asks for more tasks than that: "
+                                  f"lower it")
         else:
             shuffle = g.shuffle_in
             assert shuffle is not None

@@ -359,3 +359,23 @@ def test_the_testing_helper_refuses_a_table_row_without_a_key_or_with_a_bad_one(
             test.send({"users": [(None, {"country": "NO"})]})
         with pytest.raises(ConfigError, match="cannot be a key of table"):
             test.send({"users": [(1, None)]})
+
+
+def test_a_runs_parallelism_stops_at_a_tables_partitions_and_a_sources_own_is_exact(tmp_path):
+    """``--parallelism 4`` refused a graph of a 4-partition stream and a 1-partition table
+    ("source 'users' has 1 partitions; a source stage cannot run 4 tasks"): a run's
+    parallelism is at most each source's and table's partitions. A source's own
+    ``parallelism`` still asks for exactly that many."""
+    from eos_runtime.plan import plan_job
+
+    suffix = uuid.uuid4().hex[:8]
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec(f"users-{suffix}", 1), TopicSpec(f"clicks-{suffix}", 4)])
+        plan = plan_job(clickstream(suffix), t, parallelism=4)
+        by_input = {st.input_topic: len(st.task_ids) for st in plan.stages}
+        assert by_input[f"users-{suffix}"] == 1 and by_input[f"clicks-{suffix}"] == 4
+        p = Pipeline(f"own-{suffix}")
+        p.source(f"users-{suffix}", parallelism=2).map(str).sink(f"out-{suffix}")
+        with pytest.raises(ConfigError, match=rf"source 'users-{suffix}' has 1 partitions; "
+                                              rf"its source\(parallelism=2\)"):
+            plan_job(p, t)
