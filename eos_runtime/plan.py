@@ -26,7 +26,7 @@ from typing import Any
 from .api import Pipeline, Shuffle, Sink, Source, Step
 from .errors import ConfigError, TopicNotFound
 from .graph import Op, StageOutput, has_timers, is_chain, stage_graph, steps_of, stores_of
-from .topic_rules import check_outputs_not_kept, check_sinks_not_read
+from .topic_rules import check_inputs_not_kept, check_outputs_not_kept, check_sinks_not_read
 from .transport import TopicSpec, Transport
 
 __all__ = ["OutputPlan", "StagePlan", "TaskPlan", "JobPlan", "plan_job"]
@@ -191,6 +191,8 @@ def plan_job(pipeline: Pipeline, transport: Transport, *, guarantee: str | None 
     check_outputs_not_kept(pipeline.name, [s.topic for s in pipeline.sinks], dead_topic,
                            [*(s.topic for s in pipeline.sources),
                             *(t.topic for t in pipeline.tables)])
+    check_inputs_not_kept(pipeline.name, [s.topic for s in pipeline.sources],
+                          [t.topic for t in pipeline.tables])
     graph = stage_graph(pipeline)
     guarantee = guarantee or pipeline.processing_guarantee
     if guarantee not in ("exactly-once", "at-least-once"):

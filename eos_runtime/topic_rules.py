@@ -59,6 +59,18 @@ def check_outputs_not_kept(job: str, sinks: Sequence[str], dead_letters: str | N
                           f"the job: give it a topic of its own")
 
 
+def check_inputs_not_kept(job: str, sources: Sequence[str], tables: Sequence[str]) -> None:
+    """Refuse a source or table that is a topic the runtime keeps for the job itself: read
+    back, its own channel loops, and its change log or control records are no user's."""
+    for what, topics in (("source", sources), ("table", tables)):
+        for topic in topics:
+            kind = kept_for(job, topic)
+            if kind is not None:
+                raise ConfigError(f"{what} {topic!r} is the {kind} of job {job!r} itself, "
+                                  f"which the runtime keeps for it: a job cannot read it; "
+                                  f"read another topic, or read it from another job")
+
+
 def check_moves(job: str, what: str, moves: Mapping[str, str], known: list[str]) -> None:
     """Refuse a rename of a topic the pipeline does not have, to nothing, or onto another."""
     for old, new in moves.items():

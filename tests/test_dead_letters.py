@@ -322,3 +322,30 @@ def test_a_compacted_topic_for_records_without_a_key_is_refused_at_plan(tmp_path
         t.create_topics([TopicSpec("c.in", 1), TopicSpec(compacted, 1, compacted=True)])
         with pytest.raises(ConfigError, match=rf"'{compacted}' is compacted"):
             plan_job(pipeline, t, dead_letters="c.letters")
+
+
+@pytest.mark.parametrize("topic", ["j.shuffle-1", "j.changelog", "j.dead-letters",
+                                   "__eos_checkpoint_j_1"])
+@pytest.mark.parametrize("what", ["source", "table"])
+def test_a_job_may_not_read_a_topic_the_runtime_keeps_for_it(tmp_path, topic, what):
+    """A source or table could be the job's own channel (a loop through its own output),
+    change log or dead letters; planned, it read records of the runtime's as its input.
+    Another job may read them (its name differs)."""
+    from eos_runtime.errors import ConfigError
+    from eos_runtime.plan import plan_job
+
+    def pipeline(name: str) -> Pipeline:
+        p = Pipeline(name)
+        if what == "source":
+            p.source(topic, value="bytes").key_by(bytes).sink("j.out", value="bytes")
+        else:
+            users = p.table(topic, value="bytes")
+            (p.source("j.in", value="utf8").key_by(str).lookup(users, join=_first)
+             .sink("j.out"))
+        return p
+
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec(topic, 1), TopicSpec("j.in", 1)])
+        with pytest.raises(ConfigError, match=rf"{what} '{topic}' is the .* of job 'j' itself"):
+            plan_job(pipeline("j"), t)
+        assert plan_job(pipeline("other"), t).name == "other"
