@@ -122,6 +122,12 @@ def test_sink_overrides_name_the_sink_to_move_when_there_are_several():
         apply_overrides(p, None, (), ["nope=x"])
     with pytest.raises(ConfigError, match=r"two sinks would be one topic"):
         apply_overrides(p, None, (), ["long-x=counts-x"])
+    # one topic moved twice: the last one won, silently
+    with pytest.raises(ConfigError, match=r"--sink long-x=a and --sink long-x=b: 'long-x' "
+                                          r"moves to one topic; give it once"):
+        apply_overrides(p, None, (), ["long-x=a", "long-x=b"])
+    apply_overrides(p, None, (), ["long-x=a", "long-x=a"])   # the same twice: as once
+    assert p.sinks[0].topic == "a"
     one = Pipeline("one")
     one.source("in").sink("out")
     apply_overrides(one, None, (), ["out2"])        # the one sink, as before

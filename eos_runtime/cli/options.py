@@ -235,6 +235,9 @@ def _moves(option: str, given: Sequence[str],
             old, new = value.split("=", 1)
             if not old or not new:
                 raise ConfigError(f"{option} {value!r}: give OLD=NEW, both topics")
+            if old in moves and moves[old] != new:   # else the last one won, silently
+                raise ConfigError(f"{option} {old}={moves[old]} and {option} {value}: "
+                                  f"{old!r} moves to one topic; give it once")
             moves[old] = new
         else:
             plain.append(value)
