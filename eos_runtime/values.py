@@ -21,7 +21,8 @@ NO_KEY_WINDOW = ("this record has no key, and a window keeps its windows per key
                  "before the window, or give every record of the source topic a key")
 
 # json.dumps with options builds an encoder per call: one, built once, writes the same.
-_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+# allow_nan=False: NaN and Infinity are not JSON, and a reader of the sink would choke.
+_encode_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _json(value: Any) -> bytes:

@@ -267,3 +267,23 @@ def test_a_dict_with_int_keys_crosses_a_key_by_and_lives_in_state():
         run.close()
     encode, decode = FORMATS["msgpack"]
     assert decode(encode({1: [2]})) == {1: [2]}
+
+
+def test_a_json_sink_refuses_nan_and_infinity_which_are_not_json():
+    """Python's json writes NaN and Infinity by default; a reader of the sink in any
+    other language refuses them. They are now the record's error, naming the format."""
+    p = Pipeline("nan")
+    p.source("in", value="json").map(lambda v: float("nan") if v == 0 else float("inf")) \
+        .sink("out", value="json")
+    with TestRun(p) as run:
+        for v in (0, 1):
+            with pytest.raises(UserFunctionError, match=r"sink 'out'.*json.*not JSON compliant"):
+                run.send([v])
+    # and a task's sink writer, as a run writes
+    from eos_runtime.api import Sink
+    from eos_runtime.runtime.outputs import SinkWriter
+
+    writer = SinkWriter(Sink("out", "utf8", "json"), 1)
+    for value in (float("nan"), float("-inf")):
+        with pytest.raises(UserFunctionError, match=r"sink 'out'.*NaN and infinities"):
+            writer.write(b"\xa1k", [value], 0)

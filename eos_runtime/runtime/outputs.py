@@ -481,9 +481,10 @@ _TRUSTED: dict[str, Any] = {"utf8": str.encode, "json": FORMATS["json"][0],
 
 
 #: What each sink format encodes, for the error of a value it cannot.
-_TAKES = {"utf8": "a str", "bytes": "bytes", "json": "JSON values (dict, list, str, int, "
-          "float, bool, None)", "msgpack": "msgpack values (dict, list, str, bytes, int, "
-          "float, bool, None)"}
+_TAKES = {"utf8": "a str", "bytes": "bytes",
+          "json": "JSON values (dict, list, str, int, float but NaN and infinities, bool, "
+                  "None)",
+          "msgpack": "msgpack values (dict, list, str, bytes, int, float, bool, None)"}
 
 _TAKES_KEY = {"utf8": "a str", "bytes": "bytes", "json": "a str or an int"}
 
