@@ -593,3 +593,28 @@ def test_a_topic_name_the_log_cannot_hold_is_refused_everywhere(tmp_path, name):
         with pytest.raises(ConfigError, match="invalid fence id"):
             t.fenced_producer(name, 1)
     assert not (tmp_path / "topics").exists() or t.list_topics() == []
+
+
+def test_a_flush_that_fails_at_one_partition_appends_the_others_once(tmp_path, monkeypatch):
+    """A flush appends partition by partition; one failing at the second partition kept
+    the first's batch pending, and the flush tried again appended it twice."""
+    from eos_runtime.transport.locallog.transport import LocalLogTransport
+
+    with open_transport(data_dir=str(tmp_path)) as t, t.producer() as p:
+        t.create_topics([TopicSpec("t", 2)])
+        real, failed = LocalLogTransport._append, []
+
+        def append(self, tp, records, fence=None):
+            if tp.partition == 1 and not failed:
+                failed.append(tp)
+                raise TransportError("no space left (once)")
+            return real(self, tp, records, fence)
+
+        monkeypatch.setattr(LocalLogTransport, "_append", append)
+        p.produce("t", 0, b"a")
+        p.produce("t", 1, b"b")
+        with pytest.raises(TransportError, match="once"):
+            p.flush()
+        p.flush()
+        assert t.watermarks(TopicPartition("t", 0)) == (0, 1)
+        assert t.watermarks(TopicPartition("t", 1)) == (0, 1)

@@ -81,10 +81,13 @@ class _LocalProducer(Producer):
             self._pending[tp] = []
 
     def _append_pending(self) -> None:
-        for tp, batch in self._pending.items():
+        # Each partition's batch leaves the pending ones once appended: a flush that fails
+        # at a later partition, tried again, must not append the earlier ones twice.
+        for tp in list(self._pending):
+            batch = self._pending[tp]
             if batch:
                 self._written[tp] = self._log._append(tp, batch, self._fence)
-        self._pending.clear()
+            del self._pending[tp]
 
     def send(self) -> None:
         if self._fence is None:  # a fenced producer keeps one append per partition per flush
