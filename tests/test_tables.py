@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eos_runtime import Pipeline
-from eos_runtime.errors import ConfigError
+from eos_runtime.errors import ConfigError, UserFunctionError
 from eos_runtime.graph import stage_graph
 from eos_runtime.joblog.committed import read_output
 from eos_runtime.runner import load_pipeline
@@ -379,3 +379,19 @@ def test_a_runs_parallelism_stops_at_a_tables_partitions_and_a_sources_own_is_ex
         with pytest.raises(ConfigError, match=rf"source 'users-{suffix}' has 1 partitions; "
                                               rf"its source\(parallelism=2\)"):
             plan_job(p, t)
+
+
+def test_a_lookup_key_of_a_type_the_table_never_holds_is_an_error_not_a_silent_miss():
+    """A utf8-keyed table's keys are str; a stream keyed by an int user id missed every
+    row, in silence (an inner lookup dropped every record)."""
+    p = Pipeline("ids")
+    users = p.table("users", value="json")
+    (p.source("clicks", value="json").key_by(lambda c: c["user_id"])
+     .lookup(users, how="inner", join=lambda c, row: {**c, **row}).sink("out", value="json"))
+    with TestRun(p) as run:
+        run.send({"users": [("7", {"name": "Ann"})]})
+        with pytest.raises(UserFunctionError, match=r"lookup\('users'\): the stream's key 7 is "
+                                                    r"int, and table 'users' has utf8 keys"):
+            run.send({"clicks": [{"user_id": 7}]})
+        assert run.send({"clicks": [{"user_id": "7"}]}) == [(None, {"user_id": "7",
+                                                                     "name": "Ann"})]

@@ -233,10 +233,27 @@ class Program:
             after = fed
 
 
+#: The first bytes of a key (msgpack) a table of each key format can hold: a utf8 table's
+#: keys are str, a bytes table's bytes (json and msgpack tables: any key).
+_TABLE_KEY_HEADS = {"utf8": frozenset([*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB]),
+                    "bytes": frozenset([0xC4, 0xC5, 0xC6])}
+_KEY_KINDS = {"utf8": "str", "bytes": "bytes"}
+
+
 def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,
              values: list[Any]) -> list[Any]:
     """A lookup step on ``values`` (all of one record, so of one key): each with the
-    table's row for the key, or dropped (inner) / with None (left) where there is none."""
+    table's row for the key, or dropped (inner) / with None (left) where there is none.
+    A key of a type the table's keys never are is the record's error: it would miss every
+    time, in silence (an int user id looked up in a utf8-keyed table)."""
+    heads = _TABLE_KEY_HEADS.get(lookup.table.key_format)
+    if heads is not None and key_bytes and key_bytes[0] not in heads:
+        key = decode_key(key_bytes)
+        want = _KEY_KINDS[lookup.table.key_format]
+        raise UserFunctionError(
+            f"lookup({lookup.table.topic!r}): the stream's key {key!r} is {type(key).__name__}, "
+            f"and table {lookup.table.topic!r} has {lookup.table.key_format} keys, each a "
+            f"{want}: it can never match; key the stream by a {want} before the lookup")
     raw = get(key_bytes) if key_bytes is not None else None
     row = None if raw is None else unpack(raw)
     if row is None and lookup.how == "inner":
