@@ -198,3 +198,20 @@ def test_an_event_time_the_sinks_would_refuse_is_that_records_error(tmp_path, ba
     assert "2.0 h ahead of this clock" in letters[0]["error"]
     assert "microseconds or nanoseconds" in letters[1]["error"]
     assert path.stats.emitted == 2
+
+
+def test_a_record_its_format_cannot_decode_names_the_format_not_a_function(tmp_path):
+    """A non-UTF-8 line read as utf8 stopped the task with a bare UnicodeDecodeError and
+    "fix the function", though no function had seen it."""
+    path, _, dead = _path(tmp_path, "u", dead_letters=False)
+    bad = [Record("u.lines", 0, 7, None, b"\xff", 1_000)]
+    for run in (lambda: path.source_records(bad, 3), lambda: path.source_record(bad[0], 3)):
+        with pytest.raises(TaskFailed) as info:
+            run()
+        text = str(info.value)
+        assert "offset=7" in text and "its value is not utf8 (UnicodeDecodeError" in text
+        assert "fix what writes the topic or read it with the format it holds" in text
+        assert "fix the function" not in text
+    path, _, dead = _path(tmp_path, "v", dead_letters=True)
+    path.source_records(bad, 3)
+    assert dead is not None and b"its value is not utf8" in dead._pending[0][2]

@@ -154,11 +154,17 @@ class RecordPath:
         if self._savepoint is not None:
             self._savepoint()
         try:
-            key = key_de(r.key) if key_de is not None and r.key is not None else None
+            try:
+                key = key_de(r.key) if key_de is not None and r.key is not None else None
+            except Exception as exc:
+                raise self._undecodable("key", exc) from exc
             kb = encode_key(key) if key is not None else None
             if r.value is None:
                 raise UserFunctionError(NULL_VALUE)
-            value = self._src_value(r.value)
+            try:
+                value = self._src_value(r.value)
+            except Exception as exc:
+                raise self._undecodable("value", exc) from exc
             t = r.timestamp if self._src_time is None else self._event_time(value)
             if self.event_highs is not None:
                 high = self.event_highs.get(r.partition)
@@ -195,11 +201,17 @@ class RecordPath:
         out_stamps: list[int] = []
         for r in records:
             try:
-                key = key_de(r.key) if key_de is not None and r.key is not None else None
+                try:
+                    key = key_de(r.key) if key_de is not None and r.key is not None else None
+                except Exception as exc:
+                    raise self._undecodable("key", exc) from exc
                 kb = encode_key(key) if key is not None else None
                 if r.value is None:
                     raise UserFunctionError(NULL_VALUE)
-                value = value_de(r.value)
+                try:
+                    value = value_de(r.value)
+                except Exception as exc:
+                    raise self._undecodable("value", exc) from exc
                 t = r.timestamp if time_fn is None else self._event_time(value)
                 outs = run(kb, value)
                 if not outs:
@@ -216,6 +228,16 @@ class RecordPath:
             out_values += packed
             out_stamps += [t] * len(packed)
         self._send_gathered(out_keys, out_values, out_stamps, version)
+
+    def _undecodable(self, what: str, exc: Exception) -> UserFunctionError:
+        """A source record's key or value its format cannot decode: the record's error,
+        whose fix is in what wrote it or in the format, not in a function."""
+        src = self.stage.source
+        assert src is not None
+        fmt = src.key_format if what == "key" else src.value_format
+        err = UserFunctionError(f"its {what} is not {fmt} ({type(exc).__name__}: {exc})")
+        err.undecodable = True   # type: ignore[attr-defined]
+        return err
 
     def _send_gathered(self, keys: list[bytes | None], values: list[bytes],
                        stamps: list[int], version: int) -> None:
@@ -312,8 +334,14 @@ class RecordPath:
                                         f"a row (the table's rows are its records' keys)")
             key_de = self._src_key
             assert key_de is not None
-            kb = encode_key(key_de(r.key))
-            value = None if r.value is None else self._src_value(r.value)
+            try:
+                kb = encode_key(key_de(r.key))
+            except Exception as exc:
+                raise self._undecodable("key", exc) from exc
+            try:
+                value = None if r.value is None else self._src_value(r.value)
+            except Exception as exc:
+                raise self._undecodable("value", exc) from exc
             self._emit(kb, self.chain.run(kb, value), r.timestamp, version)
         except Exception as exc:
             if not isinstance(exc, UserFunctionError) and isinstance(exc, EosError):
@@ -564,6 +592,13 @@ class RecordPath:
                 # The fix is in the pipeline, not in the record: say that first.
                 failed = TaskFailed(f"{cause}; task {self.task_id} stopped at {at}, nothing "
                                     f"past this record was committed")
+            elif getattr(exc, "undecodable", False) or str(exc) == NULL_VALUE:
+                # No function saw it: the fix is in what wrote the topic, or its format.
+                failed = TaskFailed(f"task {self.task_id} stopped at {at}: {cause}; nothing "
+                                    f"past this record was committed: fix what writes the "
+                                    f"topic or read it with the format it holds, or run "
+                                    f"with --dead-letters to set such records aside in "
+                                    f"{self.job}.dead-letters and go on")
             else:
                 failed = TaskFailed(f"task {self.task_id} stopped at {at}: {cause}; nothing "
                                     f"past this record was committed: fix the function, or "
