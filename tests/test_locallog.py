@@ -618,3 +618,28 @@ def test_a_flush_that_fails_at_one_partition_appends_the_others_once(tmp_path, m
         p.flush()
         assert t.watermarks(TopicPartition("t", 0)) == (0, 1)
         assert t.watermarks(TopicPartition("t", 1)) == (0, 1)
+
+
+def test_a_write_to_a_topic_another_process_deleted_is_refused_not_acknowledged(tmp_path):
+    """A process's open files outlive another's delete_topics: its flush was acknowledged
+    (offsets 0 and 1) into files already removed, lost, and kept being after the topic
+    was made again (a fresh reader saw it empty)."""
+    writer = open_transport(data_dir=str(tmp_path))
+    other = open_transport(data_dir=str(tmp_path))
+    try:
+        writer.create_topics([TopicSpec("t", 1)])
+        with writer.producer() as p:
+            p.produce("t", 0, b"before")
+            p.flush()
+            other.delete_topics(["t"])
+            p.produce("t", 0, b"lost")
+            with pytest.raises(TopicNotFound, match="was deleted"):
+                p.flush()
+        other.create_topics([TopicSpec("t", 1)])
+        with writer.producer() as p:   # the writer finds the new topic
+            p.produce("t", 0, b"new")
+            assert p.flush() == {TP: 0}
+        assert other.watermarks(TP) == (0, 1)
+    finally:
+        writer.close()
+        other.close()

@@ -79,6 +79,28 @@ def _check_topic_name(name: str) -> None:
 _FENCE = struct.Struct("<q")
 
 
+
+def _lock_partitions(topic_dir: Path) -> list[int]:
+    """Every partition of a topic locked as an append locks it (its .end file), in
+    partition order; the descriptors, whose close releases them."""
+    fds: list[int] = []
+    try:
+        for end in sorted(topic_dir.glob("*.end"), key=lambda f: int(f.stem)):
+            fd = os.open(end, os.O_RDONLY)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except (OSError, ValueError):
+        pass   # what cannot be locked (a topic half deleted): the rename decides
+    return fds
+
+
+def _still_named(files: _PartitionFiles) -> bool:
+    """Whether a partition's open files are still the ones its path names."""
+    try:
+        return os.stat(f"{files.name}.end").st_ino == os.fstat(files.end).st_ino
+    except FileNotFoundError:
+        return False
+
 class LocalLogTransport(Transport):
     """The embedded log under ``data_dir``. Safe for several processes at once."""
 
@@ -167,14 +189,21 @@ class LocalLogTransport(Transport):
             if not (path / "topic.json").exists():
                 continue
             # Renamed out of the way first: the name is free at once and readers never see
-            # half a topic, whatever happens to the removal after it.
+            # half a topic, whatever happens to the removal after it. Under every
+            # partition's lock: an append is then wholly before the rename (deleted with
+            # the topic, as on Kafka), or finds its files gone (_append), never
+            # acknowledged into files already on their way out.
             doomed = self.topics_dir / f".deleting-{uuid.uuid4().hex}"
+            locks = _lock_partitions(path)
             try:
                 os.rename(path, doomed)
             except FileNotFoundError:
                 continue                      # another process deleted it first
             except OSError as exc:
                 raise self._not_writable(f"cannot delete topic {name!r}", exc) from None
+            finally:
+                for fd in locks:
+                    os.close(fd)
             shutil.rmtree(doomed, ignore_errors=True)
             deleted.append(name)
         return deleted
@@ -347,7 +376,12 @@ class LocalLogTransport(Transport):
         partition, every append of the newer generation."""
         files = self._writable_partition(tp)
         fcntl.flock(files.end, fcntl.LOCK_EX)
+        gone = False
         try:
+            if not _still_named(files):   # deleted (and maybe made again) by another process
+                gone = True
+                raise TopicNotFound(f"topic {tp.topic!r} was deleted from local log "
+                                    f"{self.root} while this process wrote to it")
             if fence is not None:
                 current = _FENCE.unpack(os.pread(fence[0], _FENCE.size, 0))[0]
                 if current != fence[2]:
@@ -412,3 +446,5 @@ class LocalLogTransport(Transport):
             raise TransportError(f"{files.name}: append failed ({exc})") from exc
         finally:
             fcntl.flock(files.end, fcntl.LOCK_UN)
+            if gone:   # its files are closed only once unlocked
+                self._forget(tp.topic)
