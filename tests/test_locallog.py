@@ -643,3 +643,31 @@ def test_a_write_to_a_topic_another_process_deleted_is_refused_not_acknowledged(
     finally:
         writer.close()
         other.close()
+
+
+def test_a_large_flush_is_written_without_a_second_copy_of_it(tmp_path):
+    """A fenced producer (exactly-once on the local log) appends a version in one flush; a
+    big state's snapshot is one. The flush joined its frames into one bytes object, so it
+    held the version twice (a review measured 80 MiB of memory for 40 MiB of records): a
+    state over half the free memory could never snapshot. Counted, not timed."""
+    import tracemalloc
+
+    with open_transport(data_dir=str(tmp_path)) as t:
+        t.create_topics([TopicSpec("t", 1)])
+        p = t.fenced_producer("job.task-0", 1)
+        try:
+            for i in range(40):
+                p.produce("t", 0, bytes([i]) * (1 << 20))
+            tracemalloc.start()
+            try:
+                assert p.flush() == {TP: 39}
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        finally:
+            p.close()
+        assert peak < 8 << 20, f"the flush allocated {peak >> 20} MiB for 40 MiB"
+        with t.consumer() as c:
+            c.assign({TP: 39})
+            [last] = c.poll(1, 5)
+        assert last.value == bytes([39]) * (1 << 20)

@@ -55,6 +55,22 @@ def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
         pos += n
 
 
+#: Buffers one pwritev takes (Linux's IOV_MAX is 1024).
+_IOV = 1024
+
+
+def _pwritev_all(fd: int, parts: list[bytes], pos: int) -> None:
+    """``parts`` written back to back from ``pos``, without joining them first: a batch
+    as large as a big state's snapshot would otherwise be held twice."""
+    for i in range(0, len(parts), _IOV):
+        group = parts[i:i + _IOV]
+        want = sum(len(b) for b in group)
+        n = os.pwritev(fd, group, pos)
+        if n < want:   # a short write: the rest as one buffer (rare)
+            _pwrite_all(fd, b"".join(group)[n:], pos + n)
+        pos += want
+
+
 class _Pointer:
     """The committed state of a partition, read from its ``.end`` file."""
 

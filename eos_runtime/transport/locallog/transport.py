@@ -57,6 +57,7 @@ from .files import (
     _Pointer,
     _punch_hole,
     _pwrite_all,
+    _pwritev_all,
     _scan,
     _write_pointer,
 )
@@ -427,11 +428,11 @@ class LocalLogTransport(Transport):
                 offset += 1
                 if ts > max_ts:
                     max_ts = ts
-            data = b"".join(parts)
             if is_armed("locallog.append.mid_data"):  # tear the batch the way a kill can
+                data = b"".join(parts)
                 _pwrite_all(files.log, memoryview(data)[:len(data) // 2], pointer.end)
                 crash_point("locallog.append.mid_data")
-            _pwrite_all(files.log, data, pointer.end)
+            _pwritev_all(files.log, parts, pointer.end)
             if new_index:
                 _pwrite_all(files.idx, b"".join(new_index), index_size)
             if self.fsync:
