@@ -23,7 +23,7 @@ T4  (event time, docs/design/event-time.md) A marker may carry its producer's wa
     again), and only grow: the task's watermark never goes back.
     W7: a lane whose latest marker was idle is passed over (the task's watermark then
     kept from going back explicitly); every lane idle, the task is idle and its watermark
-    stays. Idleness is not in the checkpoint: a restored lane is busy until its next
+    the highest they read. Idleness is not in the checkpoint: a restored lane is busy until its next
     marker.
 
 Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
