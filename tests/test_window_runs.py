@@ -158,6 +158,8 @@ def test_late_records_are_counted_and_set_aside(tmp_path):
         letters = [json.loads(r.value) for r in read_output(t, f"{p.name}.dead-letters",
                                                             job=p.name)]
     assert len(letters) == 10 and all(x["error"].startswith("late:") for x in letters)
+    # and what the record's stage reads, as every other letter says (a late one did not)
+    assert all(x.get("stream", "").startswith("stage ") for x in letters), letters[0]
     # the tasks' dead-letter count is what the topic holds: the late ones too
     assert sum(s["dead_letters"] for s in summary.tasks) == 10
 

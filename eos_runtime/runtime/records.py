@@ -269,7 +269,7 @@ class RecordPath:
                 offset=offset, error=f"late: event time {timestamp} is in no open window "
                 f"(the task's watermark {windows.watermark} closed them)", key=key,
                 value=value, channel=not self.stage.is_source,
-                bound=self._letter_bound)], timestamp)
+                bound=self._letter_bound, stream=self._stream)], timestamp)
 
     def fire(self, watermark: int | None, version: int) -> None:
         """W5 at the checkpoint of ``version``, before its output is flushed: every window
