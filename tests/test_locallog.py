@@ -671,3 +671,24 @@ def test_a_large_flush_is_written_without_a_second_copy_of_it(tmp_path):
             c.assign({TP: 39})
             [last] = c.poll(1, 5)
         assert last.value == bytes([39]) * (1 << 20)
+
+
+def test_a_topic_the_disk_cannot_hold_is_one_error_and_leaves_nothing_half_made(
+        tmp_path, monkeypatch):
+    """A full disk while a topic was made gave a bare OSError traceback, and left its
+    half-made directory behind."""
+    import errno as errnos
+    from pathlib import Path as P
+
+    real = P.touch
+
+    def full(self, *a, **k):
+        if self.name == "1.idx":
+            raise OSError(errnos.ENOSPC, "No space left on device", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(P, "touch", full)
+    with open_transport(data_dir=str(tmp_path)) as t:
+        with pytest.raises(TransportError, match=r"cannot create topic 't' \(No space left"):
+            t.create_topics([TopicSpec("t", 2)])
+        assert list((tmp_path / "topics").iterdir()) == []

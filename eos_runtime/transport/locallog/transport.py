@@ -144,10 +144,14 @@ class LocalLogTransport(Transport):
                 except OSError as exc:
                     raise self._not_writable(f"cannot create topic {spec.name!r}", exc) from None
                 meta = {"format": 1, "partitions": spec.partitions, "compacted": spec.compacted}
-                (tmp / "topic.json").write_text(json.dumps(meta))
-                for p in range(spec.partitions):
-                    for suffix in (".log", ".end", ".idx"):
-                        (tmp / f"{p}{suffix}").touch()
+                try:
+                    (tmp / "topic.json").write_text(json.dumps(meta))
+                    for p in range(spec.partitions):
+                        for suffix in (".log", ".end", ".idx"):
+                            (tmp / f"{p}{suffix}").touch()
+                except OSError as exc:   # a full disk, say: one line, and nothing half made
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise self._not_writable(f"cannot create topic {spec.name!r}", exc) from None
                 try:
                     os.rename(tmp, self.topics_dir / spec.name)
                 except OSError:
