@@ -60,8 +60,9 @@ W4  (event time, ``protocol/watermarks.py``) A marker may carry its producer's w
     watermark on each lane's latest marker of a version up to V, never lower than the
     last; it is part of the snapshot, and a restore or rewind starts every lane from it.
     W7: a lane whose latest marker up to V is idle is passed over; every lane idle, the
-    watermark is the highest they read and the task is idle (``idle``). Idleness is not in the snapshot: a
-    restored lane is busy, at the snapshot's watermark, until its next marker.
+    watermark is the highest they read and the task is idle (``idle``). Idleness is not in
+    the snapshot: a restored lane is busy, at the snapshot's watermark, until its next
+    marker.
 R9  A restored or rewound task may already be aligned (every marker it needs was read
     before its checkpoint's resume point, e.g. the run's last markers): the caller checks
     ``aligned()`` before it waits for input, or no marker will ever come to trigger it.
