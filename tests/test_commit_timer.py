@@ -144,7 +144,8 @@ def _side(c: FakeClock, interval: float = 1.0):
     # an exactly-once source: it checkpoints at every line, read or not (S6)
     return SimpleNamespace(timer=CommitTimer(interval, 0, clock=c),
                            versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS),
-                           guarantee=EXACTLY_ONCE, inputs=lambda: (), _recorded=())
+                           guarantee=EXACTLY_ONCE, inputs=lambda: (), _recorded=(),
+                           _may_idle=False, _said_idle=False)
 
 
 def test_a_source_task_closes_the_version_of_the_line_whenever_its_loop_looks():
