@@ -587,3 +587,28 @@ def test_the_tracker_passes_over_idle_producers_too():
     tr.on_marker(A, 5, 1, END, 800)
     tr.on_marker(A, 6, 2, END, 650)
     assert (tr.watermark, tr.idle) == (700, False)   # the run's end: never back
+
+
+def test_a_lookup_stage_whose_stream_goes_idle_keeps_its_watermark_below_no_bound():
+    """Producer 9 is a table's source task (NO_BOUND on every marker, never idle), producer
+    1 the stream's; the stream goes idle. The aligner and the tracker took the table's
+    NO_BOUND as the watermark (the only busy lane), for good."""
+    from eos_runtime.protocol.tracker import Tracker
+    from eos_runtime.protocol.watermarks import NO_BOUND
+
+    al = Aligner([A], [1, 9])
+    al.on_marker(A, 0, 1, 1, 1, 500)
+    al.on_marker(A, 1, 9, 1, 1, NO_BOUND)
+    assert al.checkpoint().watermark == 500
+    al.on_marker(A, 2, 1, 1, 2, 600, True)
+    al.on_marker(A, 3, 9, 1, 2, NO_BOUND)
+    assert (al.checkpoint().watermark, al.idle) == (600, True)
+    tr = Tracker([A], (1, 9), END)
+    tr.on_marker(A, 0, 9, 1, NO_BOUND)
+    tr.on_marker(A, 1, 1, 1, 600, True)
+    assert (tr.watermark, tr.idle) == (600, True)
+    # a run's end where the stream read nothing: the table's NO_BOUND is no watermark
+    end = Aligner([A], [1, 9])
+    end.on_marker(A, 0, 1, 1, END, None)
+    end.on_marker(A, 1, 9, 1, END, NO_BOUND)
+    assert end.checkpoint().watermark is None

@@ -15,6 +15,7 @@ from eos_runtime.protocol.watermarks import (
     across_lanes,
     highest,
     lowest,
+    lowest_at_end,
 )
 
 
@@ -175,3 +176,18 @@ def test_w4_with_w7_never_goes_back_nor_below_a_busy_lane_it_moved(rounds):
         elif value != before:          # every lane idle: to the highest they read
             assert value == max(w for w, _ in lanes if w is not None)
         before = value
+
+
+def test_a_tables_lanes_never_take_the_watermark_to_no_bound():
+    """A lookup stage reads a table's lanes (NO_BOUND, never idle) beside its streams'.
+    With every stream lane idle, the table's were the only busy ones, and W4 went to
+    NO_BOUND for good: every window fired at once and every later record was late. At a
+    run's end, streams that read nothing left the table's NO_BOUND as the minimum known,
+    with the same effect in the next run."""
+    assert across_lanes(100, [(NO_BOUND, False), (200, True)]) == (200, True)
+    assert across_lanes(100, [(NO_BOUND, False), (200, True), (150, True)]) == (200, True)
+    assert across_lanes(100, [(NO_BOUND, False), (200, False)]) == (200, False)
+    assert across_lanes(100, [(NO_BOUND, False), (None, True)]) == (100, True)
+    assert lowest_at_end([None, NO_BOUND]) is None
+    assert lowest_at_end([None, NO_BOUND, 70]) == 70
+    assert lowest_at_end([NO_BOUND]) == NO_BOUND and lowest_at_end([]) is None

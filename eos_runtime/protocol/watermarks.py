@@ -59,8 +59,14 @@ def lowest_at_end(values: Iterable[int | None]) -> int | None:
     """W4 at a run's end (every producer's run-end marker in): the minimum of the
     watermarks known. A producer that ended its run with none read nothing in it, and
     will bring nothing more in this run: it holds nothing back (else one source task
-    whose partitions were all empty would keep every window of the job open)."""
-    return min((v for v in values if v is not None), default=None)
+    whose partitions were all empty would keep every window of the job open). A table's
+    ``NO_BOUND`` counts only where there is nothing else: a lookup whose streams read
+    nothing committed it, and every record of the next run was late."""
+    given = list(values)
+    streams = [v for v in given if v != NO_BOUND]
+    if streams or not given:
+        return min((v for v in streams if v is not None), default=None)
+    return NO_BOUND
 
 
 def highest(a: int | None, b: int | None) -> int | None:
@@ -172,8 +178,11 @@ def across_lanes(before: int | None, lanes: Iterable[tuple[int | None, bool]]
     partitions when none is active: the lowest would depend on which went quiet first,
     and sources that all went quiet together would keep the watermark where it was."""
     known = list(lanes)
-    busy = [w for w, idle in known if not idle]
+    # A table's lanes (NO_BOUND, never idle) bound nothing: with every stream lane idle,
+    # they were the only busy ones, and took the watermark to NO_BOUND for good.
+    streams = [(w, idle) for w, idle in known if w != NO_BOUND] or known
+    busy = [w for w, idle in streams if not idle]
     if not busy:
-        return highest(before, max((w for w, _ in known if w is not None), default=None)), \
-            bool(known)
+        return highest(before, max((w for w, _ in streams if w is not None and w != NO_BOUND),
+                                   default=None)), bool(streams)
     return highest(before, lowest(busy)), False
