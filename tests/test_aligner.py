@@ -612,3 +612,21 @@ def test_a_lookup_stage_whose_stream_goes_idle_keeps_its_watermark_below_no_boun
     end.on_marker(A, 0, 1, 1, END, None)
     end.on_marker(A, 1, 9, 1, END, NO_BOUND)
     assert end.checkpoint().watermark is None
+
+
+def test_an_at_least_once_task_restarted_remembers_which_producers_are_idle():
+    """An idle at-least-once source takes no checkpoint, so sends no marker, until it
+    reads again. A channel task retried from its checkpoint had forgotten the lane was
+    idle and held every window open at the checkpoint's watermark."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.tracker import Tracker
+
+    tr = Tracker([A], (1, 2), END)
+    tr.on_marker(A, 0, 1, 1, 500, True)        # producer 1 goes quiet at 500
+    tr.on_marker(A, 1, 2, 1, 5_000)
+    assert (tr.watermark, tr.idle) == (5_000, False)
+    record = wire.ChangeLogCommit(1, 7, (), tr.inputs(), watermark=tr.watermark)
+    back = wire.decode_changelog(wire.encode(record))
+    again = Tracker([A], (1, 2), END, inputs=back.inputs, watermark=back.watermark)
+    again.on_marker(A, 2, 2, 2, 9_000)         # producer 1 sends nothing more
+    assert (again.watermark, again.idle) == (9_000, False)

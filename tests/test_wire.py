@@ -66,7 +66,7 @@ def cl_batches(draw):
 
 
 cl_batch = cl_batches()
-parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64, st.none() | i64)
+parents = st.builds(ParentCheckpoint, i32, i32, i64, i64, i64, st.none() | i64, st.booleans())
 inputs = st.builds(InputPosition, text, i32, i64, st.lists(parents, max_size=3).map(tuple))
 outputs = st.builds(OutputSeq, text, i32, i64)
 fences = st.builds(ProducerFence, i32, i32, i64)

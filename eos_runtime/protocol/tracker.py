@@ -23,8 +23,9 @@ T4  (event time, docs/design/event-time.md) A marker may carry its producer's wa
     again), and only grow: the task's watermark never goes back.
     W7: a lane whose latest marker was idle is passed over (the task's watermark then
     kept from going back explicitly); every lane idle, the task is idle and its watermark
-    the highest they read. Idleness is not in the checkpoint: a restored lane is busy until its next
-    marker.
+    the highest they read. A lane's idleness is in the checkpoint (its parent's ``idle``):
+    an idle at-least-once source takes no checkpoint, so sends no marker, until it reads
+    again, and a restarted task that forgot it held every window open.
 
 Illegal input (an unknown channel or producer) raises ``ProtocolViolation``.
 """
@@ -67,6 +68,8 @@ class Tracker:
                     self._ended[(c, parent.producer_id)] = parent.version
                 lane = (c, parent.producer_id)
                 self._watermarks[lane] = highest(self._watermarks[lane], parent.watermark)
+                if parent.idle:   # W7: its producer may send no marker until it reads again
+                    self._idle.add(lane)
 
     def _check(self, channel: Channel, producer: int | None) -> None:
         if channel not in self._positions:
@@ -134,8 +137,10 @@ class Tracker:
         for c in self._channels:
             topic, partition = cast(tuple[str, int], c)  # a channel is (topic, partition)
             parents = tuple(ParentCheckpoint(p, 0, self._ended.get((c, p), 0), 0,
-                                             self._positions[c], self._watermarks[(c, p)])
+                                             self._positions[c], self._watermarks[(c, p)],
+                                             (c, p) in self._idle)
                             for p in self._producers
-                            if (c, p) in self._ended or self._watermarks[(c, p)] is not None)
+                            if (c, p) in self._ended or self._watermarks[(c, p)] is not None
+                            or (c, p) in self._idle)
             out.append(InputPosition(topic, partition, self._positions[c], parents))
         return tuple(out)

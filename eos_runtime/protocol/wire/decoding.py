@@ -175,6 +175,16 @@ def _read_cl_batch(f: list[Any]) -> ChangeLogBatch:
 
 
 def _read_parent(p: list[Any]) -> ParentCheckpoint:
+    if type(p) is list and len(p) == 7:   # W7: an idle lane's
+        if p[6] is not True:
+            raise _Malformed(f"parent field 7 (idle) is {p[6]!r}, expected true")
+        return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
+                                _int(p[1], INT32, "parent generation"),
+                                _int(p[2], INT64, "parent version"),
+                                _int(p[3], INT64, "parent seq"),
+                                _int(p[4], INT64, "parent resume_offset"),
+                                None if p[5] is None else _int(p[5], INT64, "parent watermark"),
+                                True)
     watermark = _optional_tail(p, 5, "parent")
     return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
                             _int(p[1], INT32, "parent generation"),

@@ -204,10 +204,14 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
 
 
 def _parent_fields(p: ParentCheckpoint) -> list[Any]:
-    fields = [_check(p.producer_id, INT32, "producer_id"),
-              _check(p.generation, INT32, "generation"), _check(p.version, INT64, "version"),
-              _check(p.seq, INT64, "seq"), _check(p.resume_offset, INT64, "resume_offset")]
-    if p.watermark is not None:
+    fields: list[Any] = [
+        _check(p.producer_id, INT32, "producer_id"), _check(p.generation, INT32, "generation"),
+        _check(p.version, INT64, "version"), _check(p.seq, INT64, "seq"),
+        _check(p.resume_offset, INT64, "resume_offset")]
+    if p.idle:   # W7: the watermark (nil if none), then true
+        fields += [None if p.watermark is None else _check(p.watermark, INT64, "watermark"),
+                   True]
+    elif p.watermark is not None:
         fields.append(_check(p.watermark, INT64, "watermark"))
     return fields
 

@@ -181,6 +181,9 @@ class ParentCheckpoint:
     seq: int
     resume_offset: int
     watermark: int | None = None       # what the producer's marker of ``version`` said (W4)
+    # its latest marker said idle (W7; at-least-once, whose idle source sends no more
+    # markers until it reads again): a seventh field, written only when true
+    idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
