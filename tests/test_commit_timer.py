@@ -329,3 +329,19 @@ def test_an_at_least_once_rewind_goes_back_to_the_last_checkpoint():
     assert policy.resume_offsets() != after
     assert policy.resume_offsets() == {chan: 41}
     assert policy.version == 9
+
+
+def test_an_at_least_once_rewind_keeps_the_watermark_of_its_checkpoint():
+    """The tracker a rewind builds started from no watermark (None), so the task's went
+    back to None; no at-least-once action asks for a rewind today, but one that did would
+    have fired nothing until every lane spoke again, and judged lateness against None."""
+    from eos_runtime.protocol import wire
+    from eos_runtime.protocol.runs import run_end
+    from eos_runtime.runtime.policy import Unaligned
+
+    c = FakeClock(1_000_000.0)
+    chan = ("job.shuffle-1", 0)
+    commit = wire.ChangeLogCommit(1, 7, inputs=(wire.InputPosition(*chan, 40),), watermark=900)
+    policy = Unaligned([chan], (0, 1), run_end(0), commit, CommitTimer(1.0, 0, clock=c), 8)
+    policy.rewind()
+    assert policy.watermark == 900

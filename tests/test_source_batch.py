@@ -7,6 +7,7 @@ records with the same errors."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -215,3 +216,25 @@ def test_a_record_its_format_cannot_decode_names_the_format_not_a_function(tmp_p
     path, _, dead = _path(tmp_path, "v", dead_letters=True)
     path.source_records(bad, 3)
     assert dead is not None and b"its value is not utf8" in dead._pending[0][2]
+
+
+def test_a_table_key_that_decodes_but_cannot_be_a_key_is_named_as_such(tmp_path):
+    """A json table's key {"a": 1} decodes (it is JSON) but is no key; the error blamed
+    its decoding ("its key is not json") and the topic's writer."""
+    t = open_transport(data_dir=str(tmp_path / "data"))
+    t.create_topics([TopicSpec("k.users", 1), TopicSpec("k.clicks", 1)])
+    p = Pipeline("k", dead_letters=True)
+    users = p.table("k.users", key="json", value="json")
+    (p.source("k.clicks", value="utf8").key_by(str).lookup(users, join=lambda c, u: c)
+     .sink("k.out"))
+    plan = plan_job(p, t)
+    stage = next(st for st in plan.stages if st.input_topic == "k.users")
+    channels = ChannelWriter(Captured(), stage.outputs[0].topic, 1,  # type: ignore[arg-type]
+                             producer_id=0)
+    dead = SinkWriter(Sink("k.dead-letters", None, "json"), 1)
+    path = RecordPath("k", stage.task_ids[0], stage, [channels], dead, TaskStats(0), plan=plan)
+    path.source_record(Record("k.users", 0, 3, b'{"a":1}', b'{"n":1}', 0), 3)
+    path.source_record(Record("k.users", 0, 4, b"\xff", b'{"n":1}', 0), 3)
+    errors = [json.loads(v)["error"] for _, _, v, _ in dead._pending]
+    assert errors[0].startswith("keys must be str, bytes or int, not dict"), errors
+    assert errors[1].startswith("its key is not json"), errors

@@ -307,6 +307,7 @@ class Unaligned:
         self.timer = timer
         self.version = first_version
         self._recorded = commit.inputs if commit is not None else None   # S6
+        self._recorded_watermark = commit.watermark if commit is not None else None
 
     @property
     def watermark(self) -> int | None:
@@ -343,9 +344,10 @@ class Unaligned:
             if not checkpoint_needed(AT_LEAST_ONCE, inputs, self._recorded):
                 return
             version = self.version
-            yield version, inputs, (), self.tracker.watermark
+            watermark = self.tracker.watermark
+            yield version, inputs, (), watermark
             self.version = version + 1
-            self._recorded = inputs
+            self._recorded, self._recorded_watermark = inputs, watermark
 
     def alignment(self, now: float) -> dict[str, float | None]:
         return {}   # no alignment: a timer checkpoint waits for nothing
@@ -361,7 +363,8 @@ class Unaligned:
         restart goes: what came after is read again, duplicating (no action of this
         policy asks for a rewind: nothing it reads invalidates its work)."""
         channels, producers, run_end = self._lanes
-        self.tracker = Tracker(channels, producers, run_end, inputs=self._recorded or ())
+        self.tracker = Tracker(channels, producers, run_end, inputs=self._recorded or (),
+                               watermark=self._recorded_watermark)   # never going back
         return self.version - 1
 
     def finished(self) -> bool:

@@ -335,9 +335,10 @@ class RecordPath:
             key_de = self._src_key
             assert key_de is not None
             try:
-                kb = encode_key(key_de(r.key))
+                key = key_de(r.key)
             except Exception as exc:
                 raise self._undecodable("key", exc) from exc
+            kb = encode_key(key)   # a key of a kind keys cannot be: its own error
             try:
                 value = None if r.value is None else self._src_value(r.value)
             except Exception as exc:
