@@ -361,8 +361,10 @@ class KafkaTransport(Transport):
         value = (policy.value or "") if policy is not None else ""
         compacted = "compact" in [v.strip() for v in value.split(",")]
         ahead_ms = _int_config(entries, "message.timestamp.after.max.ms")
-        if ahead_ms is not None and ahead_ms >= 2**63 - 1:   # Long.MAX_VALUE: no bound
-            ahead_ms = None
+        stamped = entries.get("message.timestamp.type")
+        if (ahead_ms is not None and ahead_ms >= 2**63 - 1) or \
+                (stamped is not None and stamped.value == "LogAppendTime"):
+            ahead_ms = None   # Long.MAX_VALUE, or the broker stamps its own time: no bound
         return TopicSpec(topic, partitions, compacted, ahead_ms=ahead_ms,
                          max_bytes=_int_config(entries, "max.message.bytes"))
 
