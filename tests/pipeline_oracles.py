@@ -91,16 +91,17 @@ def encode_views(views: list[dict]) -> list[bytes]:
     return [json.dumps(v).encode() for v in views]
 
 
-def run_until_a_result(pipeline, tmp_path, opts: dict) -> None:
+def run_until_a_result(pipeline, tmp_path, opts: dict, **options):
     """An unbounded run (commit interval 0.2 s) until its sink has a committed record,
     then stopped: for a result that must come while the run goes on (a window closed
-    by the watermark), not only at its stop."""
+    by the watermark), not only at its stop. ``options``: more of ``start_pipeline``'s
+    (a ``fault``, say). Returns the run's summary."""
     import time
 
     from eos_runtime.runner import start_pipeline
 
     run = start_pipeline(pipeline, **opts, state_dir=str(tmp_path / "state"), bounded=False,
-                         commit_interval=0.2)
+                         commit_interval=0.2, **options)
     try:
         deadline = time.monotonic() + 240   # a hang fails; a busy machine waits longer
         while run.progress()["sink_records"] < 1:
@@ -108,4 +109,4 @@ def run_until_a_result(pipeline, tmp_path, opts: dict) -> None:
             time.sleep(0.2)
     finally:
         run.stop("the test saw a result committed")
-        run.wait()
+    return run.summary()

@@ -278,12 +278,16 @@ def _view_page(view):
     return view["page"]
 
 
-@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
-def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarantee):
+@pytest.mark.parametrize("guarantee,crash", [("exactly-once", False), ("at-least-once", False),
+                                             ("exactly-once", True)])
+def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarantee, crash):
     """W7: a merge of two sources, one partition of the first and the whole second empty.
     Their source tasks' watermarks were None (nothing read), and W4 takes the minimum over
     every producer, so no window closed until the run was stopped, idle_after or not.
-    With idle_after they say idle, and the window commits while the run goes on."""
+    With idle_after they say idle, and the window commits while the run goes on. With a
+    crash of the window's task between its firing and its commit, the restarted task (its
+    lanes busy at the checkpoint's watermark until the next markers) fires it again, and
+    the committed output has it once."""
     from eos_runtime.transport import TopicSpec
 
     opts = {"data_dir": str(tmp_path / "data")}
@@ -299,7 +303,12 @@ def test_idle_sources_hold_no_window_back_in_an_unbounded_run(tmp_path, guarante
             for at in (0, 300, 600, 900, 5000, 5100):
                 prod.produce(f"a-{suffix}", 0, json.dumps({"page": "/", "at": at}).encode())
             prod.flush()
-    run_until_a_result(p, tmp_path, opts)
+    fault = ([{"point": "task.window.fired", "task": 3, "hit": 1, "attempt": 0}] if crash
+             else None)
+    summary = run_until_a_result(p, tmp_path, opts, fault=fault)
     with open_transport(**opts) as t:
         out = [json.loads(r.value) for r in read_output(t, f"per-page-{suffix}", job=p.name)]
     assert out[0] == {"start": 0, "end": 1000, "value": 4}, out
+    if crash:
+        assert summary.tasks[3]["attempt"] == 1, "the crash point did not fire"
+        assert out == [{"start": 0, "end": 1000, "value": 4}], out
