@@ -577,7 +577,7 @@ def test_a_summary_counts_the_work_with_singular_and_plural_right():
     one = {"task_id": 0, "checkpoints": 1, "rewinds": 1, "processed": 1, "emitted": 1,
            "dead_letters": 1, "attempt": 0}
     two = {"task_id": 1, "checkpoints": 2, "rewinds": 0, "processed": 5, "emitted": 5,
-           "max_buffer_bytes": 2048, "overflowed": 3}
+           "max_buffer_bytes": 2048, "overflowed": 3, "lookup_misses": 1}
     three = {"task_id": 2, "checkpoints": 0, "rewinds": 2, "processed": 0, "emitted": 0,
              "attempt": 1}
     lines = _summary_lines(_summary(1, [one, two, three]))
@@ -588,7 +588,8 @@ def test_a_summary_counts_the_work_with_singular_and_plural_right():
     assert lines[2] == ("  stage 1 (wc.shuffle-1 -> counts, 2 tasks): 5 processed, 5 emitted, "
                         "2 checkpoints, 2 rewinds, buffer up to 2.0 KB (3 overflowed)")
     assert lines[3] == "  task 0: 1 checkpoint, 1 rewind, 1 processed, 1 emitted, 1 dead letter"
-    assert lines[4] == "  task 1: 2 checkpoints, 0 rewinds, 5 processed, 5 emitted"
+    assert lines[4] == ("  task 1: 2 checkpoints, 0 rewinds, 5 processed, 5 emitted, "
+                        "1 lookup miss")
     assert lines[5] == "  task 2: 0 checkpoints, 2 rewinds, 0 processed, 0 emitted, attempt 2"
 
 

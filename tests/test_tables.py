@@ -141,7 +141,9 @@ def _check(t, p, suffix: str, clicks: list[dict], exactly_once: bool) -> None:
         assert got == {u: [str(i) for i in range(1, n + 1)] for u, n in want.items()}
 
 
-def run_clicks(tmp_path, opts, guarantee="exactly-once", fault=None):
+def run_clicks(tmp_path, opts, guarantee="exactly-once", fault=None, *, misses=False):
+    """``misses``: the lookup tasks' ``lookup_misses`` add up to the clicks enriched with no
+    row (one attempt each: no fault)."""
     suffix = uuid.uuid4().hex[:8]
     p = clickstream(suffix)
     rng = random.Random(7)
@@ -151,12 +153,18 @@ def run_clicks(tmp_path, opts, guarantee="exactly-once", fault=None):
     summary = run_by_count(p, tmp_path, opts, guarantee, fault)
     with open_transport(**opts) as t:
         _check(t, p, suffix, clicks, guarantee == "exactly-once")
+        if misses:
+            enriched = [json.loads(r.value) for r in read_output(t, f"enriched-{suffix}",
+                                                                  job=p.name)]
+            rowless = sum(c["country"] is None for c in enriched)
+            assert rowless > 0   # users without a row (and clicks before their row)
+            assert sum(t_["lookup_misses"] for t_ in summary.tasks) == rowless
     return summary
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
 def test_clickstream_matches_its_oracle(guarantee, tmp_path):
-    run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, guarantee)
+    run_clicks(tmp_path, {"data_dir": str(tmp_path / "data")}, guarantee, misses=True)
 
 
 # Tasks: the users table 0-1, clicks 2-3, the lookup 4-5, the counts 6-7.

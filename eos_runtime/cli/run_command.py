@@ -117,6 +117,8 @@ def _summary_lines(summary: Any) -> list[str]:
             extra += f", {n_of(t['dead_letters'], 'dead letter')}"
         if t.get("late"):
             extra += f", {t['late']:,} late"
+        if t.get("lookup_misses"):
+            extra += f", {n_of(t['lookup_misses'], 'lookup miss', 'lookup misses')}"
         lines.append(f"  task {t.get('task_id')}: {n_of(t.get('checkpoints', 0), 'checkpoint')}, "
                      f"{n_of(t.get('rewinds', 0), 'rewind')}, {t.get('processed', 0):,} processed, "
                      f"{t.get('emitted', 0):,} emitted{extra}")

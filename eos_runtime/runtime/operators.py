@@ -113,8 +113,11 @@ class Program:
     complete. Branches share a value object: a function that changes its value in place
     changes it for the branches after it (docs/api.md says to return a new value)."""
 
-    def __init__(self, ops: tuple[Op, ...], outputs: int, store: TaskStore | None) -> None:
+    def __init__(self, ops: tuple[Op, ...], outputs: int, store: TaskStore | None,
+                 stats: Any = None) -> None:
+        """``stats``: the task's ``TaskStats``, whose ``lookup_misses`` a lookup counts."""
         self._ops = ops
+        self._stats = stats
         self._outputs = outputs
         self._states: list[Any] = []
         self.windows: dict[int, WindowState | SessionState | JoinState | StepTimers] = {}
@@ -163,7 +166,9 @@ class Program:
                 if op.step is not None:
                     values = _apply(op.step, state, key_bytes, values)
                 elif op.lookup is not None:
-                    values = _look_up(op.lookup, state, key_bytes, values)
+                    values, hit = _look_up(op.lookup, state, key_bytes, values)
+                    if not hit and self._stats is not None:
+                        self._stats.lookup_misses += 1
                 elif op.window is not None:
                     values = self._window(state, key_bytes, values)
             for j in op.next:
@@ -241,11 +246,12 @@ _KEY_KINDS = {"utf8": "str", "bytes": "bytes"}
 
 
 def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: bytes | None,
-             values: list[Any]) -> list[Any]:
+             values: list[Any]) -> tuple[list[Any], bool]:
     """A lookup step on ``values`` (all of one record, so of one key): each with the
     table's row for the key, or dropped (inner) / with None (left) where there is none.
     A key of a type the table's keys never are is the record's error: it would miss every
-    time, in silence (an int user id looked up in a utf8-keyed table)."""
+    time, in silence (an int user id looked up in a utf8-keyed table). Also returns
+    whether the key had a row (a miss is counted: ``TaskStats.lookup_misses``)."""
     heads = _TABLE_KEY_HEADS.get(lookup.table.key_format)
     if heads is not None and key_bytes and key_bytes[0] not in heads:
         key = decode_key(key_bytes)
@@ -257,12 +263,12 @@ def _look_up(lookup: Lookup, get: Callable[[bytes], bytes | None], key_bytes: by
     raw = get(key_bytes) if key_bytes is not None else None
     row = None if raw is None else unpack(raw)
     if row is None and lookup.how == "inner":
-        return []
+        return [], False
     join = lookup.join
     if join is None:
-        return [(v, row) for v in values]
+        return [(v, row) for v in values], row is not None
     try:
-        return [join(v, row) for v in values]
+        return [join(v, row) for v in values], row is not None
     except Exception as exc:
         name = getattr(join, "__name__", "join")
         raise function_error(f"lookup({lookup.table.topic!r}) join {name}", join, exc) from exc

@@ -109,7 +109,7 @@ class RecordPath:
             else:
                 self.sink = only
         else:
-            self.chain = Program(stage.program, len(stage.outputs), store)
+            self.chain = Program(stage.program, len(stage.outputs), store, stats)
             self._emit = self._emit_each   # type: ignore[method-assign]
         self._letter_bound = letters.letter_bound(max_record_bytes)
         # A stage with windows: each record's event time to its program, late ones set aside

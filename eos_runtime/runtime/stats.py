@@ -28,6 +28,7 @@ class TaskStats:
     # attempts, counted as sink_records is: those whose function raised, and late ones
     dead_letters: int = 0
     late: int = 0                        # records in no open window (W6)
+    lookup_misses: int = 0               # records a lookup found no row for (this attempt)
     rewinds: int = 0
     replayed_changes: int = 0
     rebuilt_store: bool = False
