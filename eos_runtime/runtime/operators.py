@@ -66,6 +66,13 @@ def event_time_of(fn: Callable[[Any], Any], topic: str, value: Any) -> int:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+#: The header length of a msgpack str by its first byte: a stream key that is a str is
+#: its UTF-8 bytes after it (fixstr: 0xa0-0xbf; str 8, 16, 32).
+STR_HEADER = {**{lead: 1 for lead in range(0xA0, 0xC0)}, 0xD9: 2, 0xDA: 3, 0xDB: 5}
+#: The first byte of a msgpack bin (a bytes key): bin 8, 16, 32.
+BIN_HEADS = frozenset([0xC4, 0xC5, 0xC6])
+
+
 def decode_key(raw: bytes | None) -> Any:
     return None if raw is None else unpack(raw)
 
@@ -240,8 +247,7 @@ class Program:
 
 #: The first bytes of a key (msgpack) a table of each key format can hold: a utf8 table's
 #: keys are str, a bytes table's bytes (json and msgpack tables: any key).
-_TABLE_KEY_HEADS = {"utf8": frozenset([*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB]),
-                    "bytes": frozenset([0xC4, 0xC5, 0xC6])}
+_TABLE_KEY_HEADS = {"utf8": frozenset(STR_HEADER), "bytes": BIN_HEADS}
 _KEY_KINDS = {"utf8": "str", "bytes": "bytes"}
 
 

@@ -27,7 +27,7 @@ from ..protocol import wire
 from ..protocol.recovery import continued_seqs
 from ..protocol.wire.records import INT64 as _INT64
 from ..transport import Producer, TopicPartition
-from .operators import decode_key
+from .operators import STR_HEADER, decode_key
 
 __all__ = ["ChannelFanout", "ChannelWriter", "SinkWriter", "channels_of", "check_timestamp",
            "kafka_partition", "murmur2"]
@@ -74,10 +74,6 @@ def kafka_partition(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner picks for a keyed record."""
     return (_fast_murmur2(key) & 0x7FFFFFFF) % partitions
 
-
-#: The header length of a msgpack str by its first byte: a stream key that is a str is
-#: its UTF-8 bytes after it (fixstr: 0xa0-0xbf; str 8, 16, 32).
-_STR_HEADER = {**{lead: 1 for lead in range(0xA0, 0xC0)}, 0xD9: 2, 0xDA: 3, 0xDB: 5}
 
 #: Sink keys whose partition a sink writer remembers (then it starts afresh): a job's
 #: hot keys stay, a key space of millions costs a dict insert per record.
@@ -419,7 +415,7 @@ class SinkWriter:
         if self._key is None:
             partition = zlib.crc32(key_bytes) % self.partitions
         else:
-            skip = _STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
+            skip = STR_HEADER.get(key_bytes[0]) if self._utf8_key and key_bytes else None
             k = (key_bytes[skip:] if skip is not None else
                  self._encode(self._key, self.key_format, "key", decode_key(key_bytes)))
             # kafka_partition, inlined: most records of a large key space come here
