@@ -124,13 +124,7 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
     (P5) and, in a bounded run, where the input ends."""
     if ends is None:
         ends = run_start_ends(transport, plan)
-    if "timestamps_ahead_ms" not in options:
-        options["timestamps_ahead_ms"] = timestamps_ahead(transport, plan)
-    if "letter_max_bytes" not in options and plan.dead_letter_topic is not None:
-        try:   # a dead letter must fit the topic as well as the producer
-            options["letter_max_bytes"] = transport.describe(plan.dead_letter_topic).max_bytes
-        except TopicNotFound:
-            pass
+    options = {**output_bounds(transport, plan), **options}
     found = startpoints or {}
     configs = []
     for t in plan.tasks:
@@ -145,23 +139,29 @@ def task_configs(plan: JobPlan, transport: Transport, transport_opts: dict[str, 
     return configs
 
 
-def timestamps_ahead(transport: Transport, plan: JobPlan) -> int | None:
-    """How far past the wall clock an event time may be (ms): the least any sink or the
-    dead-letter topic accepts in a record's timestamp (``TopicSpec.ahead_ms``), for a job
-    whose sources give event times; None: no bound. Asked after the topics exist: a topic
-    the job made has the broker's default."""
-    if not any(st.source is not None and st.source.timestamp is not None
-               for st in plan.source_stages):
-        return None
-    topics = [s.topic for s in plan.sinks] + ([plan.dead_letter_topic]
-                                              if plan.dead_letter_topic else [])
-    bounds = []
-    for topic in topics:
+def output_bounds(transport: Transport, plan: JobPlan) -> dict[str, int | None]:
+    """What the job's output topics take, as ``TaskConfig`` options, each topic described
+    once; asked after the topics exist (a topic the job made has the broker's defaults):
+    - ``timestamps_ahead_ms``: how far past the wall clock an event time may be, the least
+      any sink or the dead-letter topic accepts in a record's timestamp
+      (``TopicSpec.ahead_ms``), for a job whose sources give event times (None: no bound);
+    - ``letter_max_bytes``: the largest record the dead-letter topic takes, which a letter
+      must fit as well as the producer's limit (None: none known)."""
+    timed = any(st.source is not None and st.source.timestamp is not None
+                for st in plan.source_stages)
+    topics = ([s.topic for s in plan.sinks] if timed else []) + (
+        [plan.dead_letter_topic] if plan.dead_letter_topic else [])
+    specs = {}
+    for topic in dict.fromkeys(topics):
         try:
-            bounds.append(transport.describe(topic).ahead_ms)
+            specs[topic] = transport.describe(topic)
         except TopicNotFound:
             continue
-    return min((b for b in bounds if b is not None), default=None)
+    dead = specs.get(plan.dead_letter_topic) if plan.dead_letter_topic else None
+    return {"timestamps_ahead_ms": min((s.ahead_ms for s in specs.values()
+                                        if s.ahead_ms is not None), default=None)
+            if timed else None,
+            "letter_max_bytes": dead.max_bytes if dead is not None else None}
 
 
 def run_start_ends(transport: Transport, plan: JobPlan) -> dict[str, dict[int, int]]:

@@ -91,7 +91,7 @@ class TaskConfig:
     # a dead letter carries the user's frames of its error: EOS_TRACEBACK, read by the driver
     user_tracebacks: bool = field(default_factory=lambda: tracebacks_wanted())
     # how far past the wall clock an event time may be, which the sinks and dead-letter
-    # topic take as their records' timestamps (run_start.timestamps_ahead; None: no bound)
+    # topic take as their records' timestamps (run_start.output_bounds; None: no bound)
     timestamps_ahead_ms: int | None = None
     # the largest record the dead-letter topic takes (its max.message.bytes; None: none
     # known), which a letter must fit besides the producer's own limit
