@@ -74,11 +74,12 @@ _TOPIC_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}")
 _NAME_RULE = "use 1-249 of A-Z a-z 0-9 . _ -, not led by a dot"
 
 
+_FENCE = struct.Struct("<q")
+
+
 def _check_topic_name(name: str) -> None:
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
         raise ConfigError(f"invalid topic name {name!r}: {_NAME_RULE}")
-_FENCE = struct.Struct("<q")
-
 
 
 def _lock_partitions(topic_dir: Path) -> list[int]:
@@ -101,6 +102,7 @@ def _still_named(files: _PartitionFiles) -> bool:
         return os.stat(f"{files.name}.end").st_ino == os.fstat(files.end).st_ino
     except FileNotFoundError:
         return False
+
 
 class LocalLogTransport(Transport):
     """The embedded log under ``data_dir``. Safe for several processes at once."""
