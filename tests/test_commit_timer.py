@@ -145,7 +145,7 @@ def _side(c: FakeClock, interval: float = 1.0):
     return SimpleNamespace(timer=CommitTimer(interval, 0, clock=c),
                            versions=SourceVersions(restored=0, run=0, started_ms=STARTED_MS),
                            guarantee=EXACTLY_ONCE, inputs=lambda: (), _recorded=(),
-                           _may_idle=False, _said_idle=False)
+                           event_time=None, _said_idle=False)
 
 
 def test_a_source_task_closes_the_version_of_the_line_whenever_its_loop_looks():

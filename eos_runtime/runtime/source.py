@@ -200,7 +200,6 @@ class SourceSide:
         self.stopped = False
         # W2, for a job with event time: from the last commit's watermark on
         self.event_time: SourceWatermark | TableWatermark | None = None
-        self._may_idle = False    # W7: its source has an idle_after
         self._said_idle = False   # W7: its last checkpoint's markers said idle
         if plan.event_time and stage.source is not None and stage.source.table:
             self.event_time = TableWatermark()
@@ -209,7 +208,6 @@ class SourceSide:
             self.event_time = SourceWatermark(
                 parts, restored=commit.watermark if commit is not None else None,
                 idle_after_ms=round((src.idle_after if src is not None else 0) * 1000))
-            self._may_idle = self.event_time.idle_after_ms > 0
 
     def finished(self) -> bool:
         """The run is over: input read to its end (bounded), or a stop request."""
@@ -259,8 +257,11 @@ class SourceSide:
         timer = self.timer
         if not timer.due():
             return None
+        # W7: a source that may turn idle and has not said so on a marker
+        unannounced = (not self._said_idle and isinstance(self.event_time, SourceWatermark)
+                       and self.event_time.idle_after_ms > 0)
         if not checkpoint_needed(self.guarantee, self.inputs(), self._recorded,
-                                 unannounced_idleness=self._may_idle and not self._said_idle):
+                                 unannounced_idleness=unannounced):
             timer.reset()
             return None
         return self.versions.for_checkpoint(timer.line_ms(),
