@@ -508,3 +508,32 @@ def test_a_consumer_moves_past_a_partition_of_only_aborted_records(transport):
         while c.position(tp) < end and time.monotonic() < deadline:
             got += c.poll(100, 0.5)
         assert (got, c.position(tp)) == ([], end)
+
+
+def test_a_zombie_gives_up_every_client_handle_at_close_and_destroys_none(kafka_bootstrap,
+                                                                          monkeypatch):
+    """A zombie's librdkafka handles are never destroyed: rd_kafka_destroy was seen to block
+    there for minutes, for consumers, producers and (a fresh-clone CI run, the zombie hung
+    in transport.close) the admin client. Each is given up (``_abandon``) instead."""
+    from eos_runtime import faults
+    from eos_runtime.transport.kafka import consumer as consumer_module
+    from eos_runtime.transport.kafka import producer as producer_module
+    from eos_runtime.transport.kafka import transport as transport_module
+
+    given_up: list = []
+    for module in (consumer_module, producer_module, transport_module):
+        monkeypatch.setattr(module, "_abandon", given_up.append)
+    t = KafkaTransport(kafka_bootstrap)
+    t.list_topics()
+    topic = new_topic(t)
+    t.watermarks((topic, 0), read_committed=True)   # makes a look-up consumer
+    handles = [t._admin, *t._query.values()]
+    p = t.producer()
+    c = t.consumer()
+    handles += [p._p, c._c]
+    monkeypatch.setattr(faults, "_zombie", ["test"])
+    t.close()
+    assert len(handles) == 4 and all(h is not None for h in handles)
+    assert {id(h) for h in given_up} == {id(h) for h in handles}
+    # kept alive by the test's list only; the real _abandon leaks a reference instead
+    given_up.clear()

@@ -26,6 +26,7 @@ from confluent_kafka.admin import ConfigResource as _ConfigResource
 from confluent_kafka.admin import NewTopic as _NewTopic
 from confluent_kafka.admin import ResourceType as _ResourceType
 
+from ... import faults
 from ...errors import (
     BrokerUnavailable,
     ConfigError,
@@ -584,5 +585,13 @@ class KafkaTransport(Transport):
             except Exception as exc:  # closing must go on with the others
                 log.debug("closing %r: %s", child, exc)
         self._children = weakref.WeakSet()
+        if faults.in_zombie():
+            # As its consumers' and producers' (consumer.py): a zombie's admin client was
+            # seen to block in rd_kafka_destroy for minutes (a fresh-clone CI run); the
+            # zombie ends right after, and a look-up client holds nothing to give back.
+            with self._lock:
+                query, self._query = self._query, {}
+            for handle in [self._admin, *query.values()]:
+                _abandon(handle)
         self._forget_query_consumers()
         self._admin = None
