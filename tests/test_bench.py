@@ -456,6 +456,8 @@ def test_a_process_tree_has_resident_memory():
         assert mine > tree_rss_bytes([child.pid]) > 0   # the child is in the tree
         sampler = TreeSampler(lambda: [child.pid], every=0.01)
         assert sampler.close() > 0 and sampler.cpu_seconds() is None   # CPU never counted
+        # the peak sample split by kind of process: a Python child of no JVM is "other"
+        assert sampler.peak_by_kind == {"other": sampler.peak}
     finally:
         child.communicate(b"")
 
@@ -717,6 +719,11 @@ def test_a_tiny_bench_measures_latency_recovery_and_memory(kafka_bootstrap, tmp_
         small, large = (p["state_keys"] for p in row["points"])   # distinct keys drawn
         assert 0 < small <= 50 < large <= 500
         assert all(p["peak_rss_mb"] > 0 for p in row["points"])
+        for p in row["points"]:   # each round's peak, split by kind of process
+            (kinds,) = p["per_round_mb_by_kind"]
+            assert sum(kinds.values()) == pytest.approx(p["peak_rss_mb"], abs=0.5), kinds
+        if row["system"] == "eos-exactly-once":   # Spark's JVM and the tasks under it
+            assert {"java", "python under java"} <= kinds.keys(), kinds
     for name in ("latency_cdf.png", "recovery.png", "memory.png"):
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()

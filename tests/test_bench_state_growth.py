@@ -58,6 +58,24 @@ def test_each_state_size_is_a_point_with_memory_throughput_and_cpu_per_result():
     assert "| 8,600,000 | 1,000 | 780 | 75,000 | 9.0 |" in table
 
 
+def test_each_rounds_peak_is_split_by_kind_of_process():
+    """A round's peak over budget is explained by the processes it moved in: the report
+    splits each round's peak by kind (the JVMs, the Python under them, the others)."""
+    runs = _runs("eos-exactly-once", CURVE[:1] * 2)
+    for r, jvm in zip(runs, (350, 380), strict=True):
+        r["round"] = r["round"] + (jvm == 380)
+        r["peak_rss_by_kind_bytes"] = {"java": jvm * 2**20, "python under java": 250 * 2**20}
+    (row,) = more.summarize_memory(runs)
+    assert row["points"][0]["per_round_mb_by_kind"] == [
+        {"java": 350.0, "python under java": 250.0}, {"java": 380.0, "python under java": 250.0}]
+    report = "\n".join(more.markdown_sections({"memory": [row]}))
+    assert "## Each round's peak memory, by process" in report
+    assert "| eos-exactly-once | 860 | 2 | 600 | 380 | 250 | 0 |" in report
+    # runs measured before the split: no such section
+    (old,) = more.summarize_memory(_runs("eos-exactly-once", CURVE[:1]))
+    assert "by process" not in "\n".join(more.markdown_sections({"memory": [old]}))
+
+
 def _targets(curve: list, partitions: int = 2) -> dict[str, dict]:
     runs = _runs("eos-exactly-once", curve)
     result = {"settings": {"partitions": partitions, "rounds": {"memory": 3},

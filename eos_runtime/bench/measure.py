@@ -199,9 +199,10 @@ def measure(system: System, workload: BenchWorkload, inputs: list[InputRecord],
             watch.visible_ms = min(visible, watch.visible_ms or visible)
         if sampler is not None:
             peak = sampler.close()
-            sampler = None
             if load.memory:
                 row["peak_rss_bytes"] = peak
+                row["peak_rss_by_kind_bytes"] = sampler.peak_by_kind
+            sampler = None
         details = running
         running.stop()
         running = None

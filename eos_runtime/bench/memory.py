@@ -115,6 +115,9 @@ class TreeSampler(threading.Thread):
         self.roots = roots
         self.every = every
         self.peak: int | None = None if not _PROC.is_dir() else 0
+        #: The peak sample's resident bytes by kind of process (``cpu_by_kind``'s kinds):
+        #: which processes a system's peak is made of, and so which of them moves it.
+        self.peak_by_kind: dict[str, int] = {}
         self._first: dict[int, int] | None = None
         self._last: dict[int, int] = {}
         self._counting = False
@@ -140,7 +143,17 @@ class TreeSampler(threading.Thread):
             pids = _tree(self.roots(), procs)
         except Exception:   # a system between processes; the next sample
             return
-        self.peak = max(self.peak or 0, sum(procs[p][2] for p in pids))
+        new = pids - self._kind.keys()
+        if new:   # most samples find no process they had not seen
+            classify(new, {p: procs[p][0] for p in new}, self._kind)
+        resident = sum(procs[p][2] for p in pids)
+        if resident > (self.peak or 0):
+            self.peak = resident
+            by_kind: dict[str, int] = {}
+            for pid in pids:
+                kind = self._kind.get(pid, "other")
+                by_kind[kind] = by_kind.get(kind, 0) + procs[pid][2]
+            self.peak_by_kind = by_kind
         if not self._counting or self._first is None:
             return
         for pid in pids:
@@ -148,9 +161,6 @@ class TreeSampler(threading.Thread):
             # a process seen at the baseline counts from there; a later one from its start
             self._first.setdefault(pid, ticks if baseline else 0)
             self._last[pid] = ticks
-        new = pids - self._kind.keys()
-        if new:   # most samples find no process they had not seen
-            classify(new, {p: procs[p][0] for p in new}, self._kind)
 
     def cpu_by_kind(self) -> dict[str, float]:
         """The CPU seconds ``cpu_seconds`` counted, by kind of process: ``java`` (a JVM),

@@ -128,6 +128,12 @@ def _memory_point(keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
     mb = [r["peak_rss_bytes"] / 2**20 for r in runs]
     point: dict[str, Any] = {"state_keys": keys, "peak_rss_mb": round(statistics.median(mb), 1),
                              "per_round_mb": [round(x, 1) for x in mb]}
+    # each round's peak by kind of process, for which of them a round's peak moved
+    # (aligned with per_round_mb: a run measured before the split has none)
+    if any(r.get("peak_rss_by_kind_bytes") for r in runs):
+        point["per_round_mb_by_kind"] = [
+            {k: round(v / 2**20, 1) for k, v in sorted((r.get("peak_rss_by_kind_bytes")
+                                                         or {}).items())} for r in runs]
     for name in ("key_space", "input_records"):
         if runs[0].get(name):
             point[name] = runs[0][name]
@@ -180,6 +186,40 @@ def _section(title: str, intro: str, picture: str | None, columns: list[str],
     """A report section: heading, what was measured, its plot, its table."""
     return [f"## {title}", "", intro, "", *([picture, ""] if picture else []),
             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns), *rows, ""]
+
+
+#: How the report names each kind of process (``TreeSampler.cpu_by_kind``'s kinds).
+_KIND_COLUMNS = (("java", "JVMs"), ("python under java", "Python under them"),
+                 ("other", "other processes"))
+
+
+def _peaks_by_kind(mem: list[dict[str, Any]]) -> list[str]:
+    """Each round's peak of each state size, split by kind of process: which processes a
+    round's peak moved in (runs measured before the split have none)."""
+    rows = []
+    for r in mem:
+        for p in r.get("points") or []:
+            kinds_of = p.get("per_round_mb_by_kind")
+            if not kinds_of:
+                continue
+            for n, (total, kinds) in enumerate(zip(p["per_round_mb"], kinds_of, strict=True),
+                                               1):
+                if not kinds:
+                    continue
+                rows.append(f"| {r['system']} | {_fmt_int(p.get('state_keys'))} | {n} | "
+                            f"{_fmt_int(total)} | "
+                            + " | ".join(_fmt_int(kinds.get(k, 0)) for k, _ in _KIND_COLUMNS)
+                            + " |")
+    if not rows:
+        return []
+    return _section(
+        "Each round's peak memory, by process",
+        "The peak above, round by round, split by the processes the peak sample found: "
+        "the JVMs (eos_runtime and Spark: Spark's; Kafka Streams, PyFlink: theirs), the "
+        "Python processes under them (eos_runtime's tasks, Spark's and PyFlink's Python "
+        "workers) and the others (a Python peer's processes, the raw dataflow's). MiB.",
+        None, ["system", "keys in state", "round", "peak", *(c for _, c in _KIND_COLUMNS)],
+        rows)
 
 
 def markdown_sections(result: dict[str, Any]) -> list[str]:
@@ -247,6 +287,7 @@ def markdown_sections(result: dict[str, Any]) -> list[str]:
             ["system", "guarantee", "keys in state", "input records", "peak RSS, MiB",
              "events/s", "CPU µs per result", "the broker's CPU µs per result", "status"],
             rows)
+        lines += _peaks_by_kind(mem)
     cps = result.get("checkpoints") or []
     if cps:
         rows = [f"| {r['workload']} | {r['system']} | `{name}` | {m['count']:,} | "
