@@ -266,6 +266,41 @@ def test_pyflink_not_installable_says_why(monkeypatch, tmp_path):
     assert not connector_jar().exists()
 
 
+def test_pyflink_checkpoints_into_files_not_the_jobmanagers_memory(monkeypatch, tmp_path):
+    """Flink's default checkpoint storage holds at most 5 MiB of state a task: at 10^6 keys
+    every checkpoint of the aggregate failed and its sink never committed again. The job
+    asks for file checkpoints in the run's scratch directory. (PyFlink is not in this
+    venv: its modules are stand-ins that record the configuration the job builds.)"""
+    import sys
+    import types
+    from unittest import mock
+
+    from eos_runtime.bench import pyflink_app
+
+    settings: dict[str, str] = {}
+
+    class Configuration:
+        def set_string(self, key: str, value: str) -> None:
+            settings[key] = value
+
+    names = ["pyflink", "pyflink.common", "pyflink.common.serialization",
+             "pyflink.datastream", "pyflink.datastream.connectors",
+             "pyflink.datastream.connectors.kafka"]
+    for name in names:
+        module = types.ModuleType(name)
+        module.__getattr__ = lambda attr: mock.MagicMock(name=attr)   # type: ignore[method-assign]
+        monkeypatch.setitem(sys.modules, name, module)
+    sys.modules["pyflink.common"].Configuration = Configuration   # type: ignore[attr-defined]
+    monkeypatch.setattr(pyflink_app, "_functions", lambda: mock.MagicMock())
+    args = pyflink_app.argparse.Namespace(
+        workload="aggregate", bootstrap_servers="b", name="run", source="s", sink="t",
+        parallelism=2, checkpoint_interval_ms=1000, checkpoint_dir=str(tmp_path / "cp"),
+        connector=str(tmp_path / "connector.jar"))
+    pyflink_app._job(args, 8081)
+    assert settings["execution.checkpointing.storage"] == "filesystem"
+    assert settings["execution.checkpointing.dir"] == (tmp_path / "cp").as_uri()
+
+
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.long

@@ -304,6 +304,7 @@ class PyFlinkSystem:
              "--bootstrap-servers", setup.bootstrap, "--name", setup.name, "--source",
              setup.source, "--sink", setup.sink, "--parallelism", str(setup.partitions),
              "--checkpoint-interval-ms", str(round(setup.commit_interval * 1000)),
+             "--checkpoint-dir", str(setup.work_dir / "pyflink-checkpoints"),
              "--connector", str(self.connector)],
             stdout=subprocess.PIPE, stderr=log.open("w"), text=True, start_new_session=True,
             # Flink's own log in the run's scratch, not in the venv's package

@@ -1,7 +1,8 @@
 """A bench workload as a PyFlink job: the PyFlink peer of ``eos bench``.
 
     python pyflink_app.py WORKLOAD --bootstrap-servers B --name RUN --source TOPIC \
-        --sink TOPIC --parallelism N --checkpoint-interval-ms MS --connector JAR
+        --sink TOPIC --parallelism N --checkpoint-interval-ms MS --checkpoint-dir DIR \
+        --connector JAR
 
 It runs on PyFlink's own interpreter (bench/pyflink_peer.py installs it on first use), so
 it imports nothing of eos_runtime. One local Flink (the MiniCluster PyFlink starts in its
@@ -9,7 +10,7 @@ JVM), every operator at ``--parallelism``, written with PyFlink's DataStream API
 its documentation shows a user to: a ``KafkaSource`` from the earliest offset, Python
 functions (Flink's default process mode: Python workers beside the JVM), keyed state in
 Flink's default state backend (on the heap), checkpoints ``EXACTLY_ONCE`` every
-``--checkpoint-interval-ms``.
+``--checkpoint-interval-ms`` into files under ``--checkpoint-dir``.
 
 The sink is Flink's Kafka connector with ``sink.delivery-guarantee = exactly-once`` and
 the run's name as its transactional id prefix: it builds a ``KafkaSink`` with
@@ -123,6 +124,12 @@ def _job(args: argparse.Namespace, rest_port: int) -> tuple[Any, Any]:
     config.set_string("rest.address", "127.0.0.1")
     config.set_string("rest.bind-address", "127.0.0.1")
     config.set_string("rest.port", str(rest_port))
+    # Checkpoints in files, as Flink's documentation asks of any job with real state: the
+    # default keeps them in the JobManager's memory, at most 5 MiB of state a task, and
+    # past that (about 10^6 keys of the aggregate) every checkpoint failed, so the
+    # transactional sink never committed again.
+    config.set_string("execution.checkpointing.storage", "filesystem")
+    config.set_string("execution.checkpointing.dir", Path(args.checkpoint_dir).absolute().as_uri())
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(args.parallelism)
     env.enable_checkpointing(args.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("workload", choices=WORKLOADS)
     for name, kind in (("bootstrap-servers", str), ("name", str), ("source", str),
                        ("sink", str), ("parallelism", int), ("checkpoint-interval-ms", int),
-                       ("connector", str)):
+                       ("checkpoint-dir", str), ("connector", str)):
         ap.add_argument(f"--{name}", type=kind, required=True)
     args = ap.parse_args(argv)
     from pyflink.table import StreamTableEnvironment
