@@ -555,6 +555,9 @@ class KafkaTransport(Transport):
         with self._lock:
             query, self._query = self._query, {}
         for c in query.values():
+            if faults.in_zombie():   # never destroyed there (close)
+                _abandon(c)
+                continue
             try:
                 c.close()
             except (_KafkaException, RuntimeError):
@@ -585,13 +588,10 @@ class KafkaTransport(Transport):
             except Exception as exc:  # closing must go on with the others
                 log.debug("closing %r: %s", child, exc)
         self._children = weakref.WeakSet()
+        self._forget_query_consumers()
         if faults.in_zombie():
             # As its consumers' and producers' (consumer.py): a zombie's admin client was
             # seen to block in rd_kafka_destroy for minutes (a fresh-clone CI run); the
             # zombie ends right after, and a look-up client holds nothing to give back.
-            with self._lock:
-                query, self._query = self._query, {}
-            for handle in [self._admin, *query.values()]:
-                _abandon(handle)
-        self._forget_query_consumers()
+            _abandon(self._admin)
         self._admin = None
