@@ -209,3 +209,80 @@ def test_a_layout_recorded_before_lookups_were_named_is_not_refused_for_it():
     assert not layouts_differ(was, now)      # an older run's layout names no lookups
     assert layouts_differ(now, now[:3] + ("lookups of stage 2: table0=clicks",) + now[4:])
     assert not layouts_differ(now, now)
+
+
+def _count_state(value, state):
+    n = (state.get() or 0) + 1
+    state.set(n)
+    return n
+
+
+def _sum_state(value, state):
+    n = (state.get() or 0) + value["n"]
+    state.set(n)
+    return n
+
+
+def _is_a(value):
+    return value["kind"] == "a"
+
+
+def _is_b(value):
+    return value["kind"] == "b"
+
+
+def test_stateful_branches_written_in_another_order_are_refused_a_renamed_one_is_not(tmp_path):
+    """A stateful step's store is named by its place in the stage (step1, step3): two
+    stateful branches written the other way round kept the same layout, and the next run
+    read each one's state from the other's store (a sum as a count). A step whose function
+    only changed its name keeps its store, as it did."""
+    tag = uuid.uuid4().hex[:6]
+
+    def pipeline(order: tuple[str, str], names: dict[str, object] | None = None) -> Pipeline:
+        fns = names or {"count": _count_state, "sum": _sum_state}
+        p = Pipeline(f"two-{tag}")
+        keyed = p.source(f"in-{tag}", value="json").key_by(lambda v: v["user"])
+        made = {"count": lambda: keyed.filter(_is_a).map(fns["count"], stateful=True),
+                "sum": lambda: keyed.filter(_is_b).map(fns["sum"], stateful=True)}
+        first, second = made[order[0]](), made[order[1]]()   # written in this order
+        first.merge(second).sink(f"out-{tag}", value="json")
+        return p
+
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"in-{tag}", 1)])
+        plan = plan_job(pipeline(("count", "sum")), t)
+        ControlLog(t, f"two-{tag}").start_run(plan, bounded=True)
+        ControlLog(t, f"two-{tag}").check_layout(plan_job(pipeline(("count", "sum")), t))
+        with pytest.raises(ConfigError) as info:
+            ControlLog(t, f"two-{tag}").check_layout(
+                plan_job(pipeline(("sum", "count"), None), t))
+        first = str(info.value).splitlines()[0]
+        assert first.endswith("stage 1's state moved: map(_count_state) step1 -> step3, "
+                              "map(_sum_state) step3 -> step1"), first
+
+        def _tally(value, state):
+            return _count_state(value, state)
+
+        # a renamed function keeps its store: not refused
+        ControlLog(t, f"two-{tag}").check_layout(
+            plan_job(pipeline(("count", "sum"), {"count": _tally, "sum": _sum_state}), t))
+
+
+def test_the_states_line_refuses_only_a_state_that_moved():
+    from eos_runtime.joblog.layout import layout_changes, layouts_differ
+
+    stage = "stage 1: input j.shuffle-1 x1, tasks 1, stores [step1, window0], output out x1"
+    was = ("stage 0: input in x1, tasks 0, stores [], output j.shuffle-1 x1", stage,
+           "state of stage 1: step1=aggregate(zero, add), window0=window count",
+           "guarantee exactly-once")
+    assert not layouts_differ(was[:2] + was[3:], was)   # recorded before states were named
+    renamed = was[:2] + ("state of stage 1: step1=map(tally), window0=window count",) + was[3:]
+    assert not layouts_differ(was, renamed)
+    swapped = was[:2] + ("state of stage 1: step1=window count, "
+                         "window0=aggregate(zero, add)",) + was[3:]
+    assert layouts_differ(was, swapped)
+    assert layout_changes(was, swapped) == ("stage 1's state moved: aggregate(zero, add) "
+                                            "step1 -> window0, window count window0 -> step1")
+    # two stores of one function: which is which cannot be told, so not refused
+    twins = was[:2] + ("state of stage 1: step1=map(f), window0=map(f)",) + was[3:]
+    assert not layouts_differ(twins, twins)

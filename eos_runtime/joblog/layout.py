@@ -11,8 +11,11 @@ it. No I/O.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
+from ..aggregates import RunningAggregate
+from ..graph import Op
 from ..plan import JobPlan
 
 __all__ = ["StageLayout", "job_layout", "layout_changes", "layout_channels", "layout_checkpoints",
@@ -23,6 +26,12 @@ __all__ = ["StageLayout", "job_layout", "layout_changes", "layout_channels", "la
 #: Store names are positional (the order of first lookup), so without it two lookups
 #: written the other way round kept the layout, and each read the other table's rows.
 _LOOKUPS = "lookups of stage "
+#: A stage's stateful steps' and windows' stores and what each holds, by the step that
+#: writes it: "state of stage 1: step1=map(count), step3=map(total)". Those store names
+#: are positional too, so two stateful branches written the other way round swapped their
+#: states. Only a store's state moving to another store is refused: a function renamed,
+#: or another function on the same store, keeps it, as before.
+_STATE = "state of stage "
 
 
 def job_layout(plan: JobPlan) -> tuple[str, ...]:
@@ -39,6 +48,10 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
         if tables:
             lines.append(f"{_LOOKUPS}{st.index}: "
                          + ", ".join(f"{store}={topic}" for store, topic in tables))
+        held = [f"{op.store}={_held_by(op)}" for op in st.program
+                if op.store is not None and op.lookup is None]
+        if held:
+            lines.append(f"{_STATE}{st.index}: " + ", ".join(held))
     lines.append(f"guarantee {plan.guarantee}")
     if plan.checkpoints != "changelog":   # (a line only then: older jobs' layouts stay equal)
         lines.append(f"checkpoints {plan.checkpoints}")
@@ -46,6 +59,15 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
         if plan.job_id != "1":
             lines.append(f"job id {plan.job_id}")
     return tuple(lines)
+
+
+def _held_by(op: Op) -> str:
+    """What a store's state is, as the layout names it: the step or window writing it."""
+    if op.window is not None:
+        return f"window {op.window.name}"
+    assert op.step is not None
+    step = op.step
+    return step.name if isinstance(step.fn, RunningAggregate) else f"{step.kind}({step.name})"
 
 
 def _layout_entry(layout: tuple[str, ...], name: str) -> str | None:
@@ -147,15 +169,59 @@ def layout_changes(was: tuple[str, ...], now: tuple[str, ...]) -> str:
             x, y = old_l.get(stage, "none"), new_l.get(stage, "none")
             if x != y:
                 changes.append(f"stage {stage}'s lookups {x} -> {y}")
+    for stage, moved in _state_moves(was, now).items():
+        changes.append(f"stage {stage}'s state moved: "
+                       + ", ".join(f"{what} {a} -> {b}" for what, a, b in moved))
     return "; ".join(changes) or "its stages are written differently"
 
 
 def layouts_differ(was: tuple[str, ...], now: tuple[str, ...]) -> bool:
     """Whether a run of layout ``now`` is refused after one of ``was``. A layout recorded
-    before lookups were named in it (no such line at all) is compared without them."""
+    before lookups were named in it (no such line at all) is compared without them. The
+    states' lines differ only where a state moved to another store (``_state_moves``)."""
     if not any(line.startswith(_LOOKUPS) for line in was):
         now = tuple(line for line in now if not line.startswith(_LOOKUPS))
-    return was != now
+    if _state_moves(was, now):
+        return True
+    return _without_states(was) != _without_states(now)
+
+
+def _without_states(layout: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(line for line in layout if not line.startswith(_STATE))
+
+
+def _states(layout: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """Per stage (its index as written), each store of its states line and what it holds."""
+    out = {}
+    for line in layout:
+        if line.startswith(_STATE):
+            stage, held = line[len(_STATE):].split(": ", 1)
+            # a step's name may hold ", " ("aggregate(zero, add)"): split before a store
+            out[stage] = dict(entry.split("=", 1)
+                              for entry in re.split(r", (?=(?:step|window)\d+=)", held))
+    return out
+
+
+def _state_moves(was: tuple[str, ...], now: tuple[str, ...]
+                 ) -> dict[str, list[tuple[str, str, str]]]:
+    """Per stage, each state (named once in each layout) now held in another store:
+    (what, its store in ``was``, in ``now``). Empty for a layout recorded before states
+    were named in it."""
+    old, new = _states(was), _states(now)
+    moves = {}
+    for stage in sorted(old.keys() & new.keys(), key=int):
+        a, b = _store_of(old[stage]), _store_of(new[stage])
+        moved = [(what, a[what], b[what]) for what in a if what in b and a[what] != b[what]]
+        if moved:
+            moves[stage] = moved
+    return moves
+
+
+def _store_of(held: dict[str, str]) -> dict[str, str]:
+    """Each state's store, for the states one store alone holds (two branches of one
+    function cannot be told apart)."""
+    counts = Counter(held.values())
+    return {what: store for store, what in held.items() if counts[what] == 1}
 
 
 def _lookups(layout: tuple[str, ...]) -> dict[str, str]:
