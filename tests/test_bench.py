@@ -439,6 +439,24 @@ def test_a_tasks_cpu_is_python_under_java_whatever_order_the_pids_wrapped_to():
     assert known[121] == "python under java"
 
 
+def test_a_jvm_started_through_a_script_is_a_jvm_once_it_execs_java(monkeypatch):
+    """Spark's JVM starts as spark-class (bash), which execs java under the same pid: a
+    process first seen while it started is classified again, and so are its children."""
+    from eos_runtime.bench import memory
+
+    names = {100: "bash", 101: "python3"}
+    table = {100: (1, 0, 300 << 20), 101: (100, 0, 100 << 20)}
+    monkeypatch.setattr(memory, "_scan", lambda: dict(table))
+    monkeypatch.setattr(memory, "_comm", lambda pid: names[pid])
+    monkeypatch.setattr(memory, "_tree", lambda roots, procs: set(procs))
+    sampler = memory.TreeSampler(lambda: [100], every=3600)   # one sample as it starts
+    sampler.close()
+    names[100] = "java"                                       # the exec
+    table[100] = (1, 0, 500 << 20)
+    sampler._sample()
+    assert sampler.peak_by_kind == {"java": 500 << 20, "python under java": 100 << 20}
+
+
 def test_a_process_tree_has_resident_memory():
     import os
     import subprocess

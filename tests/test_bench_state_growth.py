@@ -62,15 +62,16 @@ def test_each_rounds_peak_is_split_by_kind_of_process():
     """A round's peak over budget is explained by the processes it moved in: the report
     splits each round's peak by kind (the JVMs, the Python under them, the others)."""
     runs = _runs("eos-exactly-once", CURVE[:1] * 2)
-    for r, jvm in zip(runs, (350, 380), strict=True):
-        r["round"] = r["round"] + (jvm == 380)
-        r["peak_rss_by_kind_bytes"] = {"java": jvm * 2**20, "python under java": 250 * 2**20}
+    for n, (r, jvm) in enumerate(zip(runs, (350, 380), strict=True), 1):
+        r["round"] = n
+        r["peak_rss_by_kind_bytes"] = {"java": jvm * 2**20,
+                                       "python under java": (600 - jvm) * 2**20}
     (row,) = more.summarize_memory(runs)
     assert row["points"][0]["per_round_mb_by_kind"] == [
-        {"java": 350.0, "python under java": 250.0}, {"java": 380.0, "python under java": 250.0}]
+        {"java": 350.0, "python under java": 250.0}, {"java": 380.0, "python under java": 220.0}]
     report = "\n".join(more.markdown_sections({"memory": [row]}))
     assert "## Each round's peak memory, by process" in report
-    assert "| eos-exactly-once | 860 | 2 | 600 | 380 | 250 | 0 |" in report
+    assert "| eos-exactly-once | 860 | 2 | 600 | 380 | 220 | 0 |" in report
     # runs measured before the split: no such section
     (old,) = more.summarize_memory(_runs("eos-exactly-once", CURVE[:1]))
     assert "by process" not in "\n".join(more.markdown_sections({"memory": [old]}))

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from eos_runtime.errors import (
+    BrokerUnavailable,
     ConfigError,
     DeliveryFailed,
     OffsetOutOfRange,
@@ -536,4 +537,9 @@ def test_a_zombie_gives_up_every_client_handle_at_close_and_destroys_none(kafka_
     assert len(handles) == 4 and all(h is not None for h in handles)
     assert {id(h) for h in given_up} == {id(h) for h in handles}
     # kept alive by the test's list only; the real _abandon leaks a reference instead
+    given_up.clear()
+    # a zombie riding through an outage opens transports that fail: their admin too
+    with pytest.raises(BrokerUnavailable):
+        KafkaTransport("127.0.0.1:1", connect_timeout=1)
+    assert [type(h).__name__ for h in given_up] == ["AdminClient"]
     given_up.clear()

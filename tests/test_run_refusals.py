@@ -257,8 +257,8 @@ def test_stateful_branches_written_in_another_order_are_refused_a_renamed_one_is
             ControlLog(t, f"two-{tag}").check_layout(
                 plan_job(pipeline(("sum", "count"), None), t))
         first = str(info.value).splitlines()[0]
-        assert first.endswith("stage 1's state moved: map(_count_state) step1 -> step3, "
-                              "map(_sum_state) step3 -> step1"), first
+        assert first.endswith("state moved: map(_count_state) stage 1 step1 -> stage 1 step3, "
+                              "map(_sum_state) stage 1 step3 -> stage 1 step1"), first
 
         def _tally(value, state):
             return _count_state(value, state)
@@ -271,18 +271,77 @@ def test_stateful_branches_written_in_another_order_are_refused_a_renamed_one_is
 def test_the_states_line_refuses_only_a_state_that_moved():
     from eos_runtime.joblog.layout import layout_changes, layouts_differ
 
-    stage = "stage 1: input j.shuffle-1 x1, tasks 1, stores [step1, window0], output out x1"
+    stage = "stage 1: input j.shuffle-1 x1, tasks 1, stores [step1, window2], output out x1"
+    held = "step1=aggregate(add), window2=window Hopping(size=2, every=1) count"
     was = ("stage 0: input in x1, tasks 0, stores [], output j.shuffle-1 x1", stage,
-           "state of stage 1: step1=aggregate(zero, add), window0=window count",
-           "guarantee exactly-once")
+           f"state of stage 1: {held}", "guarantee exactly-once")
     assert not layouts_differ(was[:2] + was[3:], was)   # recorded before states were named
-    renamed = was[:2] + ("state of stage 1: step1=map(tally), window0=window count",) + was[3:]
+    renamed = was[:2] + ("state of stage 1: step1=map(tally), "
+                         "window2=window Hopping(size=2, every=1) count",) + was[3:]
     assert not layouts_differ(was, renamed)
-    swapped = was[:2] + ("state of stage 1: step1=window count, "
-                         "window0=aggregate(zero, add)",) + was[3:]
+    swapped = was[:2] + ("state of stage 1: step1=window Hopping(size=2, every=1) count, "
+                         "window2=aggregate(add)",) + was[3:]
     assert layouts_differ(was, swapped)
-    assert layout_changes(was, swapped) == ("stage 1's state moved: aggregate(zero, add) "
-                                            "step1 -> window0, window count window0 -> step1")
-    # two stores of one function: which is which cannot be told, so not refused
-    twins = was[:2] + ("state of stage 1: step1=map(f), window0=map(f)",) + was[3:]
-    assert not layouts_differ(twins, twins)
+    assert layout_changes(was, swapped) == (
+        "state moved: aggregate(add) stage 1 step1 -> stage 1 window2, "
+        "window Hopping(size=2, every=1) count stage 1 window2 -> stage 1 step1")
+    # two stores of one name: which is which cannot be told, so not refused
+    twins = was[:2] + ("state of stage 1: step1=map(<lambda>), window2=map(<lambda>)",)
+    assert not layouts_differ(twins + was[3:], was[:2] + (
+        "state of stage 1: step1=map(<lambda>), window2=map(<lambda>)",) + was[3:])
+
+
+def _by_user(value):
+    return value["user"]
+
+
+def _by_item(value):
+    return value["item"]
+
+
+def test_two_key_by_stages_written_in_another_order_are_refused(tmp_path):
+    """Stage indices are positional too: two key_by branches, each with its stateful step,
+    written the other way round kept equal stage lines (stores [step0] each), and each
+    stage's step read the other's state."""
+    tag = uuid.uuid4().hex[:6]
+
+    def pipeline(order: tuple[str, str]) -> Pipeline:
+        p = Pipeline(f"keys-{tag}")
+        src = p.source(f"in-{tag}", value="json")
+        made = {"count": lambda: src.key_by(_by_user).map(_count_state, stateful=True),
+                "sum": lambda: src.key_by(_by_item).map(_sum_state, stateful=True)}
+        first, second = made[order[0]](), made[order[1]]()
+        first.merge(second).sink(f"out-{tag}", value="json")
+        return p
+
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"in-{tag}", 1)])
+        ControlLog(t, f"keys-{tag}").start_run(plan_job(pipeline(("count", "sum")), t),
+                                               bounded=True)
+        with pytest.raises(ConfigError) as info:
+            ControlLog(t, f"keys-{tag}").check_layout(plan_job(pipeline(("sum", "count")), t))
+        first = str(info.value).splitlines()[0]
+        assert first.endswith("state moved: map(_count_state) stage 1 step0 -> stage 2 step0, "
+                              "map(_sum_state) stage 2 step0 -> stage 1 step0"), first
+
+
+def test_two_windows_of_one_aggregate_are_told_apart_by_their_windows(tmp_path):
+    """Two branches counting in windows of different sizes, written the other way round:
+    the layout names each window's size, so the swap is refused (both are ``count``)."""
+    from eos_runtime.windows import tumbling
+
+    tag = uuid.uuid4().hex[:6]
+
+    def pipeline(sizes: tuple[int, int]) -> Pipeline:
+        p = Pipeline(f"wins-{tag}")
+        keyed = p.source(f"in-{tag}", value="json", timestamp=lambda v: v["ts"]).key_by(_by_user)
+        first, second = (keyed.window(tumbling(size)).count().final() for size in sizes)
+        first.merge(second).sink(f"out-{tag}", value="json")
+        return p
+
+    with open_transport(data_dir=str(tmp_path / "data")) as t:
+        t.create_topics([TopicSpec(f"in-{tag}", 1)])
+        ControlLog(t, f"wins-{tag}").start_run(plan_job(pipeline((1_000, 60_000)), t),
+                                               bounded=True)
+        with pytest.raises(ConfigError, match="state moved: window Tumbling.size=1000. count"):
+            ControlLog(t, f"wins-{tag}").check_layout(plan_job(pipeline((60_000, 1_000)), t))

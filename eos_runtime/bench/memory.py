@@ -58,20 +58,21 @@ def _comm(pid: int) -> str:
 
 
 def classify(new: Iterable[int], parent: Mapping[int, int], known: dict[int, str],
-             name: Callable[[int], str] = _comm) -> None:
+             name: Callable[[int], str] | None = None) -> None:
     """Add to ``known`` what each process of ``new`` is (``TreeSampler.cpu_by_kind``), from
     its name and its parent's kind (``parent``: each one's parent), a parent before its
     children. Not in pid order: pids wrap around at the kernel's pid_max (32 768 here),
     and after a few benches' processes a Python worker's pid was below its daemon's,
     which was then not known yet, so every task's CPU was counted as "other"."""
     pending = set(new)
+    name_of = name or _comm
 
     def kind(pid: int) -> None:
         if pid not in known:
             ppid = parent[pid]
             if ppid in pending:
                 kind(ppid)
-            own = name(pid)
+            own = name_of(pid)
             known[pid] = ("java" if own == "java" else "python under java"
                           if known.get(ppid) in ("java", "python under java") else "other")
 
@@ -143,9 +144,14 @@ class TreeSampler(threading.Thread):
             pids = _tree(self.roots(), procs)
         except Exception:   # a system between processes; the next sample
             return
-        new = pids - self._kind.keys()
-        if new:   # most samples find no process they had not seen
-            classify(new, {p: procs[p][0] for p in new}, self._kind)
+        # New processes, and those still "other": a JVM started through a script (Spark's
+        # spark-class) is bash until it execs java under the same pid, and a process's
+        # kind must not stay what its first sample, while it started, saw.
+        again = pids - {p for p, kind in self._kind.items() if kind != "other"}
+        if again:
+            for pid in again:
+                self._kind.pop(pid, None)
+            classify(again, {p: procs[p][0] for p in again}, self._kind)
         resident = sum(procs[p][2] for p in pids)
         if resident > (self.peak or 0):
             self.peak = resident

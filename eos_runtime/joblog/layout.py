@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..aggregates import RunningAggregate
+from ..api_windows import WindowOp
 from ..graph import Op
 from ..plan import JobPlan
 
@@ -27,10 +28,11 @@ __all__ = ["StageLayout", "job_layout", "layout_changes", "layout_channels", "la
 #: written the other way round kept the layout, and each read the other table's rows.
 _LOOKUPS = "lookups of stage "
 #: A stage's stateful steps' and windows' stores and what each holds, by the step that
-#: writes it: "state of stage 1: step1=map(count), step3=map(total)". Those store names
-#: are positional too, so two stateful branches written the other way round swapped their
-#: states. Only a store's state moving to another store is refused: a function renamed,
-#: or another function on the same store, keeps it, as before.
+#: writes it: "state of stage 1: step1=map(count), window2=window Tumbling(size=60000)
+#: count". Stage indices and store names are positional too, so two stateful branches
+#: (or two key_by stages) written the other way round swapped their states. Only a state
+#: moving to another store, of its stage or another, is refused: a function renamed, or
+#: another function on the same store, keeps it, as before.
 _STATE = "state of stage "
 
 
@@ -63,8 +65,11 @@ def job_layout(plan: JobPlan) -> tuple[str, ...]:
 
 def _held_by(op: Op) -> str:
     """What a store's state is, as the layout names it: the step or window writing it."""
-    if op.window is not None:
-        return f"window {op.window.name}"
+    w = op.window
+    if isinstance(w, WindowOp):
+        return f"window {w.spec!r} {w.name}"
+    if w is not None:
+        return f"join within {w.within} {w.name}"
     assert op.step is not None
     step = op.step
     return step.name if isinstance(step.fn, RunningAggregate) else f"{step.kind}({step.name})"
@@ -169,9 +174,10 @@ def layout_changes(was: tuple[str, ...], now: tuple[str, ...]) -> str:
             x, y = old_l.get(stage, "none"), new_l.get(stage, "none")
             if x != y:
                 changes.append(f"stage {stage}'s lookups {x} -> {y}")
-    for stage, moved in _state_moves(was, now).items():
-        changes.append(f"stage {stage}'s state moved: "
-                       + ", ".join(f"{what} {a} -> {b}" for what, a, b in moved))
+    moved = _state_moves(was, now)
+    if moved:
+        changes.append("state moved: " + ", ".join(
+            f"{what} stage {a[0]} {a[1]} -> stage {b[0]} {b[1]}" for what, a, b in moved))
     return "; ".join(changes) or "its stages are written differently"
 
 
@@ -190,38 +196,32 @@ def _without_states(layout: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(line for line in layout if not line.startswith(_STATE))
 
 
-def _states(layout: tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """Per stage (its index as written), each store of its states line and what it holds."""
+def _states(layout: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """What each store of the layout's states lines holds, by (stage as written, store)."""
     out = {}
     for line in layout:
         if line.startswith(_STATE):
             stage, held = line[len(_STATE):].split(": ", 1)
-            # a step's name may hold ", " ("aggregate(zero, add)"): split before a store
-            out[stage] = dict(entry.split("=", 1)
-                              for entry in re.split(r", (?=(?:step|window)\d+=)", held))
+            # a name may hold ", " ("Hopping(size=2, every=1)"): split before a store
+            for entry in re.split(r", (?=(?:step|window)\d+=)", held):
+                store, what = entry.split("=", 1)
+                out[stage, store] = what
     return out
 
 
 def _state_moves(was: tuple[str, ...], now: tuple[str, ...]
-                 ) -> dict[str, list[tuple[str, str, str]]]:
-    """Per stage, each state (named once in each layout) now held in another store:
-    (what, its store in ``was``, in ``now``). Empty for a layout recorded before states
-    were named in it."""
-    old, new = _states(was), _states(now)
-    moves = {}
-    for stage in sorted(old.keys() & new.keys(), key=int):
-        a, b = _store_of(old[stage]), _store_of(new[stage])
-        moved = [(what, a[what], b[what]) for what in a if what in b and a[what] != b[what]]
-        if moved:
-            moves[stage] = moved
-    return moves
+                 ) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:
+    """Each state now held in another store than before, of its stage or another: (what,
+    its (stage, store) in ``was``, in ``now``). Only states one store alone holds in each
+    layout: two steps of one name (two lambdas) cannot be told apart. Empty for a layout
+    recorded before states were named in it."""
+    a, b = _store_of(_states(was)), _store_of(_states(now))
+    return [(what, a[what], b[what]) for what in a if what in b and a[what] != b[what]]
 
 
-def _store_of(held: dict[str, str]) -> dict[str, str]:
-    """Each state's store, for the states one store alone holds (two branches of one
-    function cannot be told apart)."""
+def _store_of(held: dict[tuple[str, str], str]) -> dict[str, tuple[str, str]]:
     counts = Counter(held.values())
-    return {what: store for store, what in held.items() if counts[what] == 1}
+    return {what: where for where, what in held.items() if counts[what] == 1}
 
 
 def _lookups(layout: tuple[str, ...]) -> dict[str, str]:

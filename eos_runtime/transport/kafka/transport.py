@@ -170,6 +170,8 @@ class KafkaTransport(Transport):
         try:
             self._check_reachable(self._admin, watch, float(connect_timeout))
         except BaseException:
+            if faults.in_zombie():   # a zombie riding through an outage: never destroyed
+                _abandon(self._admin)
             self._admin = None
             raise
         _live.add(self)
