@@ -543,3 +543,31 @@ def test_a_zombie_gives_up_every_client_handle_at_close_and_destroys_none(kafka_
         KafkaTransport("127.0.0.1:1", connect_timeout=1)
     assert [type(h).__name__ for h in given_up] == ["AdminClient"]
     given_up.clear()
+
+
+def test_a_producer_whose_abort_fails_at_close_is_still_closed(transport):
+    """close() aborts an open transaction first: whatever that raised, the handle is given
+    back after it (before, only a Kafka error let close go on)."""
+    name = new_topic(transport)
+    p = transport.producer(transactional_id=txn_id())
+    p.begin_transaction()
+    p.produce(name, 0, b"v")
+
+    class AbortFails:
+        def __init__(self, real):
+            self.real = real
+
+        def abort_transaction(self, *args):
+            raise RuntimeError("the abort broke")
+
+        def __getattr__(self, attr):
+            return getattr(self.real, attr)
+
+    real = p._p
+    p._p = AbortFails(real)
+    with pytest.raises(RuntimeError, match="the abort broke"):
+        p.close()
+    assert p._p is None    # the handle was let go: destroyed with the last reference
+    with pytest.raises(TransportError, match="closed"):
+        p.produce(name, 0, b"w")
+    real.abort_transaction(10)   # (the test's own clean-up of the open transaction)

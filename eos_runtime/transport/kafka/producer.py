@@ -510,16 +510,18 @@ class KafkaProducer(Producer):
         p = self._p
         if p is None:
             return
-        if self._in_transaction and self._state.fatal is None:
-            # Leaving a transaction open would hold back the last stable offset
-            # until the broker times it out (transaction.timeout.ms).
-            try:
-                p.abort_transaction(min(self._timeout, 10.0))
-            except _KafkaException as exc:
-                log.warning("could not abort the open transaction on close: %s",
-                            _map_exception(exc, "abort_transaction"))
-        self._in_transaction = False
-        self._discard()
+        try:
+            if self._in_transaction and self._state.fatal is None:
+                # Leaving a transaction open would hold back the last stable offset
+                # until the broker times it out (transaction.timeout.ms).
+                try:
+                    p.abort_transaction(min(self._timeout, 10.0))
+                except _KafkaException as exc:
+                    log.warning("could not abort the open transaction on close: %s",
+                                _map_exception(exc, "abort_transaction"))
+        finally:   # whatever the abort raised: the handle is given back (or up, a zombie's)
+            self._in_transaction = False
+            self._discard()
 
     def _require_transactional(self) -> None:
         if not self.transactional:
