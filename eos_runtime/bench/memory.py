@@ -147,7 +147,7 @@ class TreeSampler(threading.Thread):
         # New processes, and those still "other": a JVM started through a script (Spark's
         # spark-class) is bash until it execs java under the same pid, and a process's
         # kind must not stay what its first sample, while it started, saw.
-        again = pids - {p for p, kind in self._kind.items() if kind != "other"}
+        again = {p for p in pids if self._kind.get(p, "other") == "other"}
         if again:
             for pid in again:
                 self._kind.pop(pid, None)

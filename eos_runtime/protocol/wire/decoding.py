@@ -134,16 +134,20 @@ def _optional_tail(f: list[Any], n: int, name: str) -> int | None:
     return _int(f[n], INT64, f"{name} watermark") if len(f) == n + 1 else None
 
 
+def _watermark_tail(f: list[Any], n: int, name: str) -> tuple[int | None, bool]:
+    """``_optional_tail``'s watermark and whether the record says idle: a record of ``n +
+    2`` fields is an idle producer's (W7), its watermark (nil if none yet) then true."""
+    if type(f) is list and len(f) == n + 2:
+        if f[n + 1] is not True:
+            raise _Malformed(f"{name} field {n + 2} (idle) is {f[n + 1]!r}, expected true")
+        return (None if f[n] is None else _int(f[n], INT64, f"{name} watermark")), True
+    return _optional_tail(f, n, name), False
+
+
 def _read_marker(f: list[Any]) -> Marker:
-    if type(f) is list and len(f) == 6:   # W7: an idle producer's
-        if f[5] is not True:
-            raise _Malformed(f"marker field 6 (idle) is {f[5]!r}, expected true")
-        watermark = None if f[4] is None else _int(f[4], INT64, "marker watermark")
-        return Marker(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
-                      _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark, True)
-    watermark = _optional_tail(f, 4, "marker")
+    watermark, idle = _watermark_tail(f, 4, "marker")
     return Marker(_int(f[0], INT32, "producer_id"), _int(f[1], INT32, "generation"),
-                  _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark)
+                  _int(f[2], INT64, "version"), _int(f[3], INT64, "seq"), watermark, idle)
 
 
 def _read_restore(f: list[Any]) -> Restore:
@@ -175,21 +179,11 @@ def _read_cl_batch(f: list[Any]) -> ChangeLogBatch:
 
 
 def _read_parent(p: list[Any]) -> ParentCheckpoint:
-    if type(p) is list and len(p) == 7:   # W7: an idle lane's
-        if p[6] is not True:
-            raise _Malformed(f"parent field 7 (idle) is {p[6]!r}, expected true")
-        return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
-                                _int(p[1], INT32, "parent generation"),
-                                _int(p[2], INT64, "parent version"),
-                                _int(p[3], INT64, "parent seq"),
-                                _int(p[4], INT64, "parent resume_offset"),
-                                None if p[5] is None else _int(p[5], INT64, "parent watermark"),
-                                True)
-    watermark = _optional_tail(p, 5, "parent")
+    watermark, idle = _watermark_tail(p, 5, "parent")
     return ParentCheckpoint(_int(p[0], INT32, "parent producer_id"),
                             _int(p[1], INT32, "parent generation"),
                             _int(p[2], INT64, "parent version"), _int(p[3], INT64, "parent seq"),
-                            _int(p[4], INT64, "parent resume_offset"), watermark)
+                            _int(p[4], INT64, "parent resume_offset"), watermark, idle)
 
 
 def _read_commit(f: list[Any]) -> ChangeLogCommit:

@@ -141,12 +141,8 @@ def encode(record: ChannelRecord | ChangeLogRecord | CheckpointData | ControlRec
             fields: list[Any] = [_check(producer_id, INT32, "producer_id"),
                                  _check(generation, INT32, "generation"),
                                  _check(version, INT64, "version"), _check(seq, INT64, "seq")]
-            if idle:   # W7: the watermark (nil if none yet), then true
-                fields += [None if watermark is None else _check(watermark, INT64, "watermark"),
-                           True]
-            elif watermark is not None:   # without one the record stays SEP-10's, to the byte
-                fields.append(_check(watermark, INT64, "watermark"))
-            return _header(RecordType.MARKER) + _packb(fields)
+            # without a watermark (and not idle) the record stays SEP-10's, to the byte
+            return _header(RecordType.MARKER) + _packb(fields + _watermark_tail(watermark, idle))
         case Restore(producer_id, generation, version):
             fields = [_check(producer_id, INT32, "producer_id"),
                       _check(generation, INT32, "generation"), _check(version, INT64, "version")]
@@ -208,12 +204,15 @@ def _parent_fields(p: ParentCheckpoint) -> list[Any]:
         _check(p.producer_id, INT32, "producer_id"), _check(p.generation, INT32, "generation"),
         _check(p.version, INT64, "version"), _check(p.seq, INT64, "seq"),
         _check(p.resume_offset, INT64, "resume_offset")]
-    if p.idle:   # W7: the watermark (nil if none), then true
-        fields += [None if p.watermark is None else _check(p.watermark, INT64, "watermark"),
-                   True]
-    elif p.watermark is not None:
-        fields.append(_check(p.watermark, INT64, "watermark"))
-    return fields
+    return fields + _watermark_tail(p.watermark, p.idle)
+
+
+def _watermark_tail(watermark: int | None, idle: bool) -> list[Any]:
+    """The optional last fields of a marker or parent: the watermark, where there is one;
+    idle (W7): the watermark (nil if none yet), then true."""
+    if idle:
+        return [None if watermark is None else _check(watermark, INT64, "watermark"), True]
+    return [] if watermark is None else [_check(watermark, INT64, "watermark")]
 
 
 def _commit_fields(c: ChangeLogCommit) -> list[Any]:
